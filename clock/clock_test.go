@@ -1,0 +1,37 @@
+package clock
+
+import (
+	"testing"
+	"time"
+)
+
+func TestFakeFiresOnlyWhenDue(t *testing.T) {
+	start := time.Unix(1000, 0)
+	f := NewFake(start)
+	ch := f.After(time.Minute)
+	f.Advance(59 * time.Second)
+	select {
+	case <-ch:
+		t.Fatal("timer fired early")
+	default:
+	}
+	f.Advance(time.Second)
+	select {
+	case got := <-ch:
+		if !got.Equal(start.Add(time.Minute)) {
+			t.Fatalf("fired at %v", got)
+		}
+	default:
+		t.Fatal("timer did not fire")
+	}
+	if f.Waiters() != 0 {
+		t.Fatalf("waiters left: %d", f.Waiters())
+	}
+}
+
+func TestMillisTruncated(t *testing.T) {
+	tm := time.UnixMicro(3023483279876543)
+	if got := MillisTruncated(tm); got != 3023483279876000 {
+		t.Fatalf("got %d", got)
+	}
+}

@@ -1,0 +1,91 @@
+package storage
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Comparer orders keys bytewise and splits a cell key into its column prefix
+// and its timestamp suffix, so that Pebble keeps versions of a column together
+// (newest first) and block-property filters can see timestamps.
+var Comparer = func() *pebble.Comparer {
+	c := *pebble.DefaultComparer
+	c.Name = "ebbtable.cells.v1"
+	c.Split = func(k []byte) int {
+		if len(k) >= minCellKeyLen && k[0] == tagCell {
+			return len(k) - SuffixLen
+		}
+		return len(k)
+	}
+	c.Compare = bytes.Compare
+	c.ComparePointSuffixes = bytes.Compare
+	c.CompareRangeSuffixes = bytes.Compare
+	// Keep keys whole in index blocks: shortened separators could cut a
+	// key inside its suffix, which Split would then misread.
+	c.Separator = func(dst, a, b []byte) []byte { return append(dst, a...) }
+	c.Successor = func(dst, a []byte) []byte { return append(dst, a...) }
+	c.AbbreviatedKey = pebble.DefaultComparer.AbbreviatedKey
+	return &c
+}()
+
+// Options configures Open.
+type Options struct {
+	// Dir is the data directory. Required unless FS is an in-memory FS.
+	Dir string
+	// FS is the filesystem; nil means the OS filesystem.
+	FS vfs.FS
+	// Logger receives Pebble's events; nil means slog.Default().
+	Logger *slog.Logger
+	// CacheBytes is the block cache size; 0 means 64 MiB.
+	CacheBytes int64
+}
+
+// DB is ebbtable's Pebble database.
+type DB struct {
+	*pebble.DB
+	dir string
+}
+
+// Open opens (creating if needed) the database in opts.Dir.
+func Open(opts Options) (*DB, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("ebbtable: storage: data directory is required")
+	}
+	if opts.CacheBytes == 0 {
+		opts.CacheBytes = 64 << 20
+	}
+	cache := pebble.NewCache(opts.CacheBytes)
+	defer cache.Unref()
+	po := &pebble.Options{
+		Comparer:           Comparer,
+		Cache:              cache,
+		FS:                 opts.FS,
+		FormatMajorVersion: pebble.FormatNewest,
+		BlockPropertyCollectors: []func() pebble.BlockPropertyCollector{
+			NewTimestampCollector,
+		},
+		Logger: quietLogger{},
+	}
+	db, err := pebble.Open(opts.Dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("ebbtable: open storage in %s: %w", opts.Dir, err)
+	}
+	return &DB{DB: db, dir: opts.Dir}, nil
+}
+
+// Dir returns the data directory.
+func (d *DB) Dir() string { return d.dir }
+
+// quietLogger drops Pebble's informational chatter and keeps fatal errors.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...interface{})  {}
+func (quietLogger) Errorf(f string, a ...interface{}) { slog.Error(fmt.Sprintf("pebble: "+f, a...)) }
+func (quietLogger) Fatalf(f string, a ...interface{}) {
+	panic(fmt.Sprintf("pebble: "+f, a...))
+}

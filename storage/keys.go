@@ -1,0 +1,220 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Key spaces. The first byte of every key names its space.
+const (
+	tagCell byte = 0x01 // a cell: tagCell | tableID | esc(row) | familyID | esc(qualifier) | ^timestamp
+	tagMeta byte = 0x02 // metadata: tagMeta | kind | name
+)
+
+// FormatVersion is the on-disk format version written to the metadata space.
+const FormatVersion = 1
+
+// SuffixLen is the length of a cell key's suffix: the inverted timestamp.
+const SuffixLen = 8
+
+// minCellKeyLen is the shortest possible cell key: tag, table id, an empty
+// escaped row, family id, an empty escaped qualifier and the suffix.
+const minCellKeyLen = 1 + 8 + 2 + 4 + 2 + SuffixLen
+
+// ErrCorruptKey is returned when a key does not decode.
+var ErrCorruptKey = errors.New("ebbtable: corrupt key")
+
+// appendEscaped appends b escaped so that the result sorts like b and no
+// escaped string is a prefix of another: 0x00 becomes 0x00 0xFF and the
+// string ends with 0x00 0x01.
+func appendEscaped(dst, b []byte) []byte {
+	for _, c := range b {
+		if c == 0 {
+			dst = append(dst, 0, 0xFF)
+			continue
+		}
+		dst = append(dst, c)
+	}
+	return append(dst, 0, 1)
+}
+
+// appendEscapedOpen appends b escaped without the terminator, so that every
+// escaped string starting with b sorts at or after the result.
+func appendEscapedOpen(dst, b []byte) []byte {
+	for _, c := range b {
+		if c == 0 {
+			dst = append(dst, 0, 0xFF)
+			continue
+		}
+		dst = append(dst, c)
+	}
+	return dst
+}
+
+// readEscaped decodes an escaped string at the start of b and returns it and
+// the rest of b.
+func readEscaped(b []byte) (out, rest []byte, err error) {
+	for i := 0; i < len(b); i++ {
+		if b[i] != 0 {
+			out = append(out, b[i])
+			continue
+		}
+		if i+1 >= len(b) {
+			return nil, nil, ErrCorruptKey
+		}
+		switch b[i+1] {
+		case 0xFF:
+			out = append(out, 0)
+			i++
+		case 1:
+			if out == nil {
+				out = []byte{}
+			}
+			return out, b[i+2:], nil
+		default:
+			return nil, nil, ErrCorruptKey
+		}
+	}
+	return nil, nil, ErrCorruptKey
+}
+
+// TablePrefix is the first key of a table's cell space.
+func TablePrefix(tableID uint64) []byte {
+	k := make([]byte, 9)
+	k[0] = tagCell
+	binary.BigEndian.PutUint64(k[1:], tableID)
+	return k
+}
+
+// TableEnd is the key just past a table's cell space.
+func TableEnd(tableID uint64) []byte { return TablePrefix(tableID + 1) }
+
+// RowPrefix is the prefix every cell key of one row starts with.
+func RowPrefix(tableID uint64, row []byte) []byte {
+	return appendEscaped(TablePrefix(tableID), row)
+}
+
+// RowBound is the smallest key of rows whose key is >= row. Used as an
+// inclusive lower or exclusive upper scan bound in raw row-key order.
+func RowBound(tableID uint64, row []byte) []byte { return RowPrefix(tableID, row) }
+
+// RowAfter is the smallest key of rows whose key is > row.
+func RowAfter(tableID uint64, row []byte) []byte {
+	return RowBound(tableID, append(append([]byte{}, row...), 0))
+}
+
+// ColumnPrefix is the prefix of every version of one column.
+func ColumnPrefix(tableID uint64, row []byte, familyID uint32, qualifier []byte) []byte {
+	k := RowPrefix(tableID, row)
+	k = binary.BigEndian.AppendUint32(k, familyID)
+	return appendEscaped(k, qualifier)
+}
+
+// FamilyPrefix is the prefix of every cell of one family of one row.
+func FamilyPrefix(tableID uint64, row []byte, familyID uint32) []byte {
+	return binary.BigEndian.AppendUint32(RowPrefix(tableID, row), familyID)
+}
+
+// CellKey encodes a cell key. Timestamps sort newest first.
+func CellKey(tableID uint64, row []byte, familyID uint32, qualifier []byte, ts int64) []byte {
+	return AppendSuffix(ColumnPrefix(tableID, row, familyID, qualifier), ts)
+}
+
+// AppendSuffix appends the inverted timestamp suffix.
+func AppendSuffix(prefix []byte, ts int64) []byte {
+	return binary.BigEndian.AppendUint64(prefix, ^uint64(ts))
+}
+
+// DecodedKey is a cell key taken apart. Row and Qualifier alias fresh memory.
+type DecodedKey struct {
+	TableID   uint64
+	Row       []byte
+	FamilyID  uint32
+	Qualifier []byte
+	Timestamp int64
+}
+
+// DecodeCellKey takes a cell key apart.
+func DecodeCellKey(k []byte) (DecodedKey, error) {
+	var d DecodedKey
+	if len(k) < minCellKeyLen || k[0] != tagCell {
+		return d, fmt.Errorf("%w: %x", ErrCorruptKey, k)
+	}
+	d.TableID = binary.BigEndian.Uint64(k[1:9])
+	body := k[9 : len(k)-SuffixLen]
+	row, rest, err := readEscaped(body)
+	if err != nil || len(rest) < 4 {
+		return d, fmt.Errorf("%w: %x", ErrCorruptKey, k)
+	}
+	d.Row = row
+	d.FamilyID = binary.BigEndian.Uint32(rest)
+	q, rest, err := readEscaped(rest[4:])
+	if err != nil || len(rest) != 0 {
+		return d, fmt.Errorf("%w: %x", ErrCorruptKey, k)
+	}
+	d.Qualifier = q
+	d.Timestamp = DecodeSuffix(k[len(k)-SuffixLen:])
+	return d, nil
+}
+
+// DecodeSuffix turns a key suffix back into a timestamp.
+func DecodeSuffix(s []byte) int64 { return int64(^binary.BigEndian.Uint64(s)) }
+
+// RowKeyLen returns the length of the row prefix (tag, table id, escaped row)
+// of a cell key, so callers can group keys by row without decoding.
+func RowKeyLen(k []byte) int {
+	for i := 9; i+1 < len(k); i++ {
+		if k[i] == 0 {
+			if k[i+1] == 1 {
+				return i + 2
+			}
+			i++
+		}
+	}
+	return len(k)
+}
+
+// ColumnKeyLen returns the length of a cell key without its suffix.
+func ColumnKeyLen(k []byte) int { return len(k) - SuffixLen }
+
+// MetaKey is a metadata key in the given kind (a short namespace) and name.
+func MetaKey(kind string, name string) []byte {
+	k := []byte{tagMeta}
+	k = appendEscaped(k, []byte(kind))
+	return append(k, name...)
+}
+
+// MetaPrefix is the prefix of every metadata key of one kind.
+func MetaPrefix(kind string) []byte {
+	k := []byte{tagMeta}
+	return appendEscaped(k, []byte(kind))
+}
+
+// PrefixEnd returns the smallest key greater than every key with prefix p,
+// or nil if there is none.
+func PrefixEnd(p []byte) []byte {
+	end := append([]byte{}, p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] != 0xFF {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+// RowPrefixScanEnd returns the exclusive upper bound of a scan over rows whose
+// key starts with the raw prefix p; nil p means the whole table.
+func RowPrefixScanEnd(tableID uint64, p []byte) []byte {
+	end := PrefixEnd(p)
+	if end == nil {
+		return TableEnd(tableID)
+	}
+	return RowBound(tableID, end)
+}
+
+// RowPrefixScanStart returns the inclusive lower bound for rows starting with p.
+func RowPrefixScanStart(tableID uint64, p []byte) []byte {
+	return appendEscapedOpen(TablePrefix(tableID), p)
+}
