@@ -218,3 +218,25 @@ func RowPrefixScanEnd(tableID uint64, p []byte) []byte {
 func RowPrefixScanStart(tableID uint64, p []byte) []byte {
 	return appendEscapedOpen(TablePrefix(tableID), p)
 }
+
+// DecodeRowKey returns the raw row key of a row prefix (as RowPrefix makes).
+func DecodeRowKey(prefix []byte) ([]byte, error) {
+	if len(prefix) < 11 || prefix[0] != tagCell {
+		return nil, fmt.Errorf("%w: row prefix %x", ErrCorruptKey, prefix)
+	}
+	row, rest, err := readEscaped(prefix[9:])
+	if err != nil || len(rest) != 0 {
+		return nil, fmt.Errorf("%w: row prefix %x", ErrCorruptKey, prefix)
+	}
+	return row, nil
+}
+
+// DecodeQualifier decodes the escaped qualifier at the start of b (what
+// follows the family id in a cell key without its suffix).
+func DecodeQualifier(b []byte) ([]byte, error) {
+	q, rest, err := readEscaped(b)
+	if err != nil || len(rest) != 0 {
+		return nil, fmt.Errorf("%w: qualifier %x", ErrCorruptKey, b)
+	}
+	return q, nil
+}

@@ -1,0 +1,398 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"github.com/ebbtable/ebbtable/cell"
+	"github.com/ebbtable/ebbtable/filter"
+	"github.com/ebbtable/ebbtable/server/convert"
+	"github.com/ebbtable/ebbtable/table"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// dataServer serves the Bigtable Data API v2.
+type dataServer struct {
+	btpb.UnimplementedBigtableServer
+	s *Server
+}
+
+// maxChunkValue is the largest piece of a cell value sent in one chunk, and
+// maxResponseBytes the size at which a ReadRows response is flushed.
+const (
+	maxChunkValue    = 1 << 20
+	maxResponseBytes = 1 << 20
+)
+
+func dataTable(tableName, viewName string) (tableRef, error) {
+	if viewName != "" {
+		return tableRef{}, status.Errorf(codes.Unimplemented, "ebbtable: authorized views are not supported yet (%s)", viewName)
+	}
+	return tableOf(tableName, "")
+}
+
+func (d *dataServer) compileFilter(f *btpb.RowFilter) (table.RowFilter, error) {
+	if f == nil {
+		return nil, nil
+	}
+	model, err := convert.FilterFromProto(f)
+	if err != nil {
+		return nil, err
+	}
+	prog, err := filter.Compile(model, filter.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if prog == nil {
+		return nil, nil
+	}
+	return prog, nil
+}
+
+func rowSetToRequest(rs *btpb.RowSet, req *table.ReadRequest) error {
+	if rs == nil {
+		return nil
+	}
+	req.Keys = rs.GetRowKeys()
+	for _, r := range rs.GetRowRanges() {
+		var rg table.RowRange
+		switch k := r.StartKey.(type) {
+		case *btpb.RowRange_StartKeyClosed:
+			rg.Start = k.StartKeyClosed
+		case *btpb.RowRange_StartKeyOpen:
+			rg.Start, rg.StartOpen = k.StartKeyOpen, true
+		}
+		switch k := r.EndKey.(type) {
+		case *btpb.RowRange_EndKeyOpen:
+			if len(k.EndKeyOpen) > 0 {
+				rg.End = k.EndKeyOpen
+			}
+		case *btpb.RowRange_EndKeyClosed:
+			if len(k.EndKeyClosed) > 0 {
+				rg.End, rg.EndClosed = k.EndKeyClosed, true
+			}
+		}
+		if rg.Start == nil {
+			rg.Start = []byte{}
+		}
+		req.Ranges = append(req.Ranges, rg)
+	}
+	return nil
+}
+
+// ReadRows streams rows as cell chunks, splitting large values.
+func (d *dataServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_ReadRowsServer) error {
+	ref, err := dataTable(req.GetTableName(), req.GetAuthorizedViewName())
+	if err != nil {
+		return toStatus(err)
+	}
+	if req.GetMaterializedViewName() != "" {
+		return status.Error(codes.Unimplemented, "ebbtable: materialized views are not supported")
+	}
+	rr := table.ReadRequest{Limit: req.GetRowsLimit(), Reversed: req.GetReversed()}
+	if rr.Limit < 0 {
+		return status.Error(codes.InvalidArgument, "ebbtable: rows_limit must not be negative")
+	}
+	if err := rowSetToRequest(req.GetRows(), &rr); err != nil {
+		return toStatus(err)
+	}
+	if rr.Filter, err = d.compileFilter(req.GetFilter()); err != nil {
+		return toStatus(err)
+	}
+	// A request whose row set names only empty ranges reads nothing.
+	if rs := req.GetRows(); rs != nil && len(rs.RowKeys) == 0 && len(rs.RowRanges) > 0 && len(rr.Ranges) == 0 {
+		return nil
+	}
+	w := chunkWriter{stream: stream}
+	err = d.s.engine.ReadRows(stream.Context(), ref.instance, ref.table, rr, w.row)
+	if err != nil {
+		return toStatus(err)
+	}
+	return w.flush()
+}
+
+// chunkWriter turns rows into ReadRows chunks and batches them into responses.
+type chunkWriter struct {
+	stream btpb.Bigtable_ReadRowsServer
+	resp   btpb.ReadRowsResponse
+	size   int
+}
+
+func (w *chunkWriter) add(c *btpb.ReadRowsResponse_CellChunk, n int) error {
+	w.resp.Chunks = append(w.resp.Chunks, c)
+	w.size += n + 32
+	if w.size >= maxResponseBytes {
+		return w.flush()
+	}
+	return nil
+}
+
+func (w *chunkWriter) flush() error {
+	if len(w.resp.Chunks) == 0 {
+		return nil
+	}
+	err := w.stream.Send(&w.resp)
+	w.resp = btpb.ReadRowsResponse{}
+	w.size = 0
+	return err
+}
+
+func (w *chunkWriter) row(r cell.Row) error {
+	var lastFam string
+	var lastQual []byte
+	for i, c := range r.Cells {
+		first := &btpb.ReadRowsResponse_CellChunk{
+			TimestampMicros: c.Timestamp,
+			Labels:          c.Labels,
+		}
+		if i == 0 {
+			first.RowKey = r.Key
+		}
+		if i == 0 || c.Family != lastFam {
+			first.FamilyName = wrapperspb.String(c.Family)
+			first.Qualifier = wrapperspb.Bytes(c.Qualifier)
+		} else if string(c.Qualifier) != string(lastQual) {
+			first.Qualifier = wrapperspb.Bytes(c.Qualifier)
+		}
+		lastFam, lastQual = c.Family, c.Qualifier
+		last := i == len(r.Cells)-1
+		v := c.Value
+		if len(v) <= maxChunkValue {
+			first.Value = v
+			if last {
+				first.RowStatus = &btpb.ReadRowsResponse_CellChunk_CommitRow{CommitRow: true}
+			}
+			if err := w.add(first, len(v)); err != nil {
+				return err
+			}
+			continue
+		}
+		first.Value = v[:maxChunkValue]
+		first.ValueSize = int32(len(v))
+		if err := w.add(first, maxChunkValue); err != nil {
+			return err
+		}
+		for off := maxChunkValue; off < len(v); off += maxChunkValue {
+			end := min(off+maxChunkValue, len(v))
+			ch := &btpb.ReadRowsResponse_CellChunk{Value: v[off:end]}
+			if end < len(v) {
+				ch.ValueSize = int32(len(v))
+			} else if last {
+				ch.RowStatus = &btpb.ReadRowsResponse_CellChunk_CommitRow{CommitRow: true}
+			}
+			if err := w.add(ch, end-off); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// SampleRowKeys returns the table's split points.
+func (d *dataServer) SampleRowKeys(req *btpb.SampleRowKeysRequest, stream btpb.Bigtable_SampleRowKeysServer) error {
+	ref, err := dataTable(req.GetTableName(), req.GetAuthorizedViewName())
+	if err != nil {
+		return toStatus(err)
+	}
+	samples, err := d.s.engine.SampleRowKeys(ref.instance, ref.table)
+	if err != nil {
+		return toStatus(err)
+	}
+	for _, s := range samples {
+		if err := stream.Send(&btpb.SampleRowKeysResponse{RowKey: s.Key, OffsetBytes: s.Offset}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mutations converts request mutations, applying a native cell TTL from
+// the request metadata when one is given.
+func (d *dataServer) mutations(ctx context.Context, ms []*btpb.Mutation) ([]table.Mutation, error) {
+	out := make([]table.Mutation, 0, len(ms))
+	for i, m := range ms {
+		var tm table.Mutation
+		switch x := m.GetMutation().(type) {
+		case *btpb.Mutation_SetCell_:
+			tm = table.Mutation{
+				Kind:          table.SetCell,
+				Family:        x.SetCell.GetFamilyName(),
+				Qualifier:     x.SetCell.GetColumnQualifier(),
+				Timestamp:     x.SetCell.GetTimestampMicros(),
+				Value:         x.SetCell.GetValue(),
+				AutoTimestamp: m.GetTimestampOrigin() == btpb.Mutation_CLIENT_AUTO_GENERATED,
+			}
+		case *btpb.Mutation_DeleteFromColumn_:
+			tm = table.Mutation{Kind: table.DeleteFromColumn, Family: x.DeleteFromColumn.GetFamilyName(), Qualifier: x.DeleteFromColumn.GetColumnQualifier()}
+			if tr := x.DeleteFromColumn.GetTimeRange(); tr != nil {
+				tm.StartTS, tm.EndTS = tr.GetStartTimestampMicros(), tr.GetEndTimestampMicros()
+			}
+		case *btpb.Mutation_DeleteFromFamily_:
+			tm = table.Mutation{Kind: table.DeleteFromFamily, Family: x.DeleteFromFamily.GetFamilyName()}
+		case *btpb.Mutation_DeleteFromRow_:
+			tm = table.Mutation{Kind: table.DeleteFromRow}
+		case *btpb.Mutation_AddToCell_, *btpb.Mutation_MergeToCell_:
+			return nil, status.Errorf(codes.Unimplemented, "ebbtable: mutation %d: aggregate column families are not supported", i)
+		default:
+			return nil, fmt.Errorf("%w: mutation %d is empty", errInvalid, i)
+		}
+		out = append(out, tm)
+	}
+	return out, nil
+}
+
+// MutateRow applies mutations to one row atomically.
+func (d *dataServer) MutateRow(ctx context.Context, req *btpb.MutateRowRequest) (*btpb.MutateRowResponse, error) {
+	ref, err := dataTable(req.GetTableName(), req.GetAuthorizedViewName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	muts, err := d.mutations(ctx, req.GetMutations())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if err := d.s.engine.MutateRow(ref.instance, ref.table, req.GetRowKey(), muts); err != nil {
+		return nil, toStatus(err)
+	}
+	return &btpb.MutateRowResponse{}, nil
+}
+
+// MaxEntriesPerMutateRows is Bigtable's limit on entries in one MutateRows.
+const MaxEntriesPerMutateRows = 100000
+
+// MutateRows applies each entry atomically and reports a status per entry.
+func (d *dataServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtable_MutateRowsServer) error {
+	ref, err := dataTable(req.GetTableName(), req.GetAuthorizedViewName())
+	if err != nil {
+		return toStatus(err)
+	}
+	if len(req.GetEntries()) == 0 {
+		return status.Error(codes.InvalidArgument, "ebbtable: MutateRows needs at least one entry")
+	}
+	if len(req.GetEntries()) > MaxEntriesPerMutateRows {
+		return status.Errorf(codes.InvalidArgument, "ebbtable: %d entries in one MutateRows, the limit is %d", len(req.GetEntries()), MaxEntriesPerMutateRows)
+	}
+	entries := make([]table.RowMutation, len(req.GetEntries()))
+	convErrs := make([]error, len(entries))
+	for i, e := range req.GetEntries() {
+		muts, err := d.mutations(stream.Context(), e.GetMutations())
+		if err != nil {
+			convErrs[i] = err
+			continue
+		}
+		entries[i] = table.RowMutation{Row: e.GetRowKey(), Mutations: muts}
+	}
+	// Entries that failed conversion are sent to the engine as empty and
+	// their conversion error reported instead.
+	errs, err := d.s.engine.MutateRows(ref.instance, ref.table, filterEntries(entries, convErrs))
+	if err != nil {
+		return toStatus(err)
+	}
+	resp := &btpb.MutateRowsResponse{Entries: make([]*btpb.MutateRowsResponse_Entry, len(entries))}
+	j := 0
+	for i := range entries {
+		var e error
+		if convErrs[i] != nil {
+			e = convErrs[i]
+		} else {
+			e = errs[j]
+			j++
+		}
+		st := status.Convert(toStatus(e)).Proto()
+		resp.Entries[i] = &btpb.MutateRowsResponse_Entry{Index: int64(i), Status: st}
+	}
+	return stream.Send(resp)
+}
+
+func filterEntries(entries []table.RowMutation, errs []error) []table.RowMutation {
+	out := make([]table.RowMutation, 0, len(entries))
+	for i, e := range entries {
+		if errs[i] == nil {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// CheckAndMutateRow applies one of two mutation lists depending on a
+// predicate filter.
+func (d *dataServer) CheckAndMutateRow(ctx context.Context, req *btpb.CheckAndMutateRowRequest) (*btpb.CheckAndMutateRowResponse, error) {
+	ref, err := dataTable(req.GetTableName(), req.GetAuthorizedViewName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	pred, err := d.compileFilter(req.GetPredicateFilter())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	tm, err := d.mutations(ctx, req.GetTrueMutations())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	fm, err := d.mutations(ctx, req.GetFalseMutations())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	matched, err := d.s.engine.CheckAndMutate(ref.instance, ref.table, req.GetRowKey(), pred, tm, fm)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &btpb.CheckAndMutateRowResponse{PredicateMatched: matched}, nil
+}
+
+// ReadModifyWriteRow appends to or increments cells and returns them.
+func (d *dataServer) ReadModifyWriteRow(ctx context.Context, req *btpb.ReadModifyWriteRowRequest) (*btpb.ReadModifyWriteRowResponse, error) {
+	ref, err := dataTable(req.GetTableName(), req.GetAuthorizedViewName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	var rules []table.RMWRule
+	for i, r := range req.GetRules() {
+		tr := table.RMWRule{Family: r.GetFamilyName(), Qualifier: r.GetColumnQualifier()}
+		switch x := r.GetRule().(type) {
+		case *btpb.ReadModifyWriteRule_AppendValue:
+			tr.IsAppend, tr.Append = true, x.AppendValue
+		case *btpb.ReadModifyWriteRule_IncrementAmount:
+			tr.Increment = x.IncrementAmount
+		default:
+			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: read-modify-write rule %d has neither append_value nor increment_amount", i)
+		}
+		rules = append(rules, tr)
+	}
+	row, err := d.s.engine.ReadModifyWrite(ref.instance, ref.table, req.GetRowKey(), rules)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &btpb.ReadModifyWriteRowResponse{Row: rowToProto(row)}, nil
+}
+
+// rowToProto groups a row's cells into families and columns.
+func rowToProto(r cell.Row) *btpb.Row {
+	out := &btpb.Row{Key: r.Key}
+	var fam *btpb.Family
+	var col *btpb.Column
+	for _, c := range r.Cells {
+		if fam == nil || fam.Name != c.Family {
+			fam = &btpb.Family{Name: c.Family}
+			out.Families = append(out.Families, fam)
+			col = nil
+		}
+		if col == nil || string(col.Qualifier) != string(c.Qualifier) {
+			col = &btpb.Column{Qualifier: c.Qualifier}
+			fam.Columns = append(fam.Columns, col)
+		}
+		col.Cells = append(col.Cells, &btpb.Cell{TimestampMicros: c.Timestamp, Value: c.Value, Labels: c.Labels})
+	}
+	return out
+}
+
+// PingAndWarm answers that the server is up.
+func (d *dataServer) PingAndWarm(ctx context.Context, req *btpb.PingAndWarmRequest) (*btpb.PingAndWarmResponse, error) {
+	if _, err := parseInstance(req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &btpb.PingAndWarmResponse{}, nil
+}

@@ -1,0 +1,84 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/table"
+)
+
+const (
+	testProject  = "proj"
+	testInstance = "inst"
+)
+
+// testEnv is a server on a loopback port with official clients talking to it.
+type testEnv struct {
+	srv    *Server
+	client *bigtable.Client
+	admin  *bigtable.AdminClient
+	clock  *clock.Fake
+	dir    string
+}
+
+type envOption func(*Options)
+
+func withVisibility(v table.Visibility) envOption {
+	return func(o *Options) { o.Visibility = v }
+}
+
+// newTestEnv starts a server with a fake clock (set to now) on a temp dir.
+func newTestEnv(t *testing.T, opts ...envOption) *testEnv {
+	t.Helper()
+	fake := clock.NewFake(time.Now().Truncate(time.Millisecond))
+	o := Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: t.TempDir(), Clock: fake}
+	for _, f := range opts {
+		f(&o)
+	}
+	env := &testEnv{clock: fake, dir: o.DataDir}
+	env.start(t, o)
+	return env
+}
+
+func (env *testEnv) start(t *testing.T, o Options) {
+	t.Helper()
+	srv, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("BIGTABLE_EMULATOR_HOST", srv.Addr())
+	ctx := context.Background()
+	client, err := bigtable.NewClient(ctx, testProject, testInstance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := bigtable.NewAdminClient(ctx, testProject, testInstance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.srv, env.client, env.admin = srv, client, admin
+	t.Cleanup(func() {
+		client.Close()
+		admin.Close()
+		srv.Close()
+	})
+}
+
+// createTable makes a table with the given families and GC policies.
+func (env *testEnv) createTable(t *testing.T, name string, families map[string]bigtable.GCPolicy) *bigtable.Table {
+	t.Helper()
+	conf := &bigtable.TableConf{TableID: name, ColumnFamilies: map[string]bigtable.Family{}}
+	for f, p := range families {
+		conf.ColumnFamilies[f] = bigtable.Family{GCPolicy: p}
+	}
+	if err := env.admin.CreateTableFromConf(context.Background(), conf); err != nil {
+		t.Fatalf("create table %s: %v", name, err)
+	}
+	return env.client.Open(name)
+}

@@ -1,0 +1,202 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/table"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Options configures a Server.
+type Options struct {
+	// Addr is the gRPC listen address. Default localhost:8086.
+	Addr string
+	// DataDir holds the database. Default ./ebbtable-data.
+	DataDir string
+	// HTTPAddr serves /metrics, /healthz and /readyz; "off" disables it.
+	// Default localhost:8087.
+	HTTPAddr string
+	// ClusterID names this cluster in replication views. Default "ebbtable".
+	ClusterID string
+	// Visibility of GC-eligible cells to readers.
+	Visibility table.Visibility
+	// Clock; nil means the real clock.
+	Clock clock.Clock
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+	// Registry receives the server's metrics; nil means a new registry.
+	Registry *prometheus.Registry
+	// MaxMessageBytes caps request and response sizes. Default 256 MiB.
+	MaxMessageBytes int
+}
+
+// EnsureDefaults fills unset options.
+func (o *Options) EnsureDefaults() {
+	if o.Addr == "" {
+		o.Addr = "localhost:8086"
+	}
+	if o.DataDir == "" {
+		o.DataDir = "./ebbtable-data"
+	}
+	if o.HTTPAddr == "" {
+		o.HTTPAddr = "localhost:8087"
+	}
+	if o.ClusterID == "" {
+		o.ClusterID = "ebbtable"
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	if o.MaxMessageBytes == 0 {
+		o.MaxMessageBytes = 256 << 20
+	}
+}
+
+// Server is a running ebbtable: the engine, its background jobs and the gRPC
+// and HTTP endpoints.
+type Server struct {
+	opts   Options
+	engine *table.Engine
+	grpc   *grpc.Server
+	health *health.Server
+	ops    *operations
+	http   *http.Server
+	lis    net.Listener
+	hlis   net.Listener
+	log    *slog.Logger
+}
+
+// New opens the engine and builds the services. It does not listen yet.
+func New(opts Options) (*Server, error) {
+	opts.EnsureDefaults()
+	eng, err := table.Open(table.Options{Dir: opts.DataDir, Clock: opts.Clock, Logger: opts.Logger, Visibility: opts.Visibility})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, engine: eng, ops: newOperations(), health: health.NewServer(), log: opts.Logger}
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
+		grpc.MaxSendMsgSize(opts.MaxMessageBytes),
+		grpc.ChainUnaryInterceptor(recoverUnary(s.log)),
+		grpc.ChainStreamInterceptor(recoverStream(s.log)),
+	)
+	btpb.RegisterBigtableServer(s.grpc, &dataServer{s: s})
+	adminpb.RegisterBigtableTableAdminServer(s.grpc, &adminServer{s: s})
+	longrunningpb.RegisterOperationsServer(s.grpc, s.ops)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return s, nil
+}
+
+// Engine exposes the table engine (for in-process tests and tools).
+func (s *Server) Engine() *table.Engine { return s.engine }
+
+// Start listens on the configured addresses and serves in the background.
+// It returns once connections are accepted.
+func (s *Server) Start() error {
+	lis, err := net.Listen("tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("ebbtable: listen on %s: %w", s.opts.Addr, err)
+	}
+	s.lis = lis
+	if s.opts.HTTPAddr != "off" {
+		hlis, err := net.Listen("tcp", s.opts.HTTPAddr)
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("ebbtable: listen on %s for metrics: %w", s.opts.HTTPAddr, err)
+		}
+		s.hlis = hlis
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ready") })
+		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := s.http.Serve(hlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.log.Error("metrics server stopped", "err", err)
+			}
+		}()
+	}
+	go func() {
+		if err := s.grpc.Serve(lis); err != nil {
+			s.log.Error("grpc server stopped", "err", err)
+		}
+	}()
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	return nil
+}
+
+// Addr is the gRPC address the server listens on (after Start).
+func (s *Server) Addr() string {
+	if s.lis == nil {
+		return s.opts.Addr
+	}
+	return s.lis.Addr().String()
+}
+
+// HTTPAddr is the metrics address (after Start), or "" when disabled.
+func (s *Server) HTTPAddr() string {
+	if s.hlis == nil {
+		return ""
+	}
+	return s.hlis.Addr().String()
+}
+
+// Close stops accepting work, waits for running calls (up to 10 s), stops
+// background jobs and closes the database.
+func (s *Server) Close() error {
+	s.health.Shutdown()
+	done := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		s.grpc.Stop()
+	}
+	if s.http != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s.http.Shutdown(ctx)
+		cancel()
+	}
+	return s.engine.Close()
+}
+
+// Run starts a server, calls ready with its address, and serves until ctx is
+// done, then shuts down gracefully.
+func Run(ctx context.Context, opts Options, ready func(addr string)) error {
+	s, err := New(opts)
+	if err != nil {
+		return err
+	}
+	if err := s.Start(); err != nil {
+		s.engine.Close()
+		return err
+	}
+	if ready != nil {
+		ready(s.Addr())
+	}
+	<-ctx.Done()
+	return s.Close()
+}

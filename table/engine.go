@@ -1,0 +1,260 @@
+package table
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/storage"
+)
+
+// Visibility says whether cells that a GC rule makes eligible stay readable
+// until the collector removes them.
+type Visibility int
+
+const (
+	// HideEligible never returns a cell its family's GC rule makes eligible,
+	// even before collection. The default.
+	HideEligible Visibility = iota
+	// UntilCollected returns eligible cells until the collector removes them,
+	// as the source system does.
+	UntilCollected
+)
+
+// String names the mode as the serve flag spells it.
+func (v Visibility) String() string {
+	if v == UntilCollected {
+		return "until-collected"
+	}
+	return "hidden"
+}
+
+// ParseVisibility reads a --gc-visibility value.
+func ParseVisibility(s string) (Visibility, error) {
+	switch s {
+	case "", "hidden", "hide", "hide-eligible":
+		return HideEligible, nil
+	case "until-collected":
+		return UntilCollected, nil
+	}
+	return 0, fmt.Errorf("%w: gc visibility %q (want hidden or until-collected)", ErrInvalid, s)
+}
+
+// Options configures an Engine.
+type Options struct {
+	// Dir is the data directory (created if missing). Required.
+	Dir string
+	// Clock tells the time; nil means the real clock.
+	Clock clock.Clock
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+	// Visibility of GC-eligible cells to readers.
+	Visibility Visibility
+	// CacheBytes is Pebble's block cache size; 0 means the storage default.
+	CacheBytes int64
+}
+
+// EnsureDefaults fills unset options.
+func (o *Options) EnsureDefaults() {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Validate reports options that cannot work.
+func (o *Options) Validate() error {
+	if o.Dir == "" {
+		return fmt.Errorf("%w: data directory is required", ErrInvalid)
+	}
+	if o.Visibility != HideEligible && o.Visibility != UntilCollected {
+		return fmt.Errorf("%w: unknown visibility %d", ErrInvalid, o.Visibility)
+	}
+	return nil
+}
+
+const rowLockStripes = 1024
+
+// Engine is the table engine over one Pebble database.
+type Engine struct {
+	store *storage.DB
+	clock clock.Clock
+	log   *slog.Logger
+	vis   Visibility
+
+	mu          sync.RWMutex // guards tables and nextTableID, and serialises schema changes
+	tables      map[string]*Meta
+	nextTableID uint64
+
+	schemaHook SchemaHook
+
+	seed     maphash.Seed
+	rowLocks [rowLockStripes]sync.Mutex
+	closed   atomic.Bool
+}
+
+// Open opens the engine on opts.Dir.
+func Open(opts Options) (*Engine, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	st, err := storage.Open(storage.Options{Dir: opts.Dir, Logger: opts.Logger, CacheBytes: opts.CacheBytes})
+	if err != nil {
+		return nil, err
+	}
+	tables, seq, err := loadCatalog(st)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return &Engine{
+		store:       st,
+		clock:       opts.Clock,
+		log:         opts.Logger,
+		vis:         opts.Visibility,
+		tables:      tables,
+		nextTableID: seq + 1,
+		seed:        maphash.MakeSeed(),
+	}, nil
+}
+
+// Close flushes and closes the database. Calls after Close fail with ErrClosed.
+func (e *Engine) Close() error {
+	if !e.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	// Take every row lock so no write is half-way through.
+	for i := range e.rowLocks {
+		e.rowLocks[i].Lock()
+	}
+	defer func() {
+		for i := range e.rowLocks {
+			e.rowLocks[i].Unlock()
+		}
+	}()
+	return e.store.Close()
+}
+
+// Store exposes the storage layer to the engine's background jobs.
+func (e *Engine) Store() *storage.DB { return e.store }
+
+// Clock returns the engine's clock.
+func (e *Engine) Clock() clock.Clock { return e.clock }
+
+// Visibility returns the configured visibility mode.
+func (e *Engine) Visibility() Visibility { return e.vis }
+
+// nowMicros is the current time in microseconds.
+func (e *Engine) nowMicros() int64 { return clock.Micros(e.clock.Now()) }
+
+// LockRow locks one row of one table for a read-modify-write cycle and
+// returns the unlock function.
+func (e *Engine) LockRow(tableID uint64, row []byte) func() {
+	m := &e.rowLocks[e.stripe(tableID, row)]
+	m.Lock()
+	return m.Unlock
+}
+
+// LockRows locks several rows of one table (in stripe order, so two callers
+// never deadlock) and returns the unlock function.
+func (e *Engine) LockRows(tableID uint64, rows [][]byte) func() {
+	stripes := make([]int, 0, len(rows))
+	for _, r := range rows {
+		stripes = append(stripes, e.stripe(tableID, r))
+	}
+	sort.Ints(stripes)
+	stripes = slices.Compact(stripes)
+	for _, s := range stripes {
+		e.rowLocks[s].Lock()
+	}
+	return func() {
+		for _, s := range stripes {
+			e.rowLocks[s].Unlock()
+		}
+	}
+}
+
+func (e *Engine) stripe(tableID uint64, row []byte) int {
+	var h maphash.Hash
+	h.SetSeed(e.seed)
+	var id [8]byte
+	binary.BigEndian.PutUint64(id[:], tableID)
+	h.Write(id[:])
+	h.Write(row)
+	return int(h.Sum64() % rowLockStripes)
+}
+
+func (e *Engine) checkOpen() error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Table returns the current schema of a table. The result must not be
+// modified; schema changes replace it.
+func (e *Engine) Table(instance, name string) (*Meta, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	e.mu.RLock()
+	m, ok := e.tables[catalogKey(instance, name)]
+	e.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, name)
+	}
+	return m, nil
+}
+
+// TableByID returns the current schema of the table with the given id.
+func (e *Engine) TableByID(id uint64) (*Meta, bool) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	for _, m := range e.tables {
+		if m.ID == id {
+			return m, true
+		}
+	}
+	return nil, false
+}
+
+// Tables lists the tables of an instance ("" for every instance) by name.
+func (e *Engine) Tables(instance string) []*Meta {
+	e.mu.RLock()
+	var out []*Meta
+	for _, m := range e.tables {
+		if instance == "" || m.Instance == instance {
+			out = append(out, m)
+		}
+	}
+	e.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Instance != out[j].Instance {
+			return out[i].Instance < out[j].Instance
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// commit writes a batch durably: the WAL is synced (and group-committed with
+// concurrent writers) before the call returns.
+func (e *Engine) commit(b *pebble.Batch) error {
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("ebbtable: commit: %w", err)
+	}
+	return nil
+}
+
+var errStop = errors.New("stop")

@@ -1,0 +1,292 @@
+package table
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbtable/ebbtable/cell"
+	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/storage"
+)
+
+// Limits Bigtable enforces, enforced the same way here.
+const (
+	MaxRowKeyBytes       = 4 << 10
+	MaxQualifierBytes    = 16 << 10
+	MaxValueBytes        = 100 << 20
+	MaxMutationsPerRow   = 100000
+	MaxFamiliesPerTable  = 1000
+	ServerTimestamp      = -1
+	maxSafeTimestampDiff = cell.MaxTimestamp
+)
+
+// MutationKind names what a Mutation does.
+type MutationKind int
+
+// The mutation kinds of the Bigtable Data API.
+const (
+	SetCell MutationKind = iota + 1
+	DeleteFromColumn
+	DeleteFromFamily
+	DeleteFromRow
+)
+
+// Mutation is one change to a row.
+type Mutation struct {
+	Kind      MutationKind
+	Family    string
+	Qualifier []byte
+	// Timestamp of SetCell in microseconds; ServerTimestamp means now.
+	Timestamp int64
+	// AutoTimestamp marks a timestamp the client library generated itself;
+	// it is truncated to the millisecond instead of refused.
+	AutoTimestamp bool
+	Value         []byte
+	// StartTS and EndTS bound DeleteFromColumn to [StartTS, EndTS); EndTS 0
+	// means no upper bound.
+	StartTS, EndTS int64
+	// ExpireAt is a native cell expiry in microseconds (0 = none).
+	ExpireAt int64
+}
+
+// validateRowKey checks a row key against Bigtable's limits.
+func validateRowKey(row []byte) error {
+	if len(row) == 0 {
+		return fmt.Errorf("%w: row key must not be empty", ErrInvalid)
+	}
+	if len(row) > MaxRowKeyBytes {
+		return fmt.Errorf("%w: row key is %d bytes, the limit is %d", ErrInvalid, len(row), MaxRowKeyBytes)
+	}
+	return nil
+}
+
+// prepared is a mutation checked against the schema, with its family id and
+// final timestamp.
+type prepared struct {
+	Mutation
+	familyID uint32
+}
+
+// prepare validates mutations against the schema and resolves server
+// timestamps. It changes nothing.
+func (e *Engine) prepare(m *Meta, row []byte, muts []Mutation) ([]prepared, error) {
+	if err := validateRowKey(row); err != nil {
+		return nil, err
+	}
+	if len(muts) == 0 {
+		return nil, fmt.Errorf("%w: no mutations given", ErrInvalid)
+	}
+	if len(muts) > MaxMutationsPerRow {
+		return nil, fmt.Errorf("%w: %d mutations in one row, the limit is %d", ErrInvalid, len(muts), MaxMutationsPerRow)
+	}
+	now := clock.MillisTruncated(e.clock.Now())
+	out := make([]prepared, len(muts))
+	for i, mu := range muts {
+		p := prepared{Mutation: mu}
+		switch mu.Kind {
+		case SetCell, DeleteFromColumn, DeleteFromFamily:
+			f, ok := m.Family(mu.Family)
+			if !ok {
+				return nil, fmt.Errorf("%w: %q in table %s", ErrFamilyNotFound, mu.Family, m.Name)
+			}
+			p.familyID = f.ID
+		case DeleteFromRow:
+		default:
+			return nil, fmt.Errorf("%w: mutation %d has no known kind", ErrInvalid, i)
+		}
+		if len(mu.Qualifier) > MaxQualifierBytes {
+			return nil, fmt.Errorf("%w: column qualifier is %d bytes, the limit is %d", ErrInvalid, len(mu.Qualifier), MaxQualifierBytes)
+		}
+		switch mu.Kind {
+		case SetCell:
+			if len(mu.Value) > MaxValueBytes {
+				return nil, fmt.Errorf("%w: value is %d bytes, the limit is %d", ErrInvalid, len(mu.Value), MaxValueBytes)
+			}
+			switch {
+			case mu.Timestamp == ServerTimestamp:
+				p.Timestamp = now
+			case mu.Timestamp < 0:
+				return nil, fmt.Errorf("%w: timestamp %d is negative (only -1, server time, is allowed)", ErrInvalid, mu.Timestamp)
+			case mu.Timestamp > cell.MaxTimestamp:
+				return nil, fmt.Errorf("%w: timestamp %d is past year 9999", ErrInvalid, mu.Timestamp)
+			case mu.Timestamp%cell.MicrosPerMilli != 0:
+				if !mu.AutoTimestamp {
+					return nil, fmt.Errorf("%w: timestamp %d has sub-millisecond precision; Bigtable timestamps are microseconds with millisecond granularity (use %d)",
+						ErrInvalid, mu.Timestamp, mu.Timestamp-mu.Timestamp%cell.MicrosPerMilli)
+				}
+				p.Timestamp = mu.Timestamp - mu.Timestamp%cell.MicrosPerMilli
+			}
+			if mu.ExpireAt < 0 || mu.ExpireAt > cell.MaxTimestamp {
+				return nil, fmt.Errorf("%w: cell expiry %d is outside year 1970..9999", ErrInvalid, mu.ExpireAt)
+			}
+		case DeleteFromColumn:
+			if mu.StartTS < 0 || mu.EndTS < 0 {
+				return nil, fmt.Errorf("%w: delete time range must not be negative", ErrInvalid)
+			}
+			if mu.EndTS != 0 && mu.EndTS < mu.StartTS {
+				return nil, fmt.Errorf("%w: delete time range ends (%d) before it starts (%d)", ErrInvalid, mu.EndTS, mu.StartTS)
+			}
+			if mu.StartTS%cell.MicrosPerMilli != 0 || mu.EndTS%cell.MicrosPerMilli != 0 {
+				return nil, fmt.Errorf("%w: delete time range must have millisecond granularity", ErrInvalid)
+			}
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
+// MutateRow applies mutations to one row atomically and durably.
+func (e *Engine) MutateRow(instance, table string, row []byte, muts []Mutation) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	m, err := e.Table(instance, table)
+	if err != nil {
+		return err
+	}
+	ps, err := e.prepare(m, row, muts)
+	if err != nil {
+		return err
+	}
+	unlock := e.LockRow(m.ID, row)
+	defer unlock()
+	return e.applyLocked(m, row, ps)
+}
+
+// applyLocked writes prepared mutations in one durable batch. The row lock
+// must be held.
+func (e *Engine) applyLocked(m *Meta, row []byte, ps []prepared) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	needsRead := false
+	for _, p := range ps {
+		if p.Kind != SetCell {
+			needsRead = true
+			break
+		}
+	}
+	var b *pebble.Batch
+	if needsRead {
+		b = e.store.NewIndexedBatch()
+	} else {
+		b = e.store.NewBatch()
+	}
+	defer b.Close()
+	for _, p := range ps {
+		if err := e.applyOne(b, m, row, p); err != nil {
+			return err
+		}
+	}
+	return e.commit(b)
+}
+
+func (e *Engine) applyOne(b *pebble.Batch, m *Meta, row []byte, p prepared) error {
+	switch p.Kind {
+	case SetCell:
+		k := storage.CellKey(m.ID, row, p.familyID, p.Qualifier, p.Timestamp)
+		return b.Set(k, storage.EncodeValue(p.Value, p.ExpireAt), nil)
+	case DeleteFromColumn:
+		prefix := storage.ColumnPrefix(m.ID, row, p.familyID, p.Qualifier)
+		lo, hi := prefix, storage.PrefixEnd(prefix)
+		// Newest first: the range [StartTS, EndTS) maps to suffixes
+		// (^EndTS, ^StartTS].
+		if p.EndTS != 0 {
+			lo = storage.AppendSuffix(append([]byte{}, prefix...), p.EndTS-1)
+		}
+		if p.StartTS > 0 {
+			hi = storage.AppendSuffix(append([]byte{}, prefix...), p.StartTS-1)
+		}
+		return deletePoints(b, lo, hi)
+	case DeleteFromFamily:
+		prefix := storage.FamilyPrefix(m.ID, row, p.familyID)
+		return deletePoints(b, prefix, storage.PrefixEnd(prefix))
+	case DeleteFromRow:
+		prefix := storage.RowPrefix(m.ID, row)
+		return deletePoints(b, prefix, storage.PrefixEnd(prefix))
+	}
+	return fmt.Errorf("%w: unknown mutation kind %d", ErrInvalid, p.Kind)
+}
+
+// deletePoints deletes every key in [lo, hi) as seen by the indexed batch b
+// (so earlier mutations of the same request count).
+func deletePoints(b *pebble.Batch, lo, hi []byte) error {
+	it, err := b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	var keys [][]byte
+	for it.First(); it.Valid(); it.Next() {
+		keys = append(keys, bytes.Clone(it.Key()))
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := b.Delete(k, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RowMutation is one entry of MutateRows.
+type RowMutation struct {
+	Row       []byte
+	Mutations []Mutation
+}
+
+// MutateRows applies each entry atomically on its own and returns one error
+// (or nil) per entry. The valid entries are committed in one durable batch.
+func (e *Engine) MutateRows(instance, table string, entries []RowMutation) ([]error, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	m, err := e.Table(instance, table)
+	if err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(entries))
+	preps := make([][]prepared, len(entries))
+	var rows [][]byte
+	needsRead := false
+	for i, en := range entries {
+		ps, err := e.prepare(m, en.Row, en.Mutations)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		preps[i] = ps
+		rows = append(rows, en.Row)
+		for _, p := range ps {
+			needsRead = needsRead || p.Kind != SetCell
+		}
+	}
+	if len(rows) == 0 {
+		return errs, nil
+	}
+	unlock := e.LockRows(m.ID, rows)
+	defer unlock()
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	var b *pebble.Batch
+	if needsRead {
+		b = e.store.NewIndexedBatch()
+	} else {
+		b = e.store.NewBatch()
+	}
+	defer b.Close()
+	for i, ps := range preps {
+		for _, p := range ps {
+			if err := e.applyOne(b, m, entries[i].Row, p); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := e.commit(b); err != nil {
+		return nil, err
+	}
+	return errs, nil
+}

@@ -1,0 +1,293 @@
+package table
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbtable/ebbtable/cell"
+	"github.com/ebbtable/ebbtable/storage"
+)
+
+// RowFilter narrows the cells of a row; the filter package's compiled
+// programs satisfy it. A nil RowFilter passes every cell.
+type RowFilter interface {
+	Apply(cell.Row) cell.Row
+}
+
+// RowRange is a range of row keys. A nil Start starts at the first row; a
+// nil End runs to the last.
+type RowRange struct {
+	Start     []byte
+	StartOpen bool
+	End       []byte
+	EndClosed bool
+}
+
+// ReadRequest says which rows to read and how.
+type ReadRequest struct {
+	// Keys and Ranges select rows; both empty means the whole table.
+	Keys   [][]byte
+	Ranges []RowRange
+	Filter RowFilter
+	// Limit caps the number of rows returned; 0 means no limit.
+	Limit    int64
+	Reversed bool
+}
+
+// interval is [lo, hi) in raw row-key order; hi nil means unbounded.
+type interval struct{ lo, hi []byte }
+
+func keySucc(k []byte) []byte { return append(bytes.Clone(k), 0) }
+
+// intervals turns keys and ranges into sorted, disjoint row-key intervals.
+func (r *ReadRequest) intervals() ([]interval, error) {
+	if len(r.Keys) == 0 && len(r.Ranges) == 0 {
+		return []interval{{lo: []byte{}}}, nil
+	}
+	var ivs []interval
+	for _, k := range r.Keys {
+		ivs = append(ivs, interval{lo: k, hi: keySucc(k)})
+	}
+	for _, rg := range r.Ranges {
+		iv := interval{lo: rg.Start, hi: rg.End}
+		if iv.lo == nil {
+			iv.lo = []byte{}
+		}
+		if rg.StartOpen {
+			iv.lo = keySucc(rg.Start)
+		}
+		if rg.EndClosed {
+			iv.hi = keySucc(rg.End)
+		}
+		if iv.hi != nil && bytes.Compare(iv.lo, iv.hi) > 0 {
+			return nil, fmt.Errorf("%w: row range starts after it ends (%q > %q)", ErrInvalid, rg.Start, rg.End)
+		}
+		if iv.hi != nil && bytes.Equal(iv.lo, iv.hi) {
+			continue
+		}
+		ivs = append(ivs, iv)
+	}
+	slices.SortFunc(ivs, func(a, b interval) int { return bytes.Compare(a.lo, b.lo) })
+	var out []interval
+	for _, iv := range ivs {
+		if n := len(out); n > 0 {
+			last := &out[n-1]
+			if last.hi == nil || bytes.Compare(iv.lo, last.hi) <= 0 {
+				if last.hi != nil && (iv.hi == nil || bytes.Compare(iv.hi, last.hi) > 0) {
+					last.hi = iv.hi
+				}
+				continue
+			}
+		}
+		out = append(out, iv)
+	}
+	return out, nil
+}
+
+// ReadRows streams the selected rows, in key order (or reversed), each a
+// consistent snapshot, after hiding expired cells and applying the filter.
+// Rows left with no cells are skipped and do not count toward the limit.
+func (e *Engine) ReadRows(ctx context.Context, instance, table string, req ReadRequest, fn func(cell.Row) error) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	m, err := e.Table(instance, table)
+	if err != nil {
+		return err
+	}
+	if req.Limit < 0 {
+		return fmt.Errorf("%w: rows limit must not be negative", ErrInvalid)
+	}
+	ivs, err := req.intervals()
+	if err != nil {
+		return err
+	}
+	it, err := e.store.NewIter(nil)
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	s := scanner{e: e, m: m, it: it, now: e.nowMicros()}
+	var sent int64
+	emit := func(row cell.Row) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		row.Cells = e.visible(m, row.Cells, s.now)
+		if req.Filter != nil && len(row.Cells) > 0 {
+			row = req.Filter.Apply(row)
+		}
+		if len(row.Cells) == 0 {
+			return nil
+		}
+		if err := fn(row); err != nil {
+			return err
+		}
+		sent++
+		if req.Limit > 0 && sent >= req.Limit {
+			return errStop
+		}
+		return nil
+	}
+	if req.Reversed {
+		slices.Reverse(ivs)
+	}
+	for _, iv := range ivs {
+		lo := storage.RowBound(m.ID, iv.lo)
+		hi := storage.TableEnd(m.ID)
+		if iv.hi != nil {
+			hi = storage.RowBound(m.ID, iv.hi)
+		}
+		it.SetBounds(lo, hi)
+		if req.Reversed {
+			err = s.scanBackward(emit)
+		} else {
+			err = s.scanForward(emit)
+		}
+		if err == errStop {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanner turns cell keys from an iterator into rows.
+type scanner struct {
+	e   *Engine
+	m   *Meta
+	it  *pebble.Iterator
+	now int64
+}
+
+// decodeCell decodes the cell at the iterator, given the length of its row
+// prefix. ok is false for cells of dropped families.
+func (s *scanner) decodeCell(k []byte, rowLen int) (cell.Cell, bool, error) {
+	rest := k[rowLen : len(k)-storage.SuffixLen]
+	if len(rest) < 4 {
+		return cell.Cell{}, false, fmt.Errorf("%w: %x", storage.ErrCorruptKey, k)
+	}
+	fam, ok := s.m.FamilyByID(binary.BigEndian.Uint32(rest))
+	if !ok {
+		return cell.Cell{}, false, nil
+	}
+	q, err := storage.DecodeQualifier(rest[4:])
+	if err != nil {
+		return cell.Cell{}, false, err
+	}
+	v, err := s.it.ValueAndErr()
+	if err != nil {
+		return cell.Cell{}, false, err
+	}
+	data, exp, err := storage.DecodeValue(v)
+	if err != nil {
+		return cell.Cell{}, false, err
+	}
+	return cell.Cell{
+		Family:    fam.Name,
+		Qualifier: q,
+		Timestamp: storage.DecodeSuffix(k[len(k)-storage.SuffixLen:]),
+		Value:     bytes.Clone(data),
+		ExpireAt:  exp,
+	}, true, nil
+}
+
+func (s *scanner) scanForward(emit func(cell.Row) error) error {
+	var row cell.Row
+	var prefix []byte
+	for valid := s.it.First(); valid; valid = s.it.Next() {
+		k := s.it.Key()
+		n := storage.RowKeyLen(k)
+		if prefix == nil || !bytes.Equal(prefix, k[:n]) {
+			if prefix != nil {
+				if err := emit(row); err != nil {
+					return err
+				}
+			}
+			prefix = append(prefix[:0], k[:n]...)
+			key, err := storage.DecodeRowKey(prefix)
+			if err != nil {
+				return err
+			}
+			row = cell.Row{Key: key}
+		}
+		c, ok, err := s.decodeCell(k, n)
+		if err != nil {
+			return err
+		}
+		if ok {
+			row.Cells = append(row.Cells, c)
+		}
+	}
+	if err := s.it.Error(); err != nil {
+		return err
+	}
+	if prefix != nil {
+		return emit(row)
+	}
+	return nil
+}
+
+func (s *scanner) scanBackward(emit func(cell.Row) error) error {
+	var row cell.Row
+	var prefix []byte
+	flush := func() error {
+		slices.Reverse(row.Cells)
+		return emit(row)
+	}
+	for valid := s.it.Last(); valid; valid = s.it.Prev() {
+		k := s.it.Key()
+		n := storage.RowKeyLen(k)
+		if prefix == nil || !bytes.Equal(prefix, k[:n]) {
+			if prefix != nil {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+			prefix = append(prefix[:0], k[:n]...)
+			key, err := storage.DecodeRowKey(prefix)
+			if err != nil {
+				return err
+			}
+			row = cell.Row{Key: key}
+		}
+		c, ok, err := s.decodeCell(k, n)
+		if err != nil {
+			return err
+		}
+		if ok {
+			row.Cells = append(row.Cells, c)
+		}
+	}
+	if err := s.it.Error(); err != nil {
+		return err
+	}
+	if prefix != nil {
+		return flush()
+	}
+	return nil
+}
+
+// readRowLocked reads one row's visible cells (no filter) from the latest
+// state. Callers hold the row lock.
+func (e *Engine) readRowLocked(m *Meta, row []byte) (cell.Row, error) {
+	prefix := storage.RowPrefix(m.ID, row)
+	it, err := e.store.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
+	if err != nil {
+		return cell.Row{}, err
+	}
+	defer it.Close()
+	s := scanner{e: e, m: m, it: it, now: e.nowMicros()}
+	out := cell.Row{Key: bytes.Clone(row)}
+	err = s.scanForward(func(r cell.Row) error {
+		out.Cells = e.visible(m, r.Cells, s.now)
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,162 @@
+package table
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/ebbtable/ebbtable/cell"
+	"github.com/ebbtable/ebbtable/clock"
+)
+
+// CheckAndMutate reads one row, applies the predicate filter to its visible
+// cells, and applies trueMuts if any cell passes (or the row has any cell,
+// when pred is nil), falseMuts otherwise — atomically.
+func (e *Engine) CheckAndMutate(instance, table string, row []byte, pred RowFilter, trueMuts, falseMuts []Mutation) (bool, error) {
+	if err := e.checkOpen(); err != nil {
+		return false, err
+	}
+	m, err := e.Table(instance, table)
+	if err != nil {
+		return false, err
+	}
+	if err := validateRowKey(row); err != nil {
+		return false, err
+	}
+	if len(trueMuts)+len(falseMuts) > MaxMutationsPerRow {
+		return false, fmt.Errorf("%w: %d mutations in one row, the limit is %d", ErrInvalid, len(trueMuts)+len(falseMuts), MaxMutationsPerRow)
+	}
+	var tps, fps []prepared
+	if len(trueMuts) > 0 {
+		if tps, err = e.prepare(m, row, trueMuts); err != nil {
+			return false, err
+		}
+	}
+	if len(falseMuts) > 0 {
+		if fps, err = e.prepare(m, row, falseMuts); err != nil {
+			return false, err
+		}
+	}
+	unlock := e.LockRow(m.ID, row)
+	defer unlock()
+	r, err := e.readRowLocked(m, row)
+	if err != nil {
+		return false, err
+	}
+	if pred != nil && len(r.Cells) > 0 {
+		r = pred.Apply(r)
+	}
+	matched := len(r.Cells) > 0
+	ps := fps
+	if matched {
+		ps = tps
+	}
+	if len(ps) == 0 {
+		return matched, nil
+	}
+	return matched, e.applyLocked(m, row, ps)
+}
+
+// RMWRule is one rule of ReadModifyWrite: append bytes to, or add a signed
+// 64-bit integer to, the newest cell of a column.
+type RMWRule struct {
+	Family    string
+	Qualifier []byte
+	Append    []byte
+	Increment int64
+	IsAppend  bool
+}
+
+// ReadModifyWrite applies rules to the newest visible cells of a row
+// atomically and returns the new cells it wrote.
+func (e *Engine) ReadModifyWrite(instance, table string, row []byte, rules []RMWRule) (cell.Row, error) {
+	if err := e.checkOpen(); err != nil {
+		return cell.Row{}, err
+	}
+	m, err := e.Table(instance, table)
+	if err != nil {
+		return cell.Row{}, err
+	}
+	if err := validateRowKey(row); err != nil {
+		return cell.Row{}, err
+	}
+	if len(rules) == 0 {
+		return cell.Row{}, fmt.Errorf("%w: no read-modify-write rules given", ErrInvalid)
+	}
+	for _, r := range rules {
+		if _, ok := m.Family(r.Family); !ok {
+			return cell.Row{}, fmt.Errorf("%w: %q in table %s", ErrFamilyNotFound, r.Family, m.Name)
+		}
+	}
+	unlock := e.LockRow(m.ID, row)
+	defer unlock()
+	cur, err := e.readRowLocked(m, row)
+	if err != nil {
+		return cell.Row{}, err
+	}
+	now := clock.MillisTruncated(e.clock.Now())
+	// Values change in rule order: a later rule on the same column builds on
+	// the earlier one's result.
+	type col struct {
+		fam  string
+		qual string
+	}
+	latest := map[col]cell.Cell{}
+	for _, c := range cur.Cells {
+		k := col{c.Family, string(c.Qualifier)}
+		if _, ok := latest[k]; !ok {
+			latest[k] = c
+		}
+	}
+	var order []col
+	written := map[col]cell.Cell{}
+	for _, r := range rules {
+		k := col{r.Family, string(r.Qualifier)}
+		base, had := written[k]
+		if !had {
+			base, had = latest[k]
+		}
+		ts := now
+		if had && base.Timestamp > ts {
+			ts = base.Timestamp
+		}
+		var val []byte
+		if r.IsAppend {
+			val = append(append([]byte{}, base.Value...), r.Append...)
+		} else {
+			var n int64
+			if had {
+				if len(base.Value) != 8 {
+					return cell.Row{}, fmt.Errorf("%w: cannot increment %s:%s, its value is %d bytes, not a 64-bit big-endian integer", ErrPrecondition, r.Family, r.Qualifier, len(base.Value))
+				}
+				n = int64(binary.BigEndian.Uint64(base.Value))
+			}
+			n = addWrap(n, r.Increment)
+			val = binary.BigEndian.AppendUint64(nil, uint64(n))
+		}
+		if _, seen := written[k]; !seen {
+			order = append(order, k)
+		}
+		written[k] = cell.Cell{Family: r.Family, Qualifier: []byte(k.qual), Timestamp: ts, Value: val}
+	}
+	var muts []Mutation
+	out := cell.Row{Key: cur.Key}
+	for _, k := range order {
+		c := written[k]
+		muts = append(muts, Mutation{Kind: SetCell, Family: c.Family, Qualifier: c.Qualifier, Timestamp: c.Timestamp, Value: c.Value})
+		out.Cells = append(out.Cells, c)
+	}
+	ps, err := e.prepare(m, row, muts)
+	if err != nil {
+		return cell.Row{}, err
+	}
+	if err := e.applyLocked(m, row, ps); err != nil {
+		return cell.Row{}, err
+	}
+	return out, nil
+}
+
+// addWrap adds with two's-complement wrap-around, as Bigtable does.
+func addWrap(a, b int64) int64 {
+	return int64(uint64(a) + uint64(b))
+}
+

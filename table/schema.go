@@ -1,0 +1,119 @@
+package table
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbtable/ebbtable/gcrule"
+	"github.com/ebbtable/ebbtable/storage"
+)
+
+// Family is a column family of a table. IDs are never reused within a table,
+// so a dropped family's cells stay invisible even if the name comes back.
+type Family struct {
+	ID   uint32      `json:"id"`
+	Name string      `json:"name"`
+	GC   gcrule.Rule `json:"gc"`
+}
+
+// Meta is a table's schema as stored in the metadata space.
+type Meta struct {
+	ID                 uint64   `json:"id"`
+	Instance           string   `json:"instance"`
+	Name               string   `json:"name"`
+	Families           []Family `json:"families"`
+	NextFamilyID       uint32   `json:"next_family_id"`
+	CreatedMicros      int64    `json:"created_micros"`
+	DeletionProtection bool     `json:"deletion_protection,omitempty"`
+	Splits             [][]byte `json:"splits,omitempty"`
+}
+
+// Family returns the family with the given name.
+func (m *Meta) Family(name string) (*Family, bool) {
+	for i := range m.Families {
+		if m.Families[i].Name == name {
+			return &m.Families[i], true
+		}
+	}
+	return nil, false
+}
+
+// FamilyByID returns the family with the given id.
+func (m *Meta) FamilyByID(id uint32) (*Family, bool) {
+	// Families are kept sorted by ID; tables have few families.
+	i := sort.Search(len(m.Families), func(i int) bool { return m.Families[i].ID >= id })
+	if i < len(m.Families) && m.Families[i].ID == id {
+		return &m.Families[i], true
+	}
+	return nil, false
+}
+
+func (m *Meta) clone() *Meta {
+	c := *m
+	c.Families = append([]Family(nil), m.Families...)
+	c.Splits = append([][]byte(nil), m.Splits...)
+	return &c
+}
+
+const (
+	metaKindTable = "table"
+	metaKindSeq   = "seq"
+)
+
+func tableMetaKey(instance, name string) []byte {
+	return storage.MetaKey(metaKindTable, instance+"\x00"+name)
+}
+
+func splitTableMetaName(s string) (instance, name string) {
+	i := strings.IndexByte(s, 0)
+	if i < 0 {
+		return "", s
+	}
+	return s[:i], s[i+1:]
+}
+
+func encodeMeta(m *Meta) ([]byte, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("ebbtable: encode table schema: %w", err)
+	}
+	return b, nil
+}
+
+// loadCatalog reads every table schema and the table id sequence.
+func loadCatalog(db *storage.DB) (map[string]*Meta, uint64, error) {
+	tables := map[string]*Meta{}
+	prefix := storage.MetaPrefix(metaKindTable)
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
+	if err != nil {
+		return nil, 0, err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		var m Meta
+		if err := json.Unmarshal(it.Value(), &m); err != nil {
+			return nil, 0, fmt.Errorf("ebbtable: decode table schema %q: %w", it.Key(), err)
+		}
+		tables[catalogKey(m.Instance, m.Name)] = &m
+	}
+	if err := it.Error(); err != nil {
+		return nil, 0, err
+	}
+	var seq uint64
+	v, closer, err := db.Get(storage.MetaKey(metaKindSeq, "table"))
+	switch {
+	case err == pebble.ErrNotFound:
+	case err != nil:
+		return nil, 0, err
+	default:
+		seq = binary.BigEndian.Uint64(v)
+		closer.Close()
+	}
+	return tables, seq, nil
+}
+
+func catalogKey(instance, name string) string { return instance + "\x00" + name }
