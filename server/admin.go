@@ -259,4 +259,3 @@ func (a *adminServer) CheckConsistency(ctx context.Context, req *adminpb.CheckCo
 	}
 	return &adminpb.CheckConsistencyResponse{Consistent: true}, nil
 }
-

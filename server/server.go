@@ -9,10 +9,11 @@ import (
 	"net/http"
 	"time"
 
-	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
+	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/collector"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -43,6 +44,9 @@ type Options struct {
 	Registry *prometheus.Registry
 	// MaxMessageBytes caps request and response sizes. Default 256 MiB.
 	MaxMessageBytes int
+	// GC configures the garbage collector (interval, batches, pauses).
+	// Its clock, logger and registerer come from these options.
+	GC collector.Options
 }
 
 // EnsureDefaults fills unset options.
@@ -76,15 +80,16 @@ func (o *Options) EnsureDefaults() {
 // Server is a running ebbtable: the engine, its background jobs and the gRPC
 // and HTTP endpoints.
 type Server struct {
-	opts   Options
-	engine *table.Engine
-	grpc   *grpc.Server
-	health *health.Server
-	ops    *operations
-	http   *http.Server
-	lis    net.Listener
-	hlis   net.Listener
-	log    *slog.Logger
+	opts      Options
+	engine    *table.Engine
+	grpc      *grpc.Server
+	health    *health.Server
+	ops       *operations
+	http      *http.Server
+	collector *collector.Collector
+	lis       net.Listener
+	hlis      net.Listener
+	log       *slog.Logger
 }
 
 // New opens the engine and builds the services. It does not listen yet.
@@ -94,7 +99,15 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, engine: eng, ops: newOperations(), health: health.NewServer(), log: opts.Logger}
+	gcOpts := opts.GC
+	gcOpts.Clock, gcOpts.Logger, gcOpts.Registerer = opts.Clock, opts.Logger, opts.Registry
+	col, err := collector.New(eng, gcOpts)
+	if err != nil {
+		eng.Close()
+		return nil, err
+	}
+	eng.SetSchemaHook(col.BeforeRuleChange)
+	s := &Server{opts: opts, engine: eng, collector: col, ops: newOperations(), health: health.NewServer(), log: opts.Logger}
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
 		grpc.MaxSendMsgSize(opts.MaxMessageBytes),
@@ -105,6 +118,7 @@ func New(opts Options) (*Server, error) {
 	adminpb.RegisterBigtableTableAdminServer(s.grpc, &adminServer{s: s})
 	longrunningpb.RegisterOperationsServer(s.grpc, s.ops)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.grpc.RegisterService(&ebbAdminDesc, &ebbAdmin{s: s})
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return s, nil
@@ -144,6 +158,7 @@ func (s *Server) Start() error {
 			s.log.Error("grpc server stopped", "err", err)
 		}
 	}()
+	s.collector.Start()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	return nil
 }
@@ -180,6 +195,7 @@ func (s *Server) Close() error {
 		s.http.Shutdown(ctx)
 		cancel()
 	}
+	s.collector.Stop()
 	return s.engine.Close()
 }
 

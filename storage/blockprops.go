@@ -42,3 +42,33 @@ func OlderThanFilter(cutoff int64) pebble.BlockPropertyFilter {
 	}
 	return sstable.NewBlockIntervalFilter(TimestampPropertyName, 0, uint64(cutoff), nil)
 }
+
+// ExpiryPropertyName names the block property that records the range of
+// native cell expiries in each block, so a TTL sweep skips blocks with no
+// expiring cell.
+const ExpiryPropertyName = "ebbtable.exp"
+
+type expiryMapper struct{}
+
+func (expiryMapper) MapPointKey(k sstable.InternalKey, v []byte) (sstable.BlockInterval, error) {
+	exp := ValueExpiry(v)
+	if exp <= 0 {
+		return sstable.BlockInterval{}, nil
+	}
+	return sstable.BlockInterval{Lower: uint64(exp), Upper: uint64(exp) + 1}, nil
+}
+
+func (expiryMapper) MapRangeKeys(sstable.Span) (sstable.BlockInterval, error) {
+	return sstable.BlockInterval{}, nil
+}
+
+// NewExpiryCollector returns the collector of ExpiryPropertyName.
+func NewExpiryCollector() pebble.BlockPropertyCollector {
+	return sstable.NewBlockIntervalCollector(ExpiryPropertyName, expiryMapper{}, nil)
+}
+
+// ExpiredByFilter returns a filter that lets an iterator skip blocks holding
+// no cell whose expiry is at or before now (microseconds).
+func ExpiredByFilter(now int64) pebble.BlockPropertyFilter {
+	return sstable.NewBlockIntervalFilter(ExpiryPropertyName, 1, uint64(now)+1, nil)
+}

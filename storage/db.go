@@ -68,6 +68,7 @@ func Open(opts Options) (*DB, error) {
 		FormatMajorVersion: pebble.FormatNewest,
 		BlockPropertyCollectors: []func() pebble.BlockPropertyCollector{
 			NewTimestampCollector,
+			NewExpiryCollector,
 		},
 		Logger: quietLogger{},
 	}

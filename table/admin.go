@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 
 	"github.com/ebbtable/ebbtable/gcrule"
@@ -234,6 +235,7 @@ func (e *Engine) ModifyFamilies(instance, name string, mods []FamilyMod) (*Meta,
 			if !exists {
 				return nil, fmt.Errorf("%w: %q in table %s", ErrFamilyNotFound, mod.Name, name)
 			}
+			m.DroppedFamilies = append(m.DroppedFamilies, f.ID)
 			kept := m.Families[:0:0]
 			for _, g := range m.Families {
 				if g.Name != mod.Name {
@@ -247,6 +249,23 @@ func (e *Engine) ModifyFamilies(instance, name string, mods []FamilyMod) (*Meta,
 		return nil, err
 	}
 	return m, nil
+}
+
+// ForgetDropped records that the cells of the given dropped families are
+// gone, once the collector has swept them.
+func (e *Engine) ForgetDropped(instance, name string, ids []uint32) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old, ok := e.tables[catalogKey(instance, name)]
+	if !ok {
+		return nil // the table went away, and its cells with it
+	}
+	m := old.clone()
+	m.DroppedFamilies = slices.DeleteFunc(m.DroppedFamilies, func(id uint32) bool { return slices.Contains(ids, id) })
+	return e.saveMetaLocked(m)
 }
 
 // SetDeletionProtection changes a table's deletion protection.

@@ -30,6 +30,9 @@ type Meta struct {
 	CreatedMicros      int64    `json:"created_micros"`
 	DeletionProtection bool     `json:"deletion_protection,omitempty"`
 	Splits             [][]byte `json:"splits,omitempty"`
+	// DroppedFamilies are ids of dropped families whose cells the collector
+	// has not yet swept.
+	DroppedFamilies []uint32 `json:"dropped_families,omitempty"`
 }
 
 // Family returns the family with the given name.
@@ -56,6 +59,7 @@ func (m *Meta) clone() *Meta {
 	c := *m
 	c.Families = append([]Family(nil), m.Families...)
 	c.Splits = append([][]byte(nil), m.Splits...)
+	c.DroppedFamilies = append([]uint32(nil), m.DroppedFamilies...)
 	return &c
 }
 

@@ -1,0 +1,242 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/gcrule"
+	"github.com/ebbtable/ebbtable/table"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Options configures a Collector.
+type Options struct {
+	// Interval between pass starts. The cadence is fixed: it does not
+	// depend on how much there is to delete. Default 1m.
+	Interval time.Duration
+	// BatchCells caps the deletions committed in one batch. Default 1000.
+	BatchCells int
+	// ScanCells caps the cells examined before a batch is cut (at a row
+	// boundary). Default 20000.
+	ScanCells int
+	// Pause between batches, so foreground work gets the machine. Default 0.
+	Pause time.Duration
+	// CompactMinBytes: after a table's pass deleted at least this many
+	// bytes, the deleted span is compacted so the disk space comes back.
+	// Default 1 MiB.
+	CompactMinBytes int64
+	// MaxBackoff caps the wait after failed passes. Default 10m.
+	MaxBackoff time.Duration
+	Clock      clock.Clock
+	Logger     *slog.Logger
+	// Registerer receives the metrics; nil means they are not exported.
+	Registerer prometheus.Registerer
+}
+
+// EnsureDefaults fills unset options.
+func (o *Options) EnsureDefaults() {
+	if o.Interval == 0 {
+		o.Interval = time.Minute
+	}
+	if o.BatchCells == 0 {
+		o.BatchCells = 1000
+	}
+	if o.ScanCells == 0 {
+		o.ScanCells = 20000
+	}
+	if o.CompactMinBytes == 0 {
+		o.CompactMinBytes = 1 << 20
+	}
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = 10 * time.Minute
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Registerer == nil {
+		o.Registerer = prometheus.NewRegistry()
+	}
+}
+
+// Validate reports options that cannot work.
+func (o *Options) Validate() error {
+	if o.Interval < 0 || o.Pause < 0 || o.BatchCells < 0 || o.ScanCells < 0 {
+		return fmt.Errorf("%w: collector interval, pause and batch sizes must not be negative", table.ErrInvalid)
+	}
+	return nil
+}
+
+// Collector runs garbage collection over every table of an engine.
+type Collector struct {
+	eng  *table.Engine
+	opts Options
+	log  *slog.Logger
+	m    *metrics
+
+	passMu sync.Mutex // one pass at a time
+
+	statusMu sync.Mutex
+	status   map[uint64]*TableStatus
+	lastPass PassStats
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New builds a collector for eng. Call Start to run it in the background.
+func New(eng *table.Engine, opts Options) (*Collector, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	return &Collector{
+		eng:    eng,
+		opts:   opts,
+		log:    opts.Logger,
+		m:      newMetrics(opts.Registerer),
+		status: map[uint64]*TableStatus{},
+	}, nil
+}
+
+// Interval is the configured pass cadence.
+func (c *Collector) Interval() time.Duration { return c.opts.Interval }
+
+// Start runs passes in the background every Interval until Stop.
+func (c *Collector) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.done = make(chan struct{})
+	go c.loop(ctx)
+}
+
+// Stop ends the background loop, interrupting a running pass between
+// batches, and waits for it.
+func (c *Collector) Stop() {
+	if c.cancel == nil {
+		return
+	}
+	c.cancel()
+	<-c.done
+	c.cancel = nil
+}
+
+func (c *Collector) loop(ctx context.Context) {
+	defer close(c.done)
+	failures := 0
+	wait := c.opts.Interval
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.opts.Clock.After(wait):
+		}
+		start := c.opts.Clock.Now()
+		_, err := c.RunPass(ctx, Selector{})
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			failures++
+			c.m.failures.Inc()
+			wait = min(c.opts.Interval<<min(failures, 10), c.opts.MaxBackoff)
+			c.log.Error("gc pass failed; backing off", "err", err, "retry_in", wait)
+			continue
+		}
+		failures = 0
+		// Keep a fixed cadence: the next pass starts one interval after
+		// this one started, however long it ran.
+		wait = c.opts.Interval - c.opts.Clock.Now().Sub(start)
+		if wait < 0 {
+			wait = 0
+		}
+	}
+}
+
+// Selector picks the tables of a pass; empty fields match everything.
+type Selector struct {
+	Instance string
+	Table    string
+}
+
+func (s Selector) match(m *table.Meta) bool {
+	return (s.Instance == "" || s.Instance == m.Instance) && (s.Table == "" || s.Table == m.Name)
+}
+
+// PassStats sums up one pass.
+type PassStats struct {
+	Tables         int
+	Examined       int64
+	Collected      int64
+	CollectedBytes int64
+	Started        time.Time
+	Duration       time.Duration
+}
+
+// RunPass runs one pass now over the selected tables and returns when it is
+// done. Passes never overlap.
+func (c *Collector) RunPass(ctx context.Context, sel Selector) (PassStats, error) {
+	c.passMu.Lock()
+	defer c.passMu.Unlock()
+	st := PassStats{Started: c.opts.Clock.Now()}
+	tables := c.eng.Tables(sel.Instance)
+	if sel.Table != "" && len(tablesMatching(tables, sel)) == 0 {
+		return st, fmt.Errorf("%w: %s", table.ErrTableNotFound, sel.Table)
+	}
+	var errs []error
+	for _, m := range tablesMatching(tables, sel) {
+		res, err := c.sweepTable(ctx, m, sweepAll)
+		st.Tables++
+		st.Examined += res.examined
+		st.Collected += res.collected
+		st.CollectedBytes += res.collectedBytes
+		if err != nil {
+			if ctx.Err() != nil {
+				return st, ctx.Err()
+			}
+			errs = append(errs, fmt.Errorf("table %s: %w", m.Name, err))
+			continue
+		}
+		c.record(m, res)
+	}
+	st.Duration = c.opts.Clock.Now().Sub(st.Started)
+	if len(errs) > 0 {
+		return st, errors.Join(errs...)
+	}
+	if sel == (Selector{}) {
+		c.m.passDuration.Observe(st.Duration.Seconds())
+		c.m.lastPass.Set(float64(c.opts.Clock.Now().UnixNano()) / 1e9)
+		c.statusMu.Lock()
+		c.lastPass = st
+		c.statusMu.Unlock()
+	}
+	return st, nil
+}
+
+func tablesMatching(ms []*table.Meta, sel Selector) []*table.Meta {
+	var out []*table.Meta
+	for _, m := range ms {
+		if sel.match(m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// BeforeRuleChange is the engine's schema hook: in the default visibility
+// mode, a family is swept under its old rule before the rule changes, so
+// loosening a rule never brings back a cell readers could not see.
+func (c *Collector) BeforeRuleChange(old *table.Meta, f table.Family, _ gcrule.Rule) error {
+	if c.eng.Visibility() == table.UntilCollected {
+		return nil
+	}
+	_, err := c.sweepTable(context.Background(), old, f.ID)
+	return err
+}

@@ -1,0 +1,77 @@
+package collector
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the collector's Prometheus series, registered on the
+// registerer the caller passes (never a global one).
+type metrics struct {
+	cellsCollected *prometheus.CounterVec
+	bytesCollected *prometheus.CounterVec
+	cellsExamined  prometheus.Counter
+	batches        prometheus.Counter
+	failures       prometheus.Counter
+	passDuration   prometheus.Histogram
+	lastPass       prometheus.Gauge
+	debtCells      *prometheus.GaugeVec
+	debtBytes      *prometheus.GaugeVec
+	debtOldest     *prometheus.GaugeVec
+	logicalBytes   *prometheus.GaugeVec
+	diskBytes      *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		cellsCollected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ebbtable_gc_cells_collected_total",
+			Help: "Cells deleted by the garbage collector, by table, family and reason (age, versions, cell-ttl, dropped).",
+		}, []string{"instance", "table", "family", "reason"}),
+		bytesCollected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ebbtable_gc_bytes_collected_total",
+			Help: "Logical bytes (key and value) deleted by the garbage collector, by table, family and reason.",
+		}, []string{"instance", "table", "family", "reason"}),
+		cellsExamined: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ebbtable_gc_cells_examined_total",
+			Help: "Cells the garbage collector has looked at.",
+		}),
+		batches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ebbtable_gc_batches_total",
+			Help: "Deletion batches the garbage collector has committed.",
+		}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ebbtable_gc_pass_failures_total",
+			Help: "Passes that stopped on an error (retried with back-off).",
+		}),
+		passDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ebbtable_gc_pass_duration_seconds",
+			Help:    "How long a full garbage-collection pass took.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 12),
+		}),
+		lastPass: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ebbtable_gc_last_pass_completed_timestamp_seconds",
+			Help: "Unix time at which the last full pass completed.",
+		}),
+		debtCells: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ebbtable_gc_expiry_debt_cells",
+			Help: "Cells that were eligible but not yet collected when the last pass reached them.",
+		}, []string{"instance", "table"}),
+		debtBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ebbtable_gc_expiry_debt_bytes",
+			Help: "Logical bytes that were eligible but not yet collected when the last pass reached them.",
+		}, []string{"instance", "table"}),
+		debtOldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ebbtable_gc_expiry_debt_oldest_seconds",
+			Help: "How long the oldest eligible cell had been eligible when the last pass collected it.",
+		}, []string{"instance", "table"}),
+		logicalBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ebbtable_table_logical_bytes",
+			Help: "Logical bytes (keys and values) of the live cells of a table, as of its last full scan.",
+		}, []string{"instance", "table"}),
+		diskBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ebbtable_table_disk_bytes",
+			Help: "Estimated on-disk bytes of a table, after its last pass.",
+		}, []string{"instance", "table"}),
+	}
+	reg.MustRegister(m.cellsCollected, m.bytesCollected, m.cellsExamined, m.batches, m.failures,
+		m.passDuration, m.lastPass, m.debtCells, m.debtBytes, m.debtOldest, m.logicalBytes, m.diskBytes)
+	return m
+}

@@ -1,0 +1,156 @@
+package collector
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/gcrule"
+	"github.com/ebbtable/ebbtable/storage"
+	"github.com/ebbtable/ebbtable/table"
+)
+
+// TableStatus is what the last pass over a table found and did.
+type TableStatus struct {
+	Instance       string
+	Table          string
+	LastPass       time.Time
+	Examined       int64
+	Collected      int64
+	CollectedBytes int64
+	// Debt: cells that were eligible but not yet collected when the pass
+	// reached them, their bytes, and how long the oldest had been eligible.
+	DebtCells  int64
+	DebtBytes  int64
+	DebtOldest time.Duration
+	// LogicalBytes of live cells as of the last full scan (0 if none yet).
+	LogicalBytes int64
+	DiskBytes    int64
+}
+
+func (c *Collector) record(m *table.Meta, res tableResult) {
+	disk, _ := c.eng.Store().EstimateDiskUsage(storage.TablePrefix(m.ID), storage.TableEnd(m.ID))
+	c.statusMu.Lock()
+	defer c.statusMu.Unlock()
+	st := c.status[m.ID]
+	if st == nil {
+		st = &TableStatus{}
+		c.status[m.ID] = st
+	}
+	st.Instance, st.Table = m.Instance, m.Name
+	st.LastPass = c.opts.Clock.Now()
+	st.Examined, st.Collected, st.CollectedBytes = res.examined, res.collected, res.collectedBytes
+	st.DebtCells, st.DebtBytes, st.DebtOldest = res.debtCells, res.debtBytes, res.debtOldest
+	if res.fullScan {
+		st.LogicalBytes = res.liveBytes
+		c.m.logicalBytes.WithLabelValues(m.Instance, m.Name).Set(float64(res.liveBytes))
+	}
+	st.DiskBytes = int64(disk)
+	c.m.debtCells.WithLabelValues(m.Instance, m.Name).Set(float64(res.debtCells))
+	c.m.debtBytes.WithLabelValues(m.Instance, m.Name).Set(float64(res.debtBytes))
+	c.m.debtOldest.WithLabelValues(m.Instance, m.Name).Set(res.debtOldest.Seconds())
+	c.m.diskBytes.WithLabelValues(m.Instance, m.Name).Set(float64(disk))
+}
+
+// Status returns the last pass's figures for every table that still exists.
+func (c *Collector) Status(instance string) ([]TableStatus, PassStats) {
+	tables := c.eng.Tables(instance)
+	c.statusMu.Lock()
+	defer c.statusMu.Unlock()
+	var out []TableStatus
+	for _, m := range tables {
+		st, ok := c.status[m.ID]
+		if !ok {
+			out = append(out, TableStatus{Instance: m.Instance, Table: m.Name})
+			continue
+		}
+		out = append(out, *st)
+	}
+	return out, c.lastPass
+}
+
+// PlanResult is a dry run's answer: what a rule would make eligible now.
+type PlanResult struct {
+	Cells, Bytes int64
+	// Currently* is what the family's present rule makes eligible now.
+	CurrentlyCells, CurrentlyBytes int64
+	Examined                       int64
+}
+
+// Plan counts the cells and bytes of one family that rule would make
+// eligible if applied now, changing nothing.
+func (c *Collector) Plan(ctx context.Context, instance, name, family string, rule gcrule.Rule) (PlanResult, error) {
+	var pr PlanResult
+	if err := rule.Validate(); err != nil {
+		return pr, fmt.Errorf("%w: %w", table.ErrInvalid, err)
+	}
+	m, err := c.eng.Table(instance, name)
+	if err != nil {
+		return pr, err
+	}
+	f, ok := m.Family(family)
+	if !ok {
+		return pr, fmt.Errorf("%w: %q in table %s", table.ErrFamilyNotFound, family, name)
+	}
+	now := clock.Micros(c.opts.Clock.Now())
+	it, err := c.eng.Store().NewIter(&pebble.IterOptions{LowerBound: storage.TablePrefix(m.ID), UpperBound: storage.TableEnd(m.ID)})
+	if err != nil {
+		return pr, err
+	}
+	defer it.Close()
+	var colPrefix []byte
+	var ts, exp, sizes []int64
+	var reasons []table.Reason
+	flush := func() {
+		if len(ts) == 0 {
+			return
+		}
+		reasons = table.ColumnEligibility(rule, ts, exp, now, reasons)
+		for i, r := range reasons {
+			if r != table.Keep {
+				pr.Cells++
+				pr.Bytes += sizes[i]
+			}
+		}
+		reasons = table.ColumnEligibility(f.GC, ts, exp, now, reasons)
+		for i, r := range reasons {
+			if r != table.Keep {
+				pr.CurrentlyCells++
+				pr.CurrentlyBytes += sizes[i]
+			}
+		}
+		ts, exp, sizes = ts[:0], exp[:0], sizes[:0]
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		if pr.Examined%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return pr, err
+			}
+		}
+		k := it.Key()
+		d, err := storage.DecodeCellKey(k)
+		if err != nil {
+			return pr, err
+		}
+		if d.FamilyID != f.ID {
+			continue
+		}
+		pr.Examined++
+		ck := k[:len(k)-storage.SuffixLen]
+		if string(ck) != string(colPrefix) {
+			flush()
+			colPrefix = append(colPrefix[:0], ck...)
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return pr, err
+		}
+		ts = append(ts, d.Timestamp)
+		exp = append(exp, storage.ValueExpiry(v))
+		sizes = append(sizes, int64(len(k)+len(v)))
+	}
+	flush()
+	return pr, it.Error()
+}

@@ -1,0 +1,326 @@
+package collector
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/gcrule"
+	"github.com/ebbtable/ebbtable/storage"
+	"github.com/ebbtable/ebbtable/table"
+)
+
+// sweepAll selects every family of a table in sweepTable.
+const sweepAll = 0
+
+// candidate is a cell found eligible in a scan, to be deleted under its row
+// lock.
+type candidate struct {
+	key      []byte
+	rowLen   int
+	family   string
+	reason   table.Reason
+	bytes    int64
+	exp      int64 // the expiry seen, re-checked for cell-ttl deletions
+	eligible int64 // when it became eligible (micros), 0 if unknown
+}
+
+// tableResult is what one table's sweep found and did.
+type tableResult struct {
+	examined       int64
+	collected      int64
+	collectedBytes int64
+	liveBytes      int64
+	fullScan       bool
+	debtCells      int64
+	debtBytes      int64
+	debtOldest     time.Duration
+	dropped        []uint32
+}
+
+// scanPlan decides how to scan a table: a full scan when any rule counts
+// versions (positions need every newer cell) or dropped families await
+// sweeping; otherwise block-property-filtered scans that skip blocks with
+// nothing old enough, plus one for native expiries.
+type scanPlan struct {
+	full      bool
+	ageCutoff int64 // for age-only tables: skip blocks with every ts >= this
+	hasAge    bool
+}
+
+func planFor(m *table.Meta, now int64, onlyFamily uint32) scanPlan {
+	p := scanPlan{}
+	if len(m.DroppedFamilies) > 0 && onlyFamily == sweepAll {
+		p.full = true
+		return p
+	}
+	var minAge time.Duration = -1
+	for _, f := range m.Families {
+		if onlyFamily != sweepAll && f.ID != onlyFamily {
+			continue
+		}
+		if f.GC.IsNone() {
+			continue
+		}
+		if f.GC.HasVersions() {
+			p.full = true
+			return p
+		}
+		if a := f.GC.MinMaxAge(); a > 0 && (minAge < 0 || a < minAge) {
+			minAge = a
+		}
+	}
+	if minAge > 0 {
+		p.hasAge = true
+		p.ageCutoff = now - minAge.Microseconds()
+	}
+	return p
+}
+
+// sweepTable collects one table (or one family of it) under the rules in m,
+// at the time the sweep starts.
+func (c *Collector) sweepTable(ctx context.Context, m *table.Meta, onlyFamily uint32) (tableResult, error) {
+	now := clock.Micros(c.opts.Clock.Now())
+	res := tableResult{}
+	plan := planFor(m, now, onlyFamily)
+	res.fullScan = plan.full && onlyFamily == sweepAll
+	lo, hi := storage.TablePrefix(m.ID), storage.TableEnd(m.ID)
+	var scans [][]pebble.BlockPropertyFilter
+	switch {
+	case plan.full:
+		scans = [][]pebble.BlockPropertyFilter{nil}
+	default:
+		if plan.hasAge {
+			scans = append(scans, []pebble.BlockPropertyFilter{storage.OlderThanFilter(plan.ageCutoff)})
+		}
+		scans = append(scans, []pebble.BlockPropertyFilter{storage.ExpiredByFilter(now)})
+	}
+	var first, last []byte
+	for _, filters := range scans {
+		cursor := lo
+		for cursor != nil {
+			if err := ctx.Err(); err != nil {
+				return res, err
+			}
+			cands, next, err := c.scanBatch(m, cursor, hi, filters, now, onlyFamily, &res)
+			if err != nil {
+				return res, err
+			}
+			if len(cands) > 0 {
+				if err := c.deleteBatch(m, cands, now, &res); err != nil {
+					return res, err
+				}
+				if first == nil || bytes.Compare(cands[0].key, first) < 0 {
+					first = cands[0].key
+				}
+				if k := cands[len(cands)-1].key; last == nil || bytes.Compare(k, last) > 0 {
+					last = k
+				}
+			}
+			cursor = next
+			if cursor != nil && c.opts.Pause > 0 {
+				select {
+				case <-ctx.Done():
+					return res, ctx.Err()
+				case <-c.opts.Clock.After(c.opts.Pause):
+				}
+			}
+		}
+	}
+	if res.fullScan {
+		res.dropped = m.DroppedFamilies
+	}
+	if res.collectedBytes >= c.opts.CompactMinBytes && first != nil {
+		if err := c.eng.Store().Compact(ctx, first, storage.PrefixEnd(last), false); err != nil {
+			return res, err
+		}
+	}
+	if len(res.dropped) > 0 {
+		if err := c.eng.ForgetDropped(m.Instance, m.Name, res.dropped); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// scanBatch examines cells from cursor until a batch is full, stopping at a
+// row boundary, and returns the eligible ones and where to go on from (nil
+// when the table is done).
+func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, filters []pebble.BlockPropertyFilter, now int64, onlyFamily uint32, res *tableResult) ([]candidate, []byte, error) {
+	it, err := c.eng.Store().NewIter(&pebble.IterOptions{LowerBound: cursor, UpperBound: hi, PointKeyFilters: filters})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer it.Close()
+	var (
+		cands    []candidate
+		examined int
+		rowKey   []byte
+		// The column being gathered.
+		colPrefix []byte
+		colFam    *table.Family
+		colFamID  uint32
+		keys      [][]byte
+		sizes     []int64
+		ts, exp   []int64
+		reasons   []table.Reason
+		rowLen    int
+	)
+	flush := func() {
+		if len(keys) == 0 {
+			return
+		}
+		if colFam == nil {
+			for i, k := range keys {
+				cands = append(cands, candidate{key: k, rowLen: rowLen, reason: table.Dropped, bytes: sizes[i]})
+			}
+		} else {
+			reasons = table.ColumnEligibility(colFam.GC, ts, exp, now, reasons)
+			for i, r := range reasons {
+				if r == table.Keep {
+					res.liveBytes += sizes[i]
+					continue
+				}
+				cands = append(cands, candidate{key: keys[i], rowLen: rowLen, family: colFam.Name, reason: r,
+					bytes: sizes[i], exp: exp[i], eligible: eligibleSince(colFam.GC, r, ts[i], exp[i])})
+			}
+		}
+		keys, sizes, ts, exp = keys[:0], sizes[:0], ts[:0], exp[:0]
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		k := it.Key()
+		n := storage.RowKeyLen(k)
+		if rowKey == nil || !bytes.Equal(rowKey, k[:n]) {
+			flush()
+			colPrefix = colPrefix[:0]
+			if examined >= c.opts.ScanCells || len(cands) >= c.opts.BatchCells {
+				return cands, bytes.Clone(k[:n]), it.Error()
+			}
+			rowKey = append(rowKey[:0], k[:n]...)
+			rowLen = n
+		}
+		examined++
+		res.examined++
+		c.m.cellsExamined.Inc()
+		ck := k[:len(k)-storage.SuffixLen]
+		if !bytes.Equal(ck, colPrefix) {
+			flush()
+			colPrefix = append(colPrefix[:0], ck...)
+			if len(ck) < n+4 {
+				return nil, nil, storage.ErrCorruptKey
+			}
+			colFamID = binary.BigEndian.Uint32(ck[n:])
+			colFam, _ = m.FamilyByID(colFamID)
+		}
+		if onlyFamily != sweepAll && colFamID != onlyFamily {
+			continue
+		}
+		if colFam == nil && onlyFamily == sweepAll && !isDropped(m, colFamID) {
+			// A family created after this pass read the schema.
+			continue
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, nil, err
+		}
+		keys = append(keys, bytes.Clone(k))
+		sizes = append(sizes, int64(len(k)+len(v)))
+		ts = append(ts, storage.DecodeSuffix(k[len(k)-storage.SuffixLen:]))
+		exp = append(exp, storage.ValueExpiry(v))
+	}
+	flush()
+	return cands, nil, it.Error()
+}
+
+func isDropped(m *table.Meta, id uint32) bool {
+	for _, d := range m.DroppedFamilies {
+		if d == id {
+			return true
+		}
+	}
+	return false
+}
+
+// eligibleSince estimates when a cell became collectable, for the debt
+// gauge: its expiry, or its timestamp plus the rule's shortest max age.
+func eligibleSince(rule gcrule.Rule, r table.Reason, ts, exp int64) int64 {
+	switch r {
+	case table.TTL:
+		return exp
+	case table.Age:
+		if a := rule.MinMaxAge(); a > 0 {
+			return ts + a.Microseconds()
+		}
+	}
+	return 0
+}
+
+// deleteBatch deletes candidates under their rows' locks in one batch.
+// A cell-ttl candidate is deleted only if the cell still carries the expiry
+// seen in the scan: a writer may have replaced it since.
+func (c *Collector) deleteBatch(m *table.Meta, cands []candidate, now int64, res *tableResult) error {
+	var rows [][]byte
+	var last []byte
+	for _, cd := range cands {
+		if last == nil || !bytes.Equal(last, cd.key[:cd.rowLen]) {
+			last = cd.key[:cd.rowLen]
+			rk, err := storage.DecodeRowKey(last)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, rk)
+		}
+	}
+	store := c.eng.Store()
+	unlock := c.eng.LockRows(m.ID, rows)
+	defer unlock()
+	b := store.NewBatch()
+	defer b.Close()
+	var done []candidate
+	for _, cd := range cands {
+		if cd.reason == table.TTL {
+			v, closer, err := store.Get(cd.key)
+			if err == pebble.ErrNotFound {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			same := storage.ValueExpiry(v) == cd.exp
+			closer.Close()
+			if !same {
+				continue
+			}
+		}
+		if err := b.Delete(cd.key, nil); err != nil {
+			return err
+		}
+		done = append(done, cd)
+	}
+	if len(done) == 0 {
+		return nil
+	}
+	// Collection need not be synced: a deletion lost in a crash is found
+	// again by the next pass, and readers never see the cell meanwhile.
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return err
+	}
+	c.m.batches.Inc()
+	for _, cd := range done {
+		res.collected++
+		res.collectedBytes += cd.bytes
+		c.m.cellsCollected.WithLabelValues(m.Instance, m.Name, cd.family, cd.reason.String()).Inc()
+		c.m.bytesCollected.WithLabelValues(m.Instance, m.Name, cd.family, cd.reason.String()).Add(float64(cd.bytes))
+		res.debtCells++
+		res.debtBytes += cd.bytes
+		if cd.eligible > 0 && cd.eligible < now {
+			if age := time.Duration(now-cd.eligible) * time.Microsecond; age > res.debtOldest {
+				res.debtOldest = age
+			}
+		}
+	}
+	return nil
+}

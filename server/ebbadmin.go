@@ -1,0 +1,161 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/ebbtable/ebbtable/collector"
+	"github.com/ebbtable/ebbtable/gcrule"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// EbbAdminService is the full name of ebbtable's own admin service, served on
+// the same port as the Bigtable APIs. Its messages are google.protobuf.Struct
+// values whose fields each method documents; the cli package is its client.
+const EbbAdminService = "ebbtable.admin.v1.EbbAdmin"
+
+// Method names of EbbAdminService.
+const (
+	MethodGCRun    = "/" + EbbAdminService + "/GcRun"
+	MethodGCPlan   = "/" + EbbAdminService + "/GcPlan"
+	MethodGCStatus = "/" + EbbAdminService + "/GcStatus"
+)
+
+type ebbAdmin struct{ s *Server }
+
+func unaryStruct(name string, fn func(*ebbAdmin, context.Context, *structpb.Struct) (*structpb.Struct, error)) grpc.MethodDesc {
+	return grpc.MethodDesc{
+		MethodName: name,
+		Handler: func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+			in := new(structpb.Struct)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			h := func(ctx context.Context, req any) (any, error) {
+				return fn(srv.(*ebbAdmin), ctx, req.(*structpb.Struct))
+			}
+			if icpt == nil {
+				return h(ctx, in)
+			}
+			return icpt(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + EbbAdminService + "/" + name}, h)
+		},
+	}
+}
+
+var ebbAdminDesc = grpc.ServiceDesc{
+	ServiceName: EbbAdminService,
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{
+		unaryStruct("GcRun", (*ebbAdmin).gcRun),
+		unaryStruct("GcPlan", (*ebbAdmin).gcPlan),
+		unaryStruct("GcStatus", (*ebbAdmin).gcStatus),
+	},
+	Metadata: "ebbtable/admin.proto",
+}
+
+func str(in *structpb.Struct, k string) string { return in.GetFields()[k].GetStringValue() }
+
+func instanceOf(in *structpb.Struct) (string, error) {
+	p, i := str(in, "project"), str(in, "instance")
+	if p == "" || i == "" {
+		return "", status.Error(codes.InvalidArgument, "ebbtable: project and instance are required")
+	}
+	return "projects/" + p + "/instances/" + i, nil
+}
+
+// gcRun: {project, instance, table?} → {tables, examined, collected,
+// collected_bytes, duration_seconds}. Runs a pass now and returns when done.
+func (a *ebbAdmin) gcRun(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+	inst, err := instanceOf(in)
+	if err != nil {
+		return nil, err
+	}
+	st, err := a.s.collector.RunPass(ctx, collector.Selector{Instance: inst, Table: str(in, "table")})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return structpb.NewStruct(map[string]any{
+		"tables":           st.Tables,
+		"examined":         st.Examined,
+		"collected":        st.Collected,
+		"collected_bytes":  st.CollectedBytes,
+		"duration_seconds": st.Duration.Seconds(),
+	})
+}
+
+// gcPlan: {project, instance, table, family, rule (cbt syntax)} → {cells,
+// bytes, currently_cells, currently_bytes, examined, rule}.
+func (a *ebbAdmin) gcPlan(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+	inst, err := instanceOf(in)
+	if err != nil {
+		return nil, err
+	}
+	rule, err := gcrule.Parse(str(in, "rule"))
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	pr, err := a.s.collector.Plan(ctx, inst, str(in, "table"), str(in, "family"), rule)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return structpb.NewStruct(map[string]any{
+		"cells":           pr.Cells,
+		"bytes":           pr.Bytes,
+		"currently_cells": pr.CurrentlyCells,
+		"currently_bytes": pr.CurrentlyBytes,
+		"examined":        pr.Examined,
+		"rule":            rule.String(),
+	})
+}
+
+// gcStatus: {project, instance} → {interval_seconds, visibility,
+// last_pass_started, last_pass_seconds, tables: [{table, families: [{name,
+// rule}], last_pass, examined, collected, collected_bytes, debt_cells,
+// debt_bytes, debt_oldest_seconds, logical_bytes, disk_bytes}]}.
+func (a *ebbAdmin) gcStatus(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+	inst, err := instanceOf(in)
+	if err != nil {
+		return nil, err
+	}
+	sts, last := a.s.collector.Status(inst)
+	var tables []any
+	for _, st := range sts {
+		var fams []any
+		if m, err := a.s.engine.Table(st.Instance, st.Table); err == nil {
+			for _, f := range m.Families {
+				fams = append(fams, map[string]any{"name": f.Name, "rule": f.GC.String()})
+			}
+		}
+		lastPass := ""
+		if !st.LastPass.IsZero() {
+			lastPass = st.LastPass.UTC().Format(time.RFC3339Nano)
+		}
+		tables = append(tables, map[string]any{
+			"table":               st.Table,
+			"families":            fams,
+			"last_pass":           lastPass,
+			"examined":            st.Examined,
+			"collected":           st.Collected,
+			"collected_bytes":     st.CollectedBytes,
+			"debt_cells":          st.DebtCells,
+			"debt_bytes":          st.DebtBytes,
+			"debt_oldest_seconds": st.DebtOldest.Seconds(),
+			"logical_bytes":       st.LogicalBytes,
+			"disk_bytes":          st.DiskBytes,
+		})
+	}
+	started := ""
+	if !last.Started.IsZero() {
+		started = last.Started.UTC().Format(time.RFC3339Nano)
+	}
+	return structpb.NewStruct(map[string]any{
+		"interval_seconds":  a.s.collector.Interval().Seconds(),
+		"visibility":        a.s.engine.Visibility().String(),
+		"last_pass_started": started,
+		"last_pass_seconds": last.Duration.Seconds(),
+		"tables":            tables,
+	})
+}
