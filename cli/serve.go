@@ -1,0 +1,132 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/ebbtable/ebbtable/server"
+	"github.com/ebbtable/ebbtable/table"
+	"github.com/spf13/cobra"
+)
+
+// serveFlags holds the serve command's flag values.
+type serveFlags struct {
+	addr       string
+	hostPort   string
+	dataDir    string
+	httpAddr   string
+	visibility string
+	clusterID  string
+}
+
+func newServeCmd(stdout, stderr io.Writer) *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run an ebbtable server",
+		Long: `Run an ebbtable server: the Bigtable Data and Table Admin gRPC APIs on
+--addr, and /metrics, /healthz and /readyz on --http-addr.
+
+Once the server accepts connections it prints one line to stdout:
+
+    ebbtable running on HOST:PORT
+
+with the address it actually listens on (so --addr 127.0.0.1:0 reveals the
+chosen port). Logs go to stderr. SIGINT or SIGTERM stops the server
+gracefully; a second signal kills it.`,
+		Example: `  ebbtable serve --data /var/lib/ebbtable
+  ebbtable serve --addr 127.0.0.1:0 --http-addr off --data /tmp/ebb`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts, err := f.options(cmd)
+			if err != nil {
+				return err
+			}
+			opts.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+			return serve(cmd.Context(), opts, stdout)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.addr, "addr", "localhost:8086", "gRPC listen address, HOST:PORT (port 0 picks a free port)")
+	fl.StringVar(&f.hostPort, "host-port", "", "alias for --addr")
+	fl.StringVar(&f.dataDir, "data", "./ebbtable-data", "data directory (created if missing)")
+	fl.StringVar(&f.httpAddr, "http-addr", "localhost:8087", `metrics and health address, HOST:PORT, or "off" to disable`)
+	fl.StringVar(&f.visibility, "gc-visibility", "hidden", "cells a GC rule makes eligible: hidden at once, or readable until-collected")
+	fl.StringVar(&f.clusterID, "cluster-id", "ebbtable", "cluster name reported in replication views")
+	return cmd
+}
+
+// options validates the flags and turns them into server options. Invalid
+// values are usage errors.
+func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
+	addr := f.addr
+	if cmd.Flags().Changed("host-port") {
+		if cmd.Flags().Changed("addr") && f.addr != f.hostPort {
+			return server.Options{}, usagef("--addr %q and --host-port %q disagree; give one of them", f.addr, f.hostPort)
+		}
+		addr = f.hostPort
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return server.Options{}, usagef("--addr %q: want HOST:PORT: %w", addr, err)
+	}
+	if f.httpAddr != "off" {
+		if _, _, err := net.SplitHostPort(f.httpAddr); err != nil {
+			return server.Options{}, usagef("--http-addr %q: want HOST:PORT or off: %w", f.httpAddr, err)
+		}
+	}
+	if f.dataDir == "" {
+		return server.Options{}, usagef("--data must not be empty")
+	}
+	if f.clusterID == "" {
+		return server.Options{}, usagef("--cluster-id must not be empty")
+	}
+	vis, err := table.ParseVisibility(f.visibility)
+	if err != nil {
+		return server.Options{}, usageError{err}
+	}
+	return server.Options{
+		Addr:       addr,
+		DataDir:    f.dataDir,
+		HTTPAddr:   f.httpAddr,
+		ClusterID:  f.clusterID,
+		Visibility: vis,
+	}, nil
+}
+
+// serve runs the server until SIGINT or SIGTERM. It announces the listen
+// address on stdout once connections are accepted.
+func serve(ctx context.Context, opts server.Options, stdout io.Writer) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	finished, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-ctx.Done():
+			// Restore default signal handling so a second signal kills a
+			// shutdown that hangs.
+			stop()
+			opts.Logger.Info("shutting down")
+		case <-finished:
+		}
+	}()
+	defer func() {
+		close(finished)
+		<-watched
+		stop()
+	}()
+	err := server.Run(ctx, opts, func(addr string) {
+		opts.Logger.Info("serving", "addr", addr, "data", opts.DataDir, "http", opts.HTTPAddr, "gc_visibility", opts.Visibility.String())
+		fmt.Fprintf(stdout, "ebbtable running on %s\n", addr)
+	})
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	opts.Logger.Info("stopped")
+	return nil
+}

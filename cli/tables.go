@@ -1,0 +1,76 @@
+package cli
+
+import (
+	"bufio"
+	"fmt"
+	"slices"
+
+	"cloud.google.com/go/bigtable"
+	"github.com/spf13/cobra"
+)
+
+func newLsCmd() *cobra.Command {
+	var cf connFlags
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List tables, one name per line",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := cf.context(cmd.Context())
+			defer cancel()
+			admin, err := cf.adminClient(ctx)
+			if err != nil {
+				return err
+			}
+			defer admin.Close()
+			names, err := admin.Tables(ctx)
+			if err != nil {
+				return fmt.Errorf("list tables on %s: %w", cf.endpoint(), err)
+			}
+			slices.Sort(names)
+			w := bufio.NewWriter(cmd.OutOrStdout())
+			for _, n := range names {
+				fmt.Fprintln(w, n)
+			}
+			return w.Flush()
+		},
+	}
+	cf.register(cmd)
+	return cmd
+}
+
+func newCreateTableCmd() *cobra.Command {
+	var cf connFlags
+	cmd := &cobra.Command{
+		Use:     "createtable TABLE [FAMILY...]",
+		Short:   "Create a table with column families that have no GC rule",
+		Example: `  ebbtable createtable users profile events`,
+		Args:    minArgs(1, "a table name and optional family names"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, families := args[0], args[1:]
+			conf := &bigtable.TableConf{TableID: name, ColumnFamilies: map[string]bigtable.Family{}}
+			for _, fam := range families {
+				if fam == "" {
+					return usagef("empty family name")
+				}
+				if _, dup := conf.ColumnFamilies[fam]; dup {
+					return usagef("family %q given twice", fam)
+				}
+				conf.ColumnFamilies[fam] = bigtable.Family{}
+			}
+			ctx, cancel := cf.context(cmd.Context())
+			defer cancel()
+			admin, err := cf.adminClient(ctx)
+			if err != nil {
+				return err
+			}
+			defer admin.Close()
+			if err := admin.CreateTableFromConf(ctx, conf); err != nil {
+				return fmt.Errorf("create table %q: %w", name, err)
+			}
+			return nil
+		},
+	}
+	cf.register(cmd)
+	return cmd
+}
