@@ -64,8 +64,9 @@ func TestTableAdminLifecycle(t *testing.T) {
 
 	// Dropping a family drops its data, and recreating it does not bring it back.
 	tbl := env.client.Open("events")
-	set(t, tbl, "r", "extra", "q", 1000, "v")
-	set(t, tbl, "r", "cf", "q", 1000, "v")
+	now := bigtable.Time(env.clock.Now())
+	set(t, tbl, "r", "extra", "q", now, "v")
+	set(t, tbl, "r", "cf", "q", now, "v")
 	if err := env.admin.DeleteColumnFamily(ctx, "events", "extra"); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/ebbtable/ebbtable/filter"
 	"github.com/ebbtable/ebbtable/server/convert"
 	"github.com/ebbtable/ebbtable/table"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -121,12 +122,13 @@ type chunkWriter struct {
 	size   int
 }
 
+// add appends a chunk. Responses are flushed only between rows: the
+// official Go client checks after every response that no row is left open,
+// so a row never spans responses (values are still split into value_size
+// chunks within one).
 func (w *chunkWriter) add(c *btpb.ReadRowsResponse_CellChunk, n int) error {
 	w.resp.Chunks = append(w.resp.Chunks, c)
 	w.size += n + 32
-	if w.size >= maxResponseBytes {
-		return w.flush()
-	}
 	return nil
 }
 
@@ -141,6 +143,16 @@ func (w *chunkWriter) flush() error {
 }
 
 func (w *chunkWriter) row(r cell.Row) error {
+	if err := w.cells(r); err != nil {
+		return err
+	}
+	if w.size >= maxResponseBytes {
+		return w.flush()
+	}
+	return nil
+}
+
+func (w *chunkWriter) cells(r cell.Row) error {
 	var lastFam string
 	var lastQual []byte
 	for i, c := range r.Cells {
@@ -301,7 +313,10 @@ func (d *dataServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtabl
 			e = errs[j]
 			j++
 		}
-		st := status.Convert(toStatus(e)).Proto()
+		st := &rpcstatus.Status{}
+		if e != nil {
+			st = status.Convert(toStatus(e)).Proto()
+		}
 		resp.Entries[i] = &btpb.MutateRowsResponse_Entry{Index: int64(i), Status: st}
 	}
 	return stream.Send(resp)

@@ -6,8 +6,11 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/table"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 const (
@@ -68,6 +71,22 @@ func (env *testEnv) start(t *testing.T, o Options) {
 		admin.Close()
 		srv.Close()
 	})
+}
+
+// raw returns a generated Data API client, for requests the official client
+// library would correct before sending.
+func (env *testEnv) raw(t *testing.T) btpb.BigtableClient {
+	t.Helper()
+	conn, err := grpc.NewClient(env.srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return btpb.NewBigtableClient(conn)
+}
+
+func tableName(name string) string {
+	return "projects/" + testProject + "/instances/" + testInstance + "/tables/" + name
 }
 
 // createTable makes a table with the given families and GC policies.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -73,6 +74,9 @@ func Open(opts Options) (*DB, error) {
 		Logger: quietLogger{},
 	}
 	db, err := pebble.Open(opts.Dir, po)
+	if err != nil && errors.Is(err, syscall.EAGAIN) {
+		return nil, fmt.Errorf("ebbtable: data directory %s is in use by another process: %w", opts.Dir, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ebbtable: open storage in %s: %w", opts.Dir, err)
 	}
@@ -85,7 +89,7 @@ func (d *DB) Dir() string { return d.dir }
 // quietLogger drops Pebble's informational chatter and keeps fatal errors.
 type quietLogger struct{}
 
-func (quietLogger) Infof(string, ...interface{})  {}
+func (quietLogger) Infof(string, ...interface{})      {}
 func (quietLogger) Errorf(f string, a ...interface{}) { slog.Error(fmt.Sprintf("pebble: "+f, a...)) }
 func (quietLogger) Fatalf(f string, a ...interface{}) {
 	panic(fmt.Sprintf("pebble: "+f, a...))

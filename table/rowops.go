@@ -159,4 +159,3 @@ func (e *Engine) ReadModifyWrite(instance, table string, row []byte, rules []RMW
 func addWrap(a, b int64) int64 {
 	return int64(uint64(a) + uint64(b))
 }
-
