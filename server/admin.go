@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
@@ -34,7 +33,7 @@ func (a *adminServer) tableToProto(m *table.Meta, view adminpb.Table_View) *admi
 	}
 	t.ColumnFamilies = map[string]*adminpb.ColumnFamily{}
 	for _, f := range m.Families {
-		t.ColumnFamilies[f.Name] = &adminpb.ColumnFamily{GcRule: convert.GCRuleToProto(f.GC)}
+		t.ColumnFamilies[f.Name] = &adminpb.ColumnFamily{GcRule: convert.GCRuleToProto(f.GC), ValueType: convert.ValueTypeToProto(f.ValueType)}
 	}
 	if view == adminpb.Table_REPLICATION_VIEW || view == adminpb.Table_FULL {
 		t.ClusterStates = map[string]*adminpb.Table_ClusterState{
@@ -52,14 +51,15 @@ func (a *adminServer) CreateTable(ctx context.Context, req *adminpb.CreateTableR
 	}
 	spec := table.TableSpec{DeletionProtection: req.GetTable().GetDeletionProtection()}
 	for name, cf := range req.GetTable().GetColumnFamilies() {
-		if cf.GetValueType() != nil {
-			return nil, status.Errorf(codes.Unimplemented, "ebbtable: family %q: aggregate value types are not supported", name)
-		}
 		rule, err := convert.GCRuleFromProto(cf.GetGcRule())
 		if err != nil {
 			return nil, toStatus(fmt.Errorf("%w: family %q: %w", table.ErrInvalid, name, err))
 		}
-		spec.Families = append(spec.Families, table.FamilySpec{Name: name, GC: rule})
+		vt, agg, err := convert.ValueTypeFromProto(cf.GetValueType())
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		spec.Families = append(spec.Families, table.FamilySpec{Name: name, GC: rule, ValueType: vt, Aggregate: agg})
 	}
 	for _, s := range req.GetInitialSplits() {
 		spec.Splits = append(spec.Splits, s.GetKey())
@@ -171,20 +171,35 @@ func (a *adminServer) ModifyColumnFamilies(ctx context.Context, req *adminpb.Mod
 		fm := table.FamilyMod{Name: m.GetId(), IgnoreWarnings: req.GetIgnoreWarnings()}
 		switch x := m.GetMod().(type) {
 		case *adminpb.ModifyColumnFamiliesRequest_Modification_Create:
-			if x.Create.GetValueType() != nil {
-				return nil, status.Errorf(codes.Unimplemented, "ebbtable: family %q: aggregate value types are not supported", m.GetId())
-			}
 			fm.Create = true
 			if fm.GC, err = convert.GCRuleFromProto(x.Create.GetGcRule()); err != nil {
 				return nil, toStatus(fmt.Errorf("%w: family %q: %w", table.ErrInvalid, m.GetId(), err))
 			}
-		case *adminpb.ModifyColumnFamiliesRequest_Modification_Update:
-			if mask := m.GetUpdateMask(); mask != nil && !slices.Contains(mask.GetPaths(), "gc_rule") {
-				return nil, status.Errorf(codes.Unimplemented, "ebbtable: family %q: only gc_rule can be updated", m.GetId())
+			if fm.ValueType, fm.Aggregate, err = convert.ValueTypeFromProto(x.Create.GetValueType()); err != nil {
+				return nil, toStatus(err)
 			}
+		case *adminpb.ModifyColumnFamiliesRequest_Modification_Update:
 			fm.Update = true
-			if fm.GC, err = convert.GCRuleFromProto(x.Update.GetGcRule()); err != nil {
-				return nil, toStatus(fmt.Errorf("%w: family %q: %w", table.ErrInvalid, m.GetId(), err))
+			paths := m.GetUpdateMask().GetPaths()
+			if len(paths) == 0 {
+				paths = []string{"gc_rule"}
+			}
+			fm.KeepGC = true
+			for _, p := range paths {
+				switch p {
+				case "gc_rule":
+					fm.KeepGC = false
+					if fm.GC, err = convert.GCRuleFromProto(x.Update.GetGcRule()); err != nil {
+						return nil, toStatus(fmt.Errorf("%w: family %q: %w", table.ErrInvalid, m.GetId(), err))
+					}
+				case "value_type":
+					fm.SetValueType = true
+					if fm.ValueType, fm.Aggregate, err = convert.ValueTypeFromProto(x.Update.GetValueType()); err != nil {
+						return nil, toStatus(err)
+					}
+				default:
+					return nil, status.Errorf(codes.InvalidArgument, "ebbtable: family %q: cannot update %q (gc_rule and value_type can be updated)", m.GetId(), p)
+				}
 			}
 		case *adminpb.ModifyColumnFamiliesRequest_Modification_Drop:
 			if !x.Drop {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"time"
 
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/ebbtable/ebbtable/cell"
@@ -12,6 +13,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -108,11 +110,28 @@ func (d *dataServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_Re
 		return nil
 	}
 	w := chunkWriter{stream: stream}
+	start := time.Now()
+	var stats table.ReadStats
+	rr.Stats = &stats
 	err = d.s.engine.ReadRows(stream.Context(), ref.instance, ref.table, rr, w.row)
 	if err != nil {
 		return toStatus(err)
 	}
-	return w.flush()
+	if err := w.flush(); err != nil {
+		return err
+	}
+	if req.GetRequestStatsView() != btpb.ReadRowsRequest_REQUEST_STATS_FULL {
+		return nil
+	}
+	return stream.Send(&btpb.ReadRowsResponse{RequestStats: &btpb.RequestStats{
+		StatsView: &btpb.RequestStats_FullReadStatsView{FullReadStatsView: &btpb.FullReadStatsView{
+			ReadIterationStats: &btpb.ReadIterationStats{
+				RowsSeenCount: stats.RowsSeen, RowsReturnedCount: stats.RowsReturned,
+				CellsSeenCount: stats.CellsSeen, CellsReturnedCount: stats.CellsReturned,
+			},
+			RequestLatencyStats: &btpb.RequestLatencyStats{FrontendServerLatency: durationpb.New(time.Since(start))},
+		}},
+	}})
 }
 
 // chunkWriter turns rows into ReadRows chunks and batches them into responses.
@@ -246,8 +265,22 @@ func (d *dataServer) mutations(ctx context.Context, ms []*btpb.Mutation) ([]tabl
 			tm = table.Mutation{Kind: table.DeleteFromFamily, Family: x.DeleteFromFamily.GetFamilyName()}
 		case *btpb.Mutation_DeleteFromRow_:
 			tm = table.Mutation{Kind: table.DeleteFromRow}
-		case *btpb.Mutation_AddToCell_, *btpb.Mutation_MergeToCell_:
-			return nil, status.Errorf(codes.Unimplemented, "ebbtable: mutation %d: aggregate column families are not supported", i)
+		case *btpb.Mutation_AddToCell_:
+			a := x.AddToCell
+			in, ok := a.GetInput().GetKind().(*btpb.Value_IntValue)
+			if !ok {
+				return nil, fmt.Errorf("%w: mutation %d: AddToCell takes an int64 input", errInvalid, i)
+			}
+			tm = table.Mutation{Kind: table.AddToCell, Family: a.GetFamilyName(), Qualifier: a.GetColumnQualifier().GetRawValue(),
+				Timestamp: a.GetTimestamp().GetRawTimestampMicros(), IntInput: in.IntValue}
+		case *btpb.Mutation_MergeToCell_:
+			a := x.MergeToCell
+			in, ok := a.GetInput().GetKind().(*btpb.Value_RawValue)
+			if !ok {
+				return nil, fmt.Errorf("%w: mutation %d: MergeToCell takes raw bytes", errInvalid, i)
+			}
+			tm = table.Mutation{Kind: table.MergeToCell, Family: a.GetFamilyName(), Qualifier: a.GetColumnQualifier().GetRawValue(),
+				Timestamp: a.GetTimestamp().GetRawTimestampMicros(), Value: in.RawValue}
 		default:
 			return nil, fmt.Errorf("%w: mutation %d is empty", errInvalid, i)
 		}

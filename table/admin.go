@@ -14,8 +14,10 @@ import (
 
 // FamilySpec declares a family at table creation.
 type FamilySpec struct {
-	Name string
-	GC   gcrule.Rule
+	Name      string
+	GC        gcrule.Rule
+	ValueType []byte
+	Aggregate Aggregator
 }
 
 // TableSpec declares a new table.
@@ -79,7 +81,7 @@ func (e *Engine) CreateTable(instance, name string, spec TableSpec) (*Meta, erro
 	sort.Slice(specs, func(i, j int) bool { return specs[i].Name < specs[j].Name })
 	for _, f := range specs {
 		m.NextFamilyID++
-		m.Families = append(m.Families, Family{ID: m.NextFamilyID, Name: f.Name, GC: f.GC})
+		m.Families = append(m.Families, Family{ID: m.NextFamilyID, Name: f.Name, GC: f.GC, ValueType: f.ValueType, Aggregate: f.Aggregate})
 	}
 	splits := append([][]byte(nil), spec.Splits...)
 	sort.Slice(splits, func(i, j int) bool { return bytes.Compare(splits[i], splits[j]) < 0 })
@@ -161,6 +163,12 @@ type FamilyMod struct {
 	Update bool
 	Drop   bool
 	GC     gcrule.Rule
+	// On Update, KeepGC leaves the rule alone and SetValueType replaces the
+	// value type (refused for aggregate families, whose type is immutable).
+	KeepGC       bool
+	SetValueType bool
+	ValueType    []byte
+	Aggregate    Aggregator
 	// IgnoreWarnings lets a drop proceed on a table with data. Accepted for
 	// API compatibility; drops never need it here.
 	IgnoreWarnings bool
@@ -217,10 +225,19 @@ func (e *Engine) ModifyFamilies(instance, name string, mods []FamilyMod) (*Meta,
 				return nil, err
 			}
 			m.NextFamilyID++
-			m.Families = append(m.Families, Family{ID: m.NextFamilyID, Name: mod.Name, GC: mod.GC})
+			m.Families = append(m.Families, Family{ID: m.NextFamilyID, Name: mod.Name, GC: mod.GC, ValueType: mod.ValueType, Aggregate: mod.Aggregate})
 		case mod.Update:
 			if !exists {
 				return nil, fmt.Errorf("%w: %q in table %s", ErrFamilyNotFound, mod.Name, name)
+			}
+			if mod.SetValueType {
+				if f.Aggregate != NotAggregate {
+					return nil, fmt.Errorf("%w: Immutable fields 'value_type.aggregate_type' cannot be updated (family %q is an aggregate family)", ErrInvalid, mod.Name)
+				}
+				f.ValueType, f.Aggregate = mod.ValueType, mod.Aggregate
+			}
+			if mod.KeepGC {
+				continue
 			}
 			if err := validRule(mod.Name, mod.GC); err != nil {
 				return nil, err
@@ -234,6 +251,9 @@ func (e *Engine) ModifyFamilies(instance, name string, mods []FamilyMod) (*Meta,
 		case mod.Drop:
 			if !exists {
 				return nil, fmt.Errorf("%w: %q in table %s", ErrFamilyNotFound, mod.Name, name)
+			}
+			if m.DeletionProtection {
+				return nil, fmt.Errorf("%w: table %s has deletion protection; its column families cannot be dropped", ErrPrecondition, name)
 			}
 			m.DroppedFamilies = append(m.DroppedFamilies, f.ID)
 			kept := m.Families[:0:0]

@@ -2,6 +2,7 @@ package table
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -30,6 +31,11 @@ const (
 	DeleteFromColumn
 	DeleteFromFamily
 	DeleteFromRow
+	// AddToCell combines IntInput into an aggregate family's cell.
+	AddToCell
+	// MergeToCell combines Value (an 8-byte accumulator, or a sketch) into
+	// an aggregate family's cell.
+	MergeToCell
 )
 
 // Mutation is one change to a row.
@@ -48,6 +54,8 @@ type Mutation struct {
 	StartTS, EndTS int64
 	// ExpireAt is a native cell expiry in microseconds (0 = none).
 	ExpireAt int64
+	// IntInput is AddToCell's input.
+	IntInput int64
 }
 
 // validateRowKey checks a row key against Bigtable's limits.
@@ -66,6 +74,7 @@ func validateRowKey(row []byte) error {
 type prepared struct {
 	Mutation
 	familyID uint32
+	agg      Aggregator
 }
 
 // prepare validates mutations against the schema and resolves server
@@ -85,12 +94,19 @@ func (e *Engine) prepare(m *Meta, row []byte, muts []Mutation) ([]prepared, erro
 	for i, mu := range muts {
 		p := prepared{Mutation: mu}
 		switch mu.Kind {
-		case SetCell, DeleteFromColumn, DeleteFromFamily:
+		case SetCell, DeleteFromColumn, DeleteFromFamily, AddToCell, MergeToCell:
 			f, ok := m.Family(mu.Family)
 			if !ok {
 				return nil, fmt.Errorf("%w: %q in table %s", ErrFamilyNotFound, mu.Family, m.Name)
 			}
 			p.familyID = f.ID
+			p.agg = f.Aggregate
+			if (mu.Kind == AddToCell || mu.Kind == MergeToCell) && f.Aggregate == NotAggregate {
+				return nil, fmt.Errorf("%w: family %q is not an aggregate family; AddToCell and MergeToCell need one", ErrInvalid, mu.Family)
+			}
+			if mu.Kind == MergeToCell && f.Aggregate != AggHLL && len(mu.Value) != 8 {
+				return nil, fmt.Errorf("%w: MergeToCell into a %s family needs an 8-byte big-endian integer, got %d bytes", ErrInvalid, f.Aggregate, len(mu.Value))
+			}
 		case DeleteFromRow:
 		default:
 			return nil, fmt.Errorf("%w: mutation %d has no known kind", ErrInvalid, i)
@@ -99,7 +115,7 @@ func (e *Engine) prepare(m *Meta, row []byte, muts []Mutation) ([]prepared, erro
 			return nil, fmt.Errorf("%w: column qualifier is %d bytes, the limit is %d", ErrInvalid, len(mu.Qualifier), MaxQualifierBytes)
 		}
 		switch mu.Kind {
-		case SetCell:
+		case SetCell, AddToCell, MergeToCell:
 			if len(mu.Value) > MaxValueBytes {
 				return nil, fmt.Errorf("%w: value is %d bytes, the limit is %d", ErrInvalid, len(mu.Value), MaxValueBytes)
 			}
@@ -162,10 +178,7 @@ func (e *Engine) applyLocked(m *Meta, row []byte, ps []prepared) error {
 	}
 	needsRead := false
 	for _, p := range ps {
-		if p.Kind != SetCell {
-			needsRead = true
-			break
-		}
+		needsRead = needsRead || p.Kind != SetCell
 	}
 	var b *pebble.Batch
 	if needsRead {
@@ -187,6 +200,25 @@ func (e *Engine) applyOne(b *pebble.Batch, m *Meta, row []byte, p prepared) erro
 	case SetCell:
 		k := storage.CellKey(m.ID, row, p.familyID, p.Qualifier, p.Timestamp)
 		return b.Set(k, storage.EncodeValue(p.Value, p.ExpireAt), nil)
+	case AddToCell, MergeToCell:
+		k := storage.CellKey(m.ID, row, p.familyID, p.Qualifier, p.Timestamp)
+		in := p.Value
+		if p.Kind == AddToCell {
+			in = binary.BigEndian.AppendUint64(nil, uint64(p.IntInput))
+		}
+		old, closer, err := b.Get(k)
+		switch {
+		case err == pebble.ErrNotFound:
+		case err != nil:
+			return err
+		default:
+			data, _, derr := storage.DecodeValue(old)
+			if derr == nil {
+				in = aggregate(p.agg, data, in)
+			}
+			closer.Close()
+		}
+		return b.Set(k, storage.EncodeValue(in, p.ExpireAt), nil)
 	case DeleteFromColumn:
 		prefix := storage.ColumnPrefix(m.ID, row, p.familyID, p.Qualifier)
 		lo, hi := prefix, storage.PrefixEnd(prefix)
@@ -207,6 +239,25 @@ func (e *Engine) applyOne(b *pebble.Batch, m *Meta, row []byte, p prepared) erro
 		return deletePoints(b, prefix, storage.PrefixEnd(prefix))
 	}
 	return fmt.Errorf("%w: unknown mutation kind %d", ErrInvalid, p.Kind)
+}
+
+// aggregate combines an aggregate cell's old value with an input.
+func aggregate(agg Aggregator, old, in []byte) []byte {
+	if len(old) != 8 || len(in) != 8 {
+		return in
+	}
+	a, b := int64(binary.BigEndian.Uint64(old)), int64(binary.BigEndian.Uint64(in))
+	switch agg {
+	case AggSum:
+		a = addWrap(a, b)
+	case AggMin:
+		a = min(a, b)
+	case AggMax:
+		a = max(a, b)
+	default:
+		return in
+	}
+	return binary.BigEndian.AppendUint64(nil, uint64(a))
 }
 
 // deletePoints deletes every key in [lo, hi) as seen by the indexed batch b

@@ -36,6 +36,14 @@ type ReadRequest struct {
 	// Limit caps the number of rows returned; 0 means no limit.
 	Limit    int64
 	Reversed bool
+	// Stats, when not nil, is filled with what the read examined.
+	Stats *ReadStats
+}
+
+// ReadStats counts what a read examined and returned.
+type ReadStats struct {
+	RowsSeen, RowsReturned   int64
+	CellsSeen, CellsReturned int64
 }
 
 // interval is [lo, hi) in raw row-key order; hi nil means unbounded.
@@ -113,10 +121,16 @@ func (e *Engine) ReadRows(ctx context.Context, instance, table string, req ReadR
 	defer it.Close()
 	s := scanner{e: e, m: m, it: it, now: e.nowMicros()}
 	var sent int64
+	stats := req.Stats
+	if stats == nil {
+		stats = &ReadStats{}
+	}
 	emit := func(row cell.Row) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		stats.RowsSeen++
+		stats.CellsSeen += int64(len(row.Cells))
 		row.Cells = e.visible(m, row.Cells, s.now)
 		if req.Filter != nil && len(row.Cells) > 0 {
 			row = req.Filter.Apply(row)
@@ -127,6 +141,8 @@ func (e *Engine) ReadRows(ctx context.Context, instance, table string, req ReadR
 		if err := fn(row); err != nil {
 			return err
 		}
+		stats.RowsReturned++
+		stats.CellsReturned += int64(len(row.Cells))
 		sent++
 		if req.Limit > 0 && sent >= req.Limit {
 			return errStop

@@ -18,7 +18,28 @@ type Family struct {
 	ID   uint32      `json:"id"`
 	Name string      `json:"name"`
 	GC   gcrule.Rule `json:"gc"`
+	// ValueType is the family's declared value type, opaque to the engine
+	// (the server stores the API's encoding and returns it as given).
+	ValueType []byte `json:"value_type,omitempty"`
+	// Aggregate is how AddToCell and MergeToCell combine values, for
+	// aggregate families.
+	Aggregate Aggregator `json:"aggregate,omitempty"`
 }
+
+// Aggregator names an aggregate family's combining function over
+// 64-bit big-endian integers.
+type Aggregator string
+
+// The aggregators.
+const (
+	NotAggregate Aggregator = ""
+	AggSum       Aggregator = "sum"
+	AggMin       Aggregator = "min"
+	AggMax       Aggregator = "max"
+	// AggHLL keeps the latest merged sketch as given; ebbtable does not
+	// merge HyperLogLog sketches.
+	AggHLL Aggregator = "hll"
+)
 
 // Meta is a table's schema as stored in the metadata space.
 type Meta struct {
