@@ -113,7 +113,11 @@ func (d *dataServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_Re
 	start := time.Now()
 	var stats table.ReadStats
 	rr.Stats = &stats
-	err = d.s.engine.ReadRows(stream.Context(), ref.instance, ref.table, rr, w.row)
+	emit := w.row
+	if showExpiry(stream.Context()) {
+		emit = func(r cell.Row) error { return w.row(labelExpiry(r)) }
+	}
+	err = d.s.engine.ReadRows(stream.Context(), ref.instance, ref.table, rr, emit)
 	if err != nil {
 		return toStatus(err)
 	}
@@ -243,6 +247,10 @@ func (d *dataServer) SampleRowKeys(req *btpb.SampleRowKeysRequest, stream btpb.B
 // mutations converts request mutations, applying a native cell TTL from
 // the request metadata when one is given.
 func (d *dataServer) mutations(ctx context.Context, ms []*btpb.Mutation) ([]table.Mutation, error) {
+	ttl, expireAt, err := cellExpiry(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]table.Mutation, 0, len(ms))
 	for i, m := range ms {
 		var tm table.Mutation
@@ -255,6 +263,8 @@ func (d *dataServer) mutations(ctx context.Context, ms []*btpb.Mutation) ([]tabl
 				Timestamp:     x.SetCell.GetTimestampMicros(),
 				Value:         x.SetCell.GetValue(),
 				AutoTimestamp: m.GetTimestampOrigin() == btpb.Mutation_CLIENT_AUTO_GENERATED,
+				TTLMicros:     ttl,
+				ExpireAt:      expireAt,
 			}
 		case *btpb.Mutation_DeleteFromColumn_:
 			tm = table.Mutation{Kind: table.DeleteFromColumn, Family: x.DeleteFromColumn.GetFamilyName(), Qualifier: x.DeleteFromColumn.GetColumnQualifier()}

@@ -22,6 +22,9 @@ const (
 	MethodGCRun    = "/" + EbbAdminService + "/GcRun"
 	MethodGCPlan   = "/" + EbbAdminService + "/GcPlan"
 	MethodGCStatus = "/" + EbbAdminService + "/GcStatus"
+	// MethodSetFamilyOptions: {project, instance, table, family,
+	// expiry_timestamps (bool)} → {table, family, expiry_timestamps}.
+	MethodSetFamilyOptions = "/" + EbbAdminService + "/SetFamilyOptions"
 )
 
 type ebbAdmin struct{ s *Server }
@@ -52,6 +55,7 @@ var ebbAdminDesc = grpc.ServiceDesc{
 		unaryStruct("GcRun", (*ebbAdmin).gcRun),
 		unaryStruct("GcPlan", (*ebbAdmin).gcPlan),
 		unaryStruct("GcStatus", (*ebbAdmin).gcStatus),
+		unaryStruct("SetFamilyOptions", (*ebbAdmin).setFamilyOptions),
 	},
 	Metadata: "ebbtable/admin.proto",
 }
@@ -158,4 +162,22 @@ func (a *ebbAdmin) gcStatus(ctx context.Context, in *structpb.Struct) (*structpb
 		"last_pass_seconds": last.Duration.Seconds(),
 		"tables":            tables,
 	})
+}
+
+// setFamilyOptions turns ebbtable's per-family options on or off; today the
+// expiry-timestamp guard of the one-second expiration pattern.
+func (a *ebbAdmin) setFamilyOptions(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+	inst, err := instanceOf(in)
+	if err != nil {
+		return nil, err
+	}
+	v, ok := in.GetFields()["expiry_timestamps"]
+	if !ok {
+		return nil, status.Error(codes.InvalidArgument, "ebbtable: expiry_timestamps (true or false) is required")
+	}
+	on := v.GetBoolValue()
+	if _, err := a.s.engine.SetExpiryTimestamps(inst, str(in, "table"), str(in, "family"), on); err != nil {
+		return nil, toStatus(err)
+	}
+	return structpb.NewStruct(map[string]any{"table": str(in, "table"), "family": str(in, "family"), "expiry_timestamps": on})
 }

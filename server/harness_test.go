@@ -7,7 +7,9 @@ import (
 
 	"cloud.google.com/go/bigtable"
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -100,4 +102,24 @@ func (env *testEnv) createTable(t *testing.T, name string, families map[string]b
 		t.Fatalf("create table %s: %v", name, err)
 	}
 	return env.client.Open(name)
+}
+
+// storedCells counts the cells physically stored for a table, whatever their
+// visibility: what the collector has not removed.
+func storedCells(t *testing.T, env *testEnv, name string) int {
+	t.Helper()
+	m, err := env.srv.Engine().Table("projects/"+testProject+"/instances/"+testInstance, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, err := env.srv.Engine().Store().NewIter(&pebble.IterOptions{LowerBound: storage.TablePrefix(m.ID), UpperBound: storage.TableEnd(m.ID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	n := 0
+	for it.First(); it.Valid(); it.Next() {
+		n++
+	}
+	return n
 }

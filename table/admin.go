@@ -288,6 +288,29 @@ func (e *Engine) ForgetDropped(instance, name string, ids []uint32) error {
 	return e.saveMetaLocked(m)
 }
 
+// SetExpiryTimestamps turns a family's expiry-timestamp guard on or off.
+func (e *Engine) SetExpiryTimestamps(instance, name, family string, on bool) (*Meta, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old, ok := e.tables[catalogKey(instance, name)]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, name)
+	}
+	m := old.clone()
+	f, ok := m.Family(family)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q in table %s", ErrFamilyNotFound, family, name)
+	}
+	f.ExpiryTimestamps = on
+	if err := e.saveMetaLocked(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
 // SetDeletionProtection changes a table's deletion protection.
 func (e *Engine) SetDeletionProtection(instance, name string, on bool) (*Meta, error) {
 	if err := e.checkOpen(); err != nil {

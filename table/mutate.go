@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/cell"
@@ -54,6 +55,10 @@ type Mutation struct {
 	StartTS, EndTS int64
 	// ExpireAt is a native cell expiry in microseconds (0 = none).
 	ExpireAt int64
+	// TTLMicros, when not zero, sets ExpireAt to the write time plus this
+	// many microseconds. (Microseconds, not a time.Duration: a duration
+	// overflows at 292 years, and TTLs may reach year 9999.)
+	TTLMicros int64
 	// IntInput is AddToCell's input.
 	IntInput int64
 }
@@ -133,7 +138,17 @@ func (e *Engine) prepare(m *Meta, row []byte, muts []Mutation) ([]prepared, erro
 				}
 				p.Timestamp = mu.Timestamp - mu.Timestamp%cell.MicrosPerMilli
 			}
-			if mu.ExpireAt < 0 || mu.ExpireAt > cell.MaxTimestamp {
+			if f, _ := m.Family(mu.Family); f != nil && f.ExpiryTimestamps && (mu.Timestamp == ServerTimestamp || mu.AutoTimestamp) {
+				return nil, fmt.Errorf("%w: family %q holds expiry timestamps (one-second expiration); a write with a server or client-generated timestamp would expire at once — set the cell's timestamp to its expiry time, or use a native cell TTL", ErrPrecondition, mu.Family)
+			}
+			if mu.TTLMicros != 0 {
+				exp, err := expiryFromTTL(now, mu.TTLMicros)
+				if err != nil {
+					return nil, err
+				}
+				p.ExpireAt = exp
+			}
+			if p.ExpireAt < 0 || p.ExpireAt > cell.MaxTimestamp {
 				return nil, fmt.Errorf("%w: cell expiry %d is outside year 1970..9999", ErrInvalid, mu.ExpireAt)
 			}
 		case DeleteFromColumn:
@@ -239,6 +254,22 @@ func (e *Engine) applyOne(b *pebble.Batch, m *Meta, row []byte, p prepared) erro
 		return deletePoints(b, prefix, storage.PrefixEnd(prefix))
 	}
 	return fmt.Errorf("%w: unknown mutation kind %d", ErrInvalid, p.Kind)
+}
+
+// MinTTLMicros is the shortest native cell TTL: Bigtable's granularity.
+const MinTTLMicros = 1000
+
+// expiryFromTTL adds a TTL to the write time (ms-truncated micros), refusing
+// TTLs below a millisecond and expiries past year 9999 without overflowing.
+func expiryFromTTL(now int64, us int64) (int64, error) {
+	if us < MinTTLMicros {
+		return 0, fmt.Errorf("%w: cell TTL %v is below the 1ms minimum (negative and zero TTLs are refused too)", ErrInvalid, time.Duration(us)*time.Microsecond)
+	}
+	if us > cell.MaxTimestamp-now {
+		return 0, fmt.Errorf("%w: a cell TTL of %d days puts the expiry past year 9999", ErrInvalid, us/86_400_000_000)
+	}
+	exp := now + us
+	return exp - exp%cell.MicrosPerMilli, nil
 }
 
 // aggregate combines an aggregate cell's old value with an input.

@@ -24,6 +24,10 @@ type Family struct {
 	// Aggregate is how AddToCell and MergeToCell combine values, for
 	// aggregate families.
 	Aggregate Aggregator `json:"aggregate,omitempty"`
+	// ExpiryTimestamps marks a family whose writers put each cell's expiry
+	// time in its timestamp (the one-second expiration pattern): writes
+	// with server or client-generated timestamps are refused.
+	ExpiryTimestamps bool `json:"expiry_timestamps,omitempty"`
 }
 
 // Aggregator names an aggregate family's combining function over

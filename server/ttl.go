@@ -1,0 +1,116 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ebbtable/ebbtable/cell"
+	"github.com/ebbtable/ebbtable/table"
+	"google.golang.org/grpc/metadata"
+)
+
+// Request metadata keys for native cell TTL, usable from any unmodified
+// Bigtable client that can attach gRPC metadata.
+const (
+	// MetaCellTTL gives every SetCell of the request a time to live
+	// (a duration: 90s, 36h, 2d, 1h30m, 500ms).
+	MetaCellTTL = "x-ebbtable-cell-ttl"
+	// MetaCellExpireAt gives every SetCell of the request an absolute
+	// expiry (RFC 3339, or microseconds since the epoch).
+	MetaCellExpireAt = "x-ebbtable-cell-expire-at"
+	// MetaShowExpiry ("true") makes ReadRows label each cell that has a
+	// native expiry with ExpiryLabelPrefix followed by the expiry time in
+	// RFC 3339 (UTC, milliseconds).
+	MetaShowExpiry = "x-ebbtable-show-expiry"
+	// ExpiryLabelPrefix starts the label that carries a cell's expiry.
+	ExpiryLabelPrefix = "ebbtable-expires-at="
+)
+
+// ParseTTL reads a TTL in microseconds: a Go duration ("90s", "36h",
+// "1h30m", "500ms"), or a whole number of days ("2d"), which may reach year
+// 9999 (a time.Duration would overflow at 292 years).
+func ParseTTL(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.ParseInt(n, 10, 64)
+		if err != nil || days < 0 {
+			return 0, fmt.Errorf("%w: cell TTL %q: days must be a whole non-negative number", table.ErrInvalid, s)
+		}
+		if days > 3_000_000 {
+			return 0, fmt.Errorf("%w: cell TTL %q puts the expiry past year 9999", table.ErrInvalid, s)
+		}
+		return days * 86_400_000_000, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w: cell TTL %q is not a duration (90s, 36h, 2d): %v", table.ErrInvalid, s, err)
+	}
+	return d.Microseconds(), nil
+}
+
+// parseExpireAt reads an absolute expiry.
+func parseExpireAt(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if us, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if us <= 0 || us > cell.MaxTimestamp {
+			return 0, fmt.Errorf("%w: cell expiry %d is outside year 1970..9999", table.ErrInvalid, us)
+		}
+		return us - us%cell.MicrosPerMilli, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return 0, fmt.Errorf("%w: cell expiry %q is neither RFC 3339 nor microseconds: %v", table.ErrInvalid, s, err)
+	}
+	if t.Year() < 1970 || t.Year() > 9999 {
+		return 0, fmt.Errorf("%w: cell expiry %q is outside year 1970..9999", table.ErrInvalid, s)
+	}
+	return t.UnixMilli() * 1000, nil
+}
+
+// cellExpiry reads the TTL metadata of a request: a TTL or an absolute
+// expiry (not both).
+func cellExpiry(ctx context.Context) (ttl int64, expireAt int64, err error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	ttls, exps := md.Get(MetaCellTTL), md.Get(MetaCellExpireAt)
+	if len(ttls) > 0 && len(exps) > 0 {
+		return 0, 0, fmt.Errorf("%w: give %s or %s, not both", table.ErrInvalid, MetaCellTTL, MetaCellExpireAt)
+	}
+	if len(ttls) > 0 {
+		if ttl, err = ParseTTL(ttls[len(ttls)-1]); err != nil {
+			return 0, 0, err
+		}
+		if ttl < table.MinTTLMicros {
+			return 0, 0, fmt.Errorf("%w: cell TTL %q is below the 1ms minimum (zero and negative TTLs are refused)", table.ErrInvalid, ttls[len(ttls)-1])
+		}
+	}
+	if len(exps) > 0 {
+		if expireAt, err = parseExpireAt(exps[len(exps)-1]); err != nil {
+			return 0, 0, err
+		}
+	}
+	return ttl, expireAt, nil
+}
+
+func showExpiry(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get(MetaShowExpiry)
+	return len(v) > 0 && (v[len(v)-1] == "true" || v[len(v)-1] == "1")
+}
+
+// ExpiryLabel is the label ReadRows adds for a cell expiring at exp.
+func ExpiryLabel(exp int64) string {
+	return ExpiryLabelPrefix + time.UnixMicro(exp).UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+// labelExpiry adds the expiry label to the cells of a row that have one.
+func labelExpiry(r cell.Row) cell.Row {
+	for i := range r.Cells {
+		if exp := r.Cells[i].ExpireAt; exp != 0 {
+			r.Cells[i].Labels = append(append([]string(nil), r.Cells[i].Labels...), ExpiryLabel(exp))
+		}
+	}
+	return r
+}
