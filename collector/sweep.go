@@ -38,6 +38,7 @@ type tableResult struct {
 	debtCells      int64
 	debtBytes      int64
 	debtOldest     time.Duration
+	compaction     time.Duration
 	dropped        []uint32
 }
 
@@ -122,10 +123,15 @@ func (c *Collector) sweepTable(ctx context.Context, m *table.Meta, onlyFamily ui
 			}
 			cursor = next
 			if cursor != nil && c.opts.Pause > 0 {
+				// Pacing is about sharing the machine now, so it waits
+				// on the real clock, not the injected one that decides
+				// what is eligible.
+				t := time.NewTimer(c.opts.Pause)
 				select {
 				case <-ctx.Done():
+					t.Stop()
 					return res, ctx.Err()
-				case <-c.opts.Clock.After(c.opts.Pause):
+				case <-t.C:
 				}
 			}
 		}
@@ -134,9 +140,11 @@ func (c *Collector) sweepTable(ctx context.Context, m *table.Meta, onlyFamily ui
 		res.dropped = m.DroppedFamilies
 	}
 	if res.collectedBytes >= c.opts.CompactMinBytes && first != nil {
+		t0 := time.Now()
 		if err := c.eng.Store().Compact(ctx, first, storage.PrefixEnd(last), false); err != nil {
 			return res, err
 		}
+		res.compaction = time.Since(t0)
 	}
 	if len(res.dropped) > 0 {
 		if err := c.eng.ForgetDropped(m.Instance, m.Name, res.dropped); err != nil {
@@ -159,23 +167,29 @@ func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, filters []pebble
 		cands    []candidate
 		examined int
 		rowKey   []byte
-		// The column being gathered.
+		// The column being gathered. Its versions differ only in their
+		// suffix, so only the timestamps are kept; a candidate's key is
+		// rebuilt from colPrefix and its timestamp.
 		colPrefix []byte
 		colFam    *table.Family
 		colFamID  uint32
-		keys      [][]byte
+		gathered  int
 		sizes     []int64
 		ts, exp   []int64
 		reasons   []table.Reason
 		rowLen    int
+		examinedN int
 	)
+	keyOf := func(t int64) []byte {
+		return storage.AppendSuffix(append(make([]byte, 0, len(colPrefix)+storage.SuffixLen), colPrefix...), t)
+	}
 	flush := func() {
-		if len(keys) == 0 {
+		if gathered == 0 {
 			return
 		}
 		if colFam == nil {
-			for i, k := range keys {
-				cands = append(cands, candidate{key: k, rowLen: rowLen, reason: table.Dropped, bytes: sizes[i]})
+			for i := range ts {
+				cands = append(cands, candidate{key: keyOf(ts[i]), rowLen: rowLen, reason: table.Dropped, bytes: sizes[i]})
 			}
 		} else {
 			reasons = table.ColumnEligibility(colFam.GC, ts, exp, now, reasons)
@@ -184,12 +198,13 @@ func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, filters []pebble
 					res.liveBytes += sizes[i]
 					continue
 				}
-				cands = append(cands, candidate{key: keys[i], rowLen: rowLen, family: colFam.Name, reason: r,
+				cands = append(cands, candidate{key: keyOf(ts[i]), rowLen: rowLen, family: colFam.Name, reason: r,
 					bytes: sizes[i], exp: exp[i], eligible: eligibleSince(colFam.GC, r, ts[i], exp[i])})
 			}
 		}
-		keys, sizes, ts, exp = keys[:0], sizes[:0], ts[:0], exp[:0]
+		gathered, sizes, ts, exp = 0, sizes[:0], ts[:0], exp[:0]
 	}
+	defer func() { c.m.cellsExamined.Add(float64(examinedN)) }()
 	for valid := it.First(); valid; valid = it.Next() {
 		k := it.Key()
 		n := storage.RowKeyLen(k)
@@ -203,8 +218,8 @@ func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, filters []pebble
 			rowLen = n
 		}
 		examined++
+		examinedN++
 		res.examined++
-		c.m.cellsExamined.Inc()
 		ck := k[:len(k)-storage.SuffixLen]
 		if !bytes.Equal(ck, colPrefix) {
 			flush()
@@ -226,7 +241,7 @@ func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, filters []pebble
 		if err != nil {
 			return nil, nil, err
 		}
-		keys = append(keys, bytes.Clone(k))
+		gathered++
 		sizes = append(sizes, int64(len(k)+len(v)))
 		ts = append(ts, storage.DecodeSuffix(k[len(k)-storage.SuffixLen:]))
 		exp = append(exp, storage.ValueExpiry(v))

@@ -40,37 +40,32 @@ func (r Reason) String() string {
 // the collector both decide through this one function.
 func ColumnEligibility(rule gcrule.Rule, ts, exp []int64, now int64, out []Reason) []Reason {
 	out = out[:0]
-	live := 0
+	if rule.IsNone() {
+		for i := range ts {
+			if exp[i] != 0 && exp[i] <= now {
+				out = append(out, TTL)
+			} else {
+				out = append(out, Keep)
+			}
+		}
+		return out
+	}
+	// Positions count only the cells that have not expired.
+	pos := 0
 	for i := range ts {
 		if exp[i] != 0 && exp[i] <= now {
 			out = append(out, TTL)
 			continue
 		}
-		out = append(out, Keep)
-		live++
-	}
-	if rule.IsNone() || live == 0 {
-		return out
-	}
-	liveTS := make([]int64, 0, live)
-	for i, r := range out {
-		if r == Keep {
-			liveTS = append(liveTS, ts[i])
-		}
-	}
-	reasons := gcrule.Eligible(rule, liveTS, now)
-	j := 0
-	for i, r := range out {
-		if r != Keep {
-			continue
-		}
-		switch reasons[j] {
+		switch rule.Check(pos, ts[i], now) {
 		case gcrule.ReasonAge:
-			out[i] = Age
+			out = append(out, Age)
 		case gcrule.ReasonVersions:
-			out[i] = Versions
+			out = append(out, Versions)
+		default:
+			out = append(out, Keep)
 		}
-		j++
+		pos++
 	}
 	return out
 }
