@@ -1,0 +1,212 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// start brings up one target for a test or benchmark and closes it at the end.
+func start(tb testing.TB, target string) *Endpoint {
+	tb.Helper()
+	var (
+		e   *Endpoint
+		err error
+	)
+	switch target {
+	case TargetEbbtable:
+		e, err = StartEbbtable(context.Background(), tb.TempDir(), discardLogger())
+	case TargetEmulator:
+		e, err = StartEmulator(context.Background())
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			tb.Log("close:", err)
+		}
+	})
+	return e
+}
+
+var targets = []string{TargetEbbtable, TargetEmulator}
+
+func TestKeys(t *testing.T) {
+	c := Config{Seed: 7}
+	seen := map[string]bool{}
+	for i := range 10000 {
+		k := c.Key(i)
+		if len(k) != 17 || seen[k] {
+			t.Fatalf("key %d = %q: bad length or duplicate", i, k)
+		}
+		seen[k] = true
+	}
+	if c.Key(42) != (Config{Seed: 7}).Key(42) || c.Key(42) == (Config{Seed: 8}).Key(42) {
+		t.Fatal("keys are not a deterministic function of (seed, index)")
+	}
+}
+
+// TestWorkloads runs every workload on both targets with a few hundred rows
+// and checks the counts.
+func TestWorkloads(t *testing.T) {
+	cfg := Config{Table: "t", Rows: 300, BatchSize: 40, Workers: 4, Scans: 3, Reads: 200, Seed: 3}
+	for _, target := range targets {
+		t.Run(target, func(t *testing.T) {
+			t.Parallel()
+			e := start(t, target)
+			res, err := Workloads(context.Background(), target, e.Client, e.Admin, cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []struct {
+				workload  string
+				ops, rows int64
+			}{
+				{WorkloadWrites, 8, 300}, // ceil(300/40) batches
+				{WorkloadScans, 3, 900},
+				{WorkloadPointReads, 200, 200},
+			}
+			if len(res) != len(want) {
+				t.Fatalf("got %d results, want %d", len(res), len(want))
+			}
+			for i, w := range want {
+				r := res[i]
+				if r.Workload != w.workload || r.Target != target || r.Ops != w.ops || r.Rows != w.rows {
+					t.Errorf("result %d = %s/%s ops=%d rows=%d, want %s/%s ops=%d rows=%d",
+						i, r.Target, r.Workload, r.Ops, r.Rows, target, w.workload, w.ops, w.rows)
+				}
+				if r.RowsPerSec <= 0 || r.P50Micros <= 0 || r.P99Micros < r.P50Micros {
+					t.Errorf("%s: implausible figures %+v", r.Workload, r)
+				}
+			}
+			// A second Setup starts over from an empty table.
+			if err := Setup(context.Background(), e.Admin, cfg); err != nil {
+				t.Fatal(err)
+			}
+			small := cfg
+			small.Rows = 0
+			if _, err := Scans(context.Background(), e.Client, small); err != nil {
+				t.Fatal("scan after re-Setup:", err)
+			}
+		})
+	}
+}
+
+// TestRunReport runs the whole comparison at a tiny size and checks both
+// report formats.
+func TestRunReport(t *testing.T) {
+	rep, err := Run(context.Background(), Options{
+		Config:  Config{Rows: 200, BatchSize: 50, Workers: 2, Scans: 2, Reads: 50},
+		DataDir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 6 || len(rep.Comparisons) != 3 {
+		t.Fatalf("got %d results and %d comparisons, want 6 and 3", len(rep.Results), len(rep.Comparisons))
+	}
+	var tbl bytes.Buffer
+	if err := rep.WriteTable(&tbl); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{WorkloadWrites, WorkloadScans, WorkloadPointReads, "ratio"} {
+		if !strings.Contains(tbl.String(), w) {
+			t.Errorf("table lacks %q:\n%s", w, tbl.String())
+		}
+	}
+	var js bytes.Buffer
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Comparisons) != 3 || back.Comparisons[0].EmulatorRowsPerSec <= 0 {
+		t.Fatalf("JSON round trip lost data: %s", js.String())
+	}
+
+	if _, err := Run(context.Background(), Options{Targets: []string{"nope"}}); err == nil {
+		t.Fatal("unknown target accepted")
+	}
+}
+
+// Benchmark sizes: small, so the whole suite runs in well under a minute.
+const (
+	benchRows    = 5000
+	benchWorkers = 8
+)
+
+func report(b *testing.B, r Result) {
+	b.ReportMetric(r.RowsPerSec, "rows/s")
+	b.ReportMetric(r.P50Micros, "p50-µs")
+	b.ReportMetric(r.P99Micros, "p99-µs")
+}
+
+// BenchmarkWrites: one op is one row written (ApplyBulk, 100 rows a call).
+func BenchmarkWrites(b *testing.B) {
+	for _, target := range targets {
+		b.Run(target, func(b *testing.B) {
+			e := start(b, target)
+			cfg := Config{Table: "writes", Workers: benchWorkers}
+			if err := Setup(context.Background(), e.Admin, cfg); err != nil {
+				b.Fatal(err)
+			}
+			cfg.Rows = b.N
+			b.ResetTimer()
+			r, err := Writes(context.Background(), e.Client, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			report(b, r)
+		})
+	}
+}
+
+// preload starts target with benchRows rows in table "t".
+func preload(b *testing.B, target string) (*Endpoint, Config) {
+	e := start(b, target)
+	cfg := Config{Table: "t", Rows: benchRows, Workers: benchWorkers}
+	if err := Setup(context.Background(), e.Admin, cfg); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := Writes(context.Background(), e.Client, cfg); err != nil {
+		b.Fatal(err)
+	}
+	return e, cfg
+}
+
+// BenchmarkScans: one op is one full scan of benchRows rows.
+func BenchmarkScans(b *testing.B) {
+	for _, target := range targets {
+		b.Run(target, func(b *testing.B) {
+			e, cfg := preload(b, target)
+			cfg.Scans = b.N
+			b.ResetTimer()
+			r, err := Scans(context.Background(), e.Client, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			report(b, r)
+		})
+	}
+}
+
+// BenchmarkPointReads: one op is one ReadRow of a random existing row.
+func BenchmarkPointReads(b *testing.B) {
+	for _, target := range targets {
+		b.Run(target, func(b *testing.B) {
+			e, cfg := preload(b, target)
+			cfg.Reads = b.N
+			b.ResetTimer()
+			r, err := PointReads(context.Background(), e.Client, cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			report(b, r)
+		})
+	}
+}

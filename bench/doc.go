@@ -1,0 +1,21 @@
+// Package bench owns ebbtable's load workloads: the same client-side
+// workloads run against any Bigtable endpoint, with latency percentiles.
+//
+// Every workload talks to its endpoint only through the official client
+// (cloud.google.com/go/bigtable), so ebbtable and the reference emulator
+// (bttest) are measured the same way:
+//
+//   - Writes: ApplyBulk in batches (default 100 rows of one ~100-byte cell).
+//   - Scans: full-table ReadRows, counting rows.
+//   - PointReads: ReadRow on random existing keys.
+//
+// Keys and values are derived from a seed, so two runs with the same Config
+// write and read the same data. Each workload runs with Config.Workers
+// concurrent client goroutines and reports throughput and per-operation
+// p50/p99 latency (an HDR histogram at 3 significant digits).
+//
+// Run starts the endpoints in-process (an ebbtable server on a temporary
+// or given directory, with its default durable settings, and a bttest
+// server), runs the workloads against each in turn and builds a Report;
+// cmd/ebbbench is its command-line front end.
+package bench
