@@ -246,11 +246,7 @@ func (d *dataServer) SampleRowKeys(req *btpb.SampleRowKeysRequest, stream btpb.B
 
 // mutations converts request mutations, applying a native cell TTL from
 // the request metadata when one is given.
-func (d *dataServer) mutations(ctx context.Context, ms []*btpb.Mutation) ([]table.Mutation, error) {
-	ttl, expireAt, err := cellExpiry(ctx)
-	if err != nil {
-		return nil, err
-	}
+func (d *dataServer) mutations(ms []*btpb.Mutation, exp expiry) ([]table.Mutation, error) {
 	out := make([]table.Mutation, 0, len(ms))
 	for i, m := range ms {
 		var tm table.Mutation
@@ -263,8 +259,8 @@ func (d *dataServer) mutations(ctx context.Context, ms []*btpb.Mutation) ([]tabl
 				Timestamp:     x.SetCell.GetTimestampMicros(),
 				Value:         x.SetCell.GetValue(),
 				AutoTimestamp: m.GetTimestampOrigin() == btpb.Mutation_CLIENT_AUTO_GENERATED,
-				TTLMicros:     ttl,
-				ExpireAt:      expireAt,
+				TTLMicros:     exp.ttl,
+				ExpireAt:      exp.at,
 			}
 		case *btpb.Mutation_DeleteFromColumn_:
 			tm = table.Mutation{Kind: table.DeleteFromColumn, Family: x.DeleteFromColumn.GetFamilyName(), Qualifier: x.DeleteFromColumn.GetColumnQualifier()}
@@ -305,7 +301,11 @@ func (d *dataServer) MutateRow(ctx context.Context, req *btpb.MutateRowRequest) 
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	muts, err := d.mutations(ctx, req.GetMutations())
+	x, err := cellExpiry(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	muts, err := d.mutations(req.GetMutations(), x)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -330,10 +330,14 @@ func (d *dataServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtabl
 	if len(req.GetEntries()) > MaxEntriesPerMutateRows {
 		return status.Errorf(codes.InvalidArgument, "ebbtable: %d entries in one MutateRows, the limit is %d", len(req.GetEntries()), MaxEntriesPerMutateRows)
 	}
+	x, err := cellExpiry(stream.Context())
+	if err != nil {
+		return toStatus(err)
+	}
 	entries := make([]table.RowMutation, len(req.GetEntries()))
 	convErrs := make([]error, len(entries))
 	for i, e := range req.GetEntries() {
-		muts, err := d.mutations(stream.Context(), e.GetMutations())
+		muts, err := d.mutations(e.GetMutations(), x)
 		if err != nil {
 			convErrs[i] = err
 			continue
@@ -386,11 +390,15 @@ func (d *dataServer) CheckAndMutateRow(ctx context.Context, req *btpb.CheckAndMu
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	tm, err := d.mutations(ctx, req.GetTrueMutations())
+	x, err := cellExpiry(ctx)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	fm, err := d.mutations(ctx, req.GetFalseMutations())
+	tm, err := d.mutations(req.GetTrueMutations(), x)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	fm, err := d.mutations(req.GetFalseMutations(), x)
 	if err != nil {
 		return nil, toStatus(err)
 	}

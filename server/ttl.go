@@ -70,9 +70,20 @@ func parseExpireAt(s string) (int64, error) {
 	return t.UnixMilli() * 1000, nil
 }
 
-// cellExpiry reads the TTL metadata of a request: a TTL or an absolute
-// expiry (not both).
-func cellExpiry(ctx context.Context) (ttl int64, expireAt int64, err error) {
+// expiry is the native cell expiry a request's metadata asks for: a TTL in
+// microseconds or an absolute time (at most one is set).
+type expiry struct {
+	ttl int64
+	at  int64
+}
+
+// cellExpiry reads the TTL metadata of a request once.
+func cellExpiry(ctx context.Context) (expiry, error) {
+	ttl, at, err := cellExpiryParts(ctx)
+	return expiry{ttl: ttl, at: at}, err
+}
+
+func cellExpiryParts(ctx context.Context) (ttl int64, expireAt int64, err error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	ttls, exps := md.Get(MetaCellTTL), md.Get(MetaCellExpireAt)
 	if len(ttls) > 0 && len(exps) > 0 {

@@ -72,6 +72,10 @@ func Open(opts Options) (*DB, error) {
 			NewExpiryCollector,
 		},
 		Logger: quietLogger{},
+		// Larger memtables mean fewer flushes and L0 files for write-heavy
+		// loads; the WAL keeps them durable.
+		MemTableSize:                64 << 20,
+		MemTableStopWritesThreshold: 4,
 	}
 	db, err := pebble.Open(opts.Dir, po)
 	if err != nil && errors.Is(err, syscall.EAGAIN) {

@@ -55,9 +55,10 @@ func validRule(family string, r gcrule.Rule) error {
 
 // CreateTable creates a table with its families.
 func (e *Engine) CreateTable(instance, name string, spec TableSpec) (*Meta, error) {
-	if err := e.checkOpen(); err != nil {
+	if err := e.enter(); err != nil {
 		return nil, err
 	}
+	defer e.leave()
 	if err := validTableName(name); err != nil {
 		return nil, err
 	}
@@ -129,9 +130,10 @@ func (e *Engine) CreateTable(instance, name string, spec TableSpec) (*Meta, erro
 
 // DeleteTable drops a table and all its cells.
 func (e *Engine) DeleteTable(instance, name string) error {
-	if err := e.checkOpen(); err != nil {
+	if err := e.enter(); err != nil {
 		return err
 	}
+	defer e.leave()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	m, ok := e.tables[catalogKey(instance, name)]
@@ -189,9 +191,10 @@ func (e *Engine) SetSchemaHook(h SchemaHook) {
 // ModifyFamilies applies all mods atomically: either every one takes effect
 // or none does.
 func (e *Engine) ModifyFamilies(instance, name string, mods []FamilyMod) (*Meta, error) {
-	if err := e.checkOpen(); err != nil {
+	if err := e.enter(); err != nil {
 		return nil, err
 	}
+	defer e.leave()
 	if len(mods) == 0 {
 		return nil, fmt.Errorf("%w: no modifications given", ErrInvalid)
 	}
@@ -274,9 +277,10 @@ func (e *Engine) ModifyFamilies(instance, name string, mods []FamilyMod) (*Meta,
 // ForgetDropped records that the cells of the given dropped families are
 // gone, once the collector has swept them.
 func (e *Engine) ForgetDropped(instance, name string, ids []uint32) error {
-	if err := e.checkOpen(); err != nil {
+	if err := e.enter(); err != nil {
 		return err
 	}
+	defer e.leave()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	old, ok := e.tables[catalogKey(instance, name)]
@@ -290,9 +294,10 @@ func (e *Engine) ForgetDropped(instance, name string, ids []uint32) error {
 
 // SetExpiryTimestamps turns a family's expiry-timestamp guard on or off.
 func (e *Engine) SetExpiryTimestamps(instance, name, family string, on bool) (*Meta, error) {
-	if err := e.checkOpen(); err != nil {
+	if err := e.enter(); err != nil {
 		return nil, err
 	}
+	defer e.leave()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	old, ok := e.tables[catalogKey(instance, name)]
@@ -313,9 +318,10 @@ func (e *Engine) SetExpiryTimestamps(instance, name, family string, on bool) (*M
 
 // SetDeletionProtection changes a table's deletion protection.
 func (e *Engine) SetDeletionProtection(instance, name string, on bool) (*Meta, error) {
-	if err := e.checkOpen(); err != nil {
+	if err := e.enter(); err != nil {
 		return nil, err
 	}
+	defer e.leave()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	old, ok := e.tables[catalogKey(instance, name)]
@@ -351,6 +357,10 @@ func (e *Engine) saveMetaLocked(m *Meta) error {
 // DropRowRange deletes every row whose key starts with prefix, or every row
 // of the table when all is true.
 func (e *Engine) DropRowRange(instance, name string, prefix []byte, all bool) error {
+	if err := e.enter(); err != nil {
+		return err
+	}
+	defer e.leave()
 	m, err := e.Table(instance, name)
 	if err != nil {
 		return err

@@ -100,7 +100,10 @@ type Engine struct {
 
 	seed     maphash.Seed
 	rowLocks [rowLockStripes]sync.Mutex
-	closed   atomic.Bool
+	// closeMu is held shared by every running operation and exclusively
+	// by Close, which so waits for them all.
+	closeMu sync.RWMutex
+	closed  atomic.Bool
 }
 
 // Open opens the engine on opts.Dir.
@@ -134,15 +137,8 @@ func (e *Engine) Close() error {
 	if !e.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	// Take every row lock so no write is half-way through.
-	for i := range e.rowLocks {
-		e.rowLocks[i].Lock()
-	}
-	defer func() {
-		for i := range e.rowLocks {
-			e.rowLocks[i].Unlock()
-		}
-	}()
+	e.closeMu.Lock()
+	defer e.closeMu.Unlock()
 	return e.store.Close()
 }
 
@@ -195,6 +191,20 @@ func (e *Engine) stripe(tableID uint64, row []byte) int {
 	return int(h.Sum64() % rowLockStripes)
 }
 
+// enter registers a running operation, failing once Close has begun.
+// Operations must not nest enter calls (Close would deadlock between them).
+func (e *Engine) enter() error {
+	e.closeMu.RLock()
+	if e.closed.Load() {
+		e.closeMu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// leave ends an operation registered by enter.
+func (e *Engine) leave() { e.closeMu.RUnlock() }
+
 func (e *Engine) checkOpen() error {
 	if e.closed.Load() {
 		return ErrClosed
@@ -246,6 +256,24 @@ func (e *Engine) Tables(instance string) []*Meta {
 		return out[i].Name < out[j].Name
 	})
 	return out
+}
+
+// commitVisible applies b so that readers see it at once, and returns a
+// function that waits until it is durable (the WAL synced) and releases b.
+// Writers drop their row locks before waiting, so concurrent commits share
+// one fsync instead of queueing behind each other's.
+func (e *Engine) commitVisible(b *pebble.Batch) (func() error, error) {
+	if err := e.store.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("ebbtable: commit: %w", err)
+	}
+	return func() error {
+		defer b.Close()
+		if err := b.SyncWait(); err != nil {
+			return fmt.Errorf("ebbtable: commit: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // commit writes a batch durably: the WAL is synced (and group-committed with

@@ -169,9 +169,10 @@ func (e *Engine) prepare(m *Meta, row []byte, muts []Mutation) ([]prepared, erro
 
 // MutateRow applies mutations to one row atomically and durably.
 func (e *Engine) MutateRow(instance, table string, row []byte, muts []Mutation) error {
-	if err := e.checkOpen(); err != nil {
+	if err := e.enter(); err != nil {
 		return err
 	}
+	defer e.leave()
 	m, err := e.Table(instance, table)
 	if err != nil {
 		return err
@@ -181,16 +182,17 @@ func (e *Engine) MutateRow(instance, table string, row []byte, muts []Mutation) 
 		return err
 	}
 	unlock := e.LockRow(m.ID, row)
-	defer unlock()
-	return e.applyLocked(m, row, ps)
+	wait, err := e.applyLocked(m, row, ps)
+	unlock()
+	if err != nil {
+		return err
+	}
+	return wait()
 }
 
 // applyLocked writes prepared mutations in one durable batch. The row lock
 // must be held.
-func (e *Engine) applyLocked(m *Meta, row []byte, ps []prepared) error {
-	if err := e.checkOpen(); err != nil {
-		return err
-	}
+func (e *Engine) applyLocked(m *Meta, row []byte, ps []prepared) (wait func() error, err error) {
 	needsRead := false
 	for _, p := range ps {
 		needsRead = needsRead || p.Kind != SetCell
@@ -201,13 +203,13 @@ func (e *Engine) applyLocked(m *Meta, row []byte, ps []prepared) error {
 	} else {
 		b = e.store.NewBatch()
 	}
-	defer b.Close()
 	for _, p := range ps {
 		if err := e.applyOne(b, m, row, p); err != nil {
-			return err
+			b.Close()
+			return nil, err
 		}
 	}
-	return e.commit(b)
+	return e.commitVisible(b)
 }
 
 func (e *Engine) applyOne(b *pebble.Batch, m *Meta, row []byte, p prepared) error {
@@ -322,9 +324,10 @@ type RowMutation struct {
 // MutateRows applies each entry atomically on its own and returns one error
 // (or nil) per entry. The valid entries are committed in one durable batch.
 func (e *Engine) MutateRows(instance, table string, entries []RowMutation) ([]error, error) {
-	if err := e.checkOpen(); err != nil {
+	if err := e.enter(); err != nil {
 		return nil, err
 	}
+	defer e.leave()
 	m, err := e.Table(instance, table)
 	if err != nil {
 		return nil, err
@@ -349,25 +352,27 @@ func (e *Engine) MutateRows(instance, table string, entries []RowMutation) ([]er
 		return errs, nil
 	}
 	unlock := e.LockRows(m.ID, rows)
-	defer unlock()
-	if err := e.checkOpen(); err != nil {
-		return nil, err
-	}
 	var b *pebble.Batch
 	if needsRead {
 		b = e.store.NewIndexedBatch()
 	} else {
 		b = e.store.NewBatch()
 	}
-	defer b.Close()
 	for i, ps := range preps {
 		for _, p := range ps {
 			if err := e.applyOne(b, m, entries[i].Row, p); err != nil {
+				unlock()
+				b.Close()
 				return nil, err
 			}
 		}
 	}
-	if err := e.commit(b); err != nil {
+	wait, err := e.commitVisible(b)
+	unlock()
+	if err != nil {
+		return nil, err
+	}
+	if err := wait(); err != nil {
 		return nil, err
 	}
 	return errs, nil

@@ -100,9 +100,10 @@ func (r *ReadRequest) intervals() ([]interval, error) {
 // consistent snapshot, after hiding expired cells and applying the filter.
 // Rows left with no cells are skipped and do not count toward the limit.
 func (e *Engine) ReadRows(ctx context.Context, instance, table string, req ReadRequest, fn func(cell.Row) error) error {
-	if err := e.checkOpen(); err != nil {
+	if err := e.enter(); err != nil {
 		return err
 	}
+	defer e.leave()
 	m, err := e.Table(instance, table)
 	if err != nil {
 		return err

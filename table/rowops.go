@@ -12,9 +12,10 @@ import (
 // cells, and applies trueMuts if any cell passes (or the row has any cell,
 // when pred is nil), falseMuts otherwise — atomically.
 func (e *Engine) CheckAndMutate(instance, table string, row []byte, pred RowFilter, trueMuts, falseMuts []Mutation) (bool, error) {
-	if err := e.checkOpen(); err != nil {
+	if err := e.enter(); err != nil {
 		return false, err
 	}
+	defer e.leave()
 	m, err := e.Table(instance, table)
 	if err != nil {
 		return false, err
@@ -37,7 +38,12 @@ func (e *Engine) CheckAndMutate(instance, table string, row []byte, pred RowFilt
 		}
 	}
 	unlock := e.LockRow(m.ID, row)
-	defer unlock()
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
 	r, err := e.readRowLocked(m, row)
 	if err != nil {
 		return false, err
@@ -53,7 +59,13 @@ func (e *Engine) CheckAndMutate(instance, table string, row []byte, pred RowFilt
 	if len(ps) == 0 {
 		return matched, nil
 	}
-	return matched, e.applyLocked(m, row, ps)
+	wait, err := e.applyLocked(m, row, ps)
+	unlock()
+	locked = false
+	if err != nil {
+		return false, err
+	}
+	return matched, wait()
 }
 
 // RMWRule is one rule of ReadModifyWrite: append bytes to, or add a signed
@@ -69,9 +81,10 @@ type RMWRule struct {
 // ReadModifyWrite applies rules to the newest visible cells of a row
 // atomically and returns the new cells it wrote.
 func (e *Engine) ReadModifyWrite(instance, table string, row []byte, rules []RMWRule) (cell.Row, error) {
-	if err := e.checkOpen(); err != nil {
+	if err := e.enter(); err != nil {
 		return cell.Row{}, err
 	}
+	defer e.leave()
 	m, err := e.Table(instance, table)
 	if err != nil {
 		return cell.Row{}, err
@@ -88,7 +101,12 @@ func (e *Engine) ReadModifyWrite(instance, table string, row []byte, rules []RMW
 		}
 	}
 	unlock := e.LockRow(m.ID, row)
-	defer unlock()
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
 	cur, err := e.readRowLocked(m, row)
 	if err != nil {
 		return cell.Row{}, err
@@ -149,7 +167,13 @@ func (e *Engine) ReadModifyWrite(instance, table string, row []byte, rules []RMW
 	if err != nil {
 		return cell.Row{}, err
 	}
-	if err := e.applyLocked(m, row, ps); err != nil {
+	wait, err := e.applyLocked(m, row, ps)
+	unlock()
+	locked = false
+	if err != nil {
+		return cell.Row{}, err
+	}
+	if err := wait(); err != nil {
 		return cell.Row{}, err
 	}
 	return out, nil

@@ -13,6 +13,10 @@ type Sample struct {
 // and, last, the empty key standing for the table's end, with on-disk size
 // estimates.
 func (e *Engine) SampleRowKeys(instance, table string) ([]Sample, error) {
+	if err := e.enter(); err != nil {
+		return nil, err
+	}
+	defer e.leave()
 	m, err := e.Table(instance, table)
 	if err != nil {
 		return nil, err
