@@ -4,9 +4,9 @@ package table_test
 // convention 8): seeded random sequences of mutations, read-modify-writes,
 // check-and-mutates, row-range drops, schema changes, clock advances,
 // collector passes and reopens run against both, and every read must return
-// exactly what the model says. Replay one seed with
+// exactly what the model says. Try another seed or a longer run with
 //
-//	go test -run 'TestModel/seed=7$' ./table -model.ops=5000
+//	go test ./table -run 'TestModel$' -model.seed=7 -model.ops=20000
 
 import (
 	"bytes"
@@ -419,8 +419,8 @@ func newModelRun(t *testing.T, seed uint64) *modelRun {
 func (r *modelRun) fatalf(format string, args ...any) {
 	r.t.Helper()
 	tail := r.log[max(0, len(r.log)-40):]
-	r.t.Fatalf("seed %d, op %d: %s\n\nlast %d ops (clock t0 = %s):\n%s\nreplay: go test -run 'TestModel/seed=%d$' ./table",
-		r.seed, r.op, fmt.Sprintf(format, args...), len(tail), modelStart.Format(time.RFC3339), strings.Join(tail, "\n"), r.seed)
+	r.t.Fatalf("seed %d, op %d: %s\n\nlast %d ops (clock t0 = %s):\n%s\nreplay: go test ./table -run 'TestModel$' -model.seed=%d -model.ops=%d",
+		r.seed, r.op, fmt.Sprintf(format, args...), len(tail), modelStart.Format(time.RFC3339), strings.Join(tail, "\n"), r.seed, r.op+1)
 }
 
 // recoverPanic turns a panic inside the engine (Pebble's invariant checks
