@@ -17,12 +17,7 @@ import (
 var Comparer = func() *pebble.Comparer {
 	c := *pebble.DefaultComparer
 	c.Name = "ebbtable.cells.v1"
-	c.Split = func(k []byte) int {
-		if len(k) >= minCellKeyLen && k[0] == tagCell {
-			return len(k) - SuffixLen
-		}
-		return len(k)
-	}
+	c.Split = splitCellKey
 	c.Compare = bytes.Compare
 	c.ComparePointSuffixes = bytes.Compare
 	c.CompareRangeSuffixes = bytes.Compare

@@ -240,3 +240,43 @@ func DecodeQualifier(b []byte) ([]byte, error) {
 	}
 	return q, nil
 }
+
+// splitCellKey is the comparer's Split: the length of a key's prefix. Only
+// a complete cell key — tag, table id, escaped row, family id, escaped
+// qualifier, then exactly the 8-byte suffix — has a suffix; every other key
+// (metadata, and the row, family and column prefixes used as iterator
+// bounds) is all prefix. The check walks the key's structure rather than
+// trusting its length, since a bound may be as long as a cell key.
+func splitCellKey(k []byte) int {
+	if len(k) < minCellKeyLen || k[0] != tagCell {
+		return len(k)
+	}
+	i := skipEscaped(k, 9)
+	if i < 0 || i+4 > len(k) {
+		return len(k)
+	}
+	i = skipEscaped(k, i+4)
+	if i < 0 || len(k)-i != SuffixLen {
+		return len(k)
+	}
+	return i
+}
+
+// skipEscaped returns the index just past the escaped string starting at
+// k[i], or -1 if it does not end.
+func skipEscaped(k []byte, i int) int {
+	for ; i+1 < len(k); i++ {
+		if k[i] != 0 {
+			continue
+		}
+		switch k[i+1] {
+		case 1:
+			return i + 2
+		case 0xFF:
+			i++
+		default:
+			return -1
+		}
+	}
+	return -1
+}

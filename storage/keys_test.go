@@ -134,3 +134,27 @@ func FuzzDecodeCellKey(f *testing.F) {
 		}
 	})
 }
+
+// TestSplitOnlySplitsCellKeys: bounds built from row, family and column
+// prefixes are never mistaken for cell keys, however long they are.
+func TestSplitOnlySplitsCellKeys(t *testing.T) {
+	long := []byte("user-0000000001-with-a-long-key")
+	for _, tid := range []uint64{1, 9, 1 << 40} {
+		for _, row := range [][]byte{long, []byte("r"), {0, 1, 0, 1}, []byte("\x00\x00\x00\x00\x00\x00\x00\x01")} {
+			bounds := [][]byte{
+				TablePrefix(tid), TableEnd(tid), RowPrefix(tid, row), RowAfter(tid, row),
+				FamilyPrefix(tid, row, 1), FamilyPrefix(tid, row, 9), ColumnPrefix(tid, row, 2, long),
+				PrefixEnd(ColumnPrefix(tid, row, 2, []byte("q"))), RowPrefixScanStart(tid, row), RowPrefixScanEnd(tid, row),
+			}
+			for _, b := range bounds {
+				if got := Comparer.Split(b); got != len(b) {
+					t.Fatalf("bound %x split at %d", b, got)
+				}
+			}
+			k := CellKey(tid, row, 3, long, 5000)
+			if got := Comparer.Split(k); got != len(k)-SuffixLen {
+				t.Fatalf("cell key %x split at %d", k, got)
+			}
+		}
+	}
+}

@@ -36,7 +36,7 @@ import (
 var (
 	modelSeedFlag = flag.Uint64("model.seed", 0, "TestModel: run only this seed (0 runs the default seeds)")
 	modelOpsFlag  = flag.Int("model.ops", 2000, "TestModel: operations per seed")
-	modelLongKeys = flag.Bool("model.longkeys", false, "TestModel: also use row keys and qualifiers long enough to hit TestModelRepro_LongKeyBounds")
+	modelLongKeys = flag.Bool("model.longkeys", true, "TestModel: also use row keys and qualifiers long enough to hit TestModelRepro_LongKeyBounds")
 )
 
 // ---------------------------------------------------------------------------
@@ -334,10 +334,9 @@ var (
 		name string
 		rule refRule
 	}{{"vers", ruleVersions2}, {"never", ruleNever}, {"age", ruleAge1h}, {"both", ruleBoth}}
-	// Keys are kept short: every iterator bound the engine builds from them
-	// (row, family and column prefixes) stays under 25 bytes. Longer bounds
-	// hit the bug in TestModelRepro_LongKeyBounds; -model.longkeys adds keys
-	// that do.
+	// Short keys, plus (with -model.longkeys, on by default) keys long
+	// enough that the iterator bounds built from them reach cell-key length,
+	// which once exposed the bug in TestModelRepro_LongKeyBounds.
 	modelRowKeys = []string{"a", "a\x00", "a\x00\x00", "a\x00b", "ab", "abc", "b", "\x00", "\x00\x01", "\xff"}
 	modelHotRows = []string{"a", "a\x00", "ab"}
 	modelQuals   = []string{"", "\x00", "q"}
@@ -1029,18 +1028,15 @@ func TestModelAtomicity(t *testing.T) {
 	}
 }
 
-// TestModelRepro_LongKeyBounds: once cells are in an SSTable, iterator bounds
-// of 25 bytes or more that are not whole cell keys (row, family and column
-// prefixes) are misread. storage.Comparer.Split takes the last 8 bytes of any
-// such key as a timestamp suffix, which disagrees with its bytewise Compare;
-// Pebble's columnar blocks (FormatNewest) seek by prefix then suffix, so a
-// seek lands before the bound. A point read returns the previous row, a
-// reversed range misses its last row, and DeleteFromColumn deletes the row's
-// earlier columns. Under -race Pebble's invariant checks panic instead ("key
-// < lower bound", "levelIter L6: lower bound violation"). TestModel finds it
-// with -model.longkeys (reopens flush the memtable).
+// TestModelRepro_LongKeyBounds is the regression test of a bug TestModel
+// found: storage.Comparer.Split once took the last 8 bytes of any cell-space
+// key of 25 bytes or more as a timestamp suffix, including iterator bounds
+// (row, family and column prefixes). Pebble's columnar blocks seek by prefix
+// then suffix, so once data was in an SSTable a seek landed before its
+// bound: a point read returned the previous row, a reversed range missed its
+// last row, and DeleteFromColumn deleted the row's earlier columns. Split now
+// walks the key's structure and splits only complete cell keys.
 func TestModelRepro_LongKeyBounds(t *testing.T) {
-	t.Skip("engine bug: iterator bounds of >= 25 bytes misread by storage.Comparer.Split once data is flushed (see the comment)")
 	eng, err := table.Open(table.Options{Dir: t.TempDir(), Clock: clock.NewFake(modelStart), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
