@@ -243,8 +243,11 @@ func tablesMatching(ms []*table.Meta, sel Selector) []*table.Meta {
 // BeforeRuleChange is the engine's schema hook: in the default visibility
 // mode, a family is swept under its old rule before the rule changes, so
 // loosening a rule never brings back a cell readers could not see.
-func (c *Collector) BeforeRuleChange(old *table.Meta, f table.Family, _ gcrule.Rule) error {
-	if c.eng.Visibility() == table.UntilCollected {
+//
+// Only a change that would keep some cell the old rule makes eligible needs
+// this (gcrule.Looser); a stricter change takes effect at once.
+func (c *Collector) BeforeRuleChange(old *table.Meta, f table.Family, next gcrule.Rule) error {
+	if c.eng.Visibility() == table.UntilCollected || !gcrule.Looser(f.GC, next) {
 		return nil
 	}
 	_, err := c.sweepTable(context.Background(), old, f.ID)
