@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
+	"github.com/ebbtable/ebbtable/collector"
 	"github.com/ebbtable/ebbtable/server"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/spf13/cobra"
@@ -23,6 +25,10 @@ type serveFlags struct {
 	httpAddr   string
 	visibility string
 	clusterID  string
+
+	gcInterval   time.Duration
+	gcBatchCells int
+	gcPause      time.Duration
 }
 
 func newServeCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -39,9 +45,15 @@ Once the server accepts connections it prints one line to stdout:
 
 with the address it actually listens on (so --addr 127.0.0.1:0 reveals the
 chosen port). Logs go to stderr. SIGINT or SIGTERM stops the server
-gracefully; a second signal kills it.`,
+gracefully; a second signal kills it.
+
+The garbage collector starts a pass every --gc-interval (a fixed cadence,
+however long a pass runs); 'ebbtable gc run' starts one at once. A pass
+deletes at most --gc-batch-cells cells per batch (examining up to twice as
+many) and waits --gc-pause between batches.`,
 		Example: `  ebbtable serve --data /var/lib/ebbtable
-  ebbtable serve --addr 127.0.0.1:0 --http-addr off --data /tmp/ebb`,
+  ebbtable serve --addr 127.0.0.1:0 --http-addr off --data /tmp/ebb
+  ebbtable serve --gc-interval 10m --gc-batch-cells 500 --gc-pause 5ms`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts, err := f.options(cmd)
@@ -59,6 +71,9 @@ gracefully; a second signal kills it.`,
 	fl.StringVar(&f.httpAddr, "http-addr", "localhost:8087", `metrics and health address, HOST:PORT, or "off" to disable`)
 	fl.StringVar(&f.visibility, "gc-visibility", "hidden", "cells a GC rule makes eligible: hidden at once, or readable until-collected")
 	fl.StringVar(&f.clusterID, "cluster-id", "ebbtable", "cluster name reported in replication views")
+	fl.DurationVar(&f.gcInterval, "gc-interval", time.Minute, "start a garbage-collection pass this often")
+	fl.IntVar(&f.gcBatchCells, "gc-batch-cells", 1000, "most cells the garbage collector deletes in one batch")
+	fl.DurationVar(&f.gcPause, "gc-pause", 0, "pause between the garbage collector's batches (0: none)")
 	return cmd
 }
 
@@ -90,12 +105,48 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 	if err != nil {
 		return server.Options{}, usageError{err}
 	}
+	gc, err := f.gcOptions()
+	if err != nil {
+		return server.Options{}, err
+	}
 	return server.Options{
 		Addr:       addr,
 		DataDir:    f.dataDir,
 		HTTPAddr:   f.httpAddr,
 		ClusterID:  f.clusterID,
 		Visibility: vis,
+		GC:         gc,
+	}, nil
+}
+
+// maxBatchCells bounds --gc-batch-cells, so a batch (and the cells examined
+// for it) stays a size one Pebble batch can hold.
+const maxBatchCells = 1 << 20
+
+// gcOptions validates the --gc-* flags and turns them into collector
+// options. The collector reads zero as "use the default", so the flags'
+// zero values are refused or translated here.
+func (f *serveFlags) gcOptions() (collector.Options, error) {
+	if f.gcInterval <= 0 {
+		return collector.Options{}, usagef("--gc-interval %v must be positive", f.gcInterval)
+	}
+	if f.gcBatchCells <= 0 || f.gcBatchCells > maxBatchCells {
+		return collector.Options{}, usagef("--gc-batch-cells %d must be between 1 and %d", f.gcBatchCells, maxBatchCells)
+	}
+	if f.gcPause < 0 {
+		return collector.Options{}, usagef("--gc-pause %v is negative", f.gcPause)
+	}
+	pause := f.gcPause
+	if pause == 0 {
+		pause = -1 // the collector's "no pause"; its zero means 1ms
+	}
+	return collector.Options{
+		Interval:   f.gcInterval,
+		BatchCells: f.gcBatchCells,
+		// The collector's defaults examine twice the batch size before
+		// cutting a batch; keep that ratio for other batch sizes.
+		ScanCells: 2 * f.gcBatchCells,
+		Pause:     pause,
 	}, nil
 }
 
@@ -121,7 +172,8 @@ func serve(ctx context.Context, opts server.Options, stdout io.Writer) error {
 		stop()
 	}()
 	err := server.Run(ctx, opts, func(addr string) {
-		opts.Logger.Info("serving", "addr", addr, "data", opts.DataDir, "http", opts.HTTPAddr, "gc_visibility", opts.Visibility.String())
+		opts.Logger.Info("serving", "addr", addr, "data", opts.DataDir, "http", opts.HTTPAddr, "gc_visibility", opts.Visibility.String(),
+			"gc_interval", opts.GC.Interval, "gc_batch_cells", opts.GC.BatchCells, "gc_pause", max(opts.GC.Pause, 0))
 		fmt.Fprintf(stdout, "ebbtable running on %s\n", addr)
 	})
 	if err != nil {

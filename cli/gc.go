@@ -1,0 +1,240 @@
+package cli
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ebbtable/ebbtable/gcrule"
+	"github.com/ebbtable/ebbtable/server"
+	"github.com/spf13/cobra"
+)
+
+// newGCCmd is `ebbtable gc`: run, plan and status, each one call to the
+// server's ebbtable admin service.
+func newGCCmd() *cobra.Command {
+	var cf connFlags
+	cmd := &cobra.Command{
+		Use:   "gc",
+		Short: "Garbage collection: run a pass, plan a rule, show status",
+		Long: `Talk to the garbage collector of a running server.
+
+  gc run      run a pass now and print what it collected
+  gc plan     count what a GC rule would make eligible, changing nothing
+  gc status   show each table's rules, last pass, expiry debt and size`,
+		Args: exactArgs(0, "a subcommand: run, plan or status"),
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cf.register(cmd)
+	cmd.AddCommand(newGCRunCmd(&cf), newGCPlanCmd(&cf), newGCStatusCmd(&cf))
+	return cmd
+}
+
+func newGCRunCmd(cf *connFlags) *cobra.Command {
+	var (
+		tbl    string
+		wait   bool
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "run [--table TABLE] [--wait]",
+		Short: "Run a garbage-collection pass now and print what it did",
+		Long: `Run a garbage-collection pass now over every table of the instance, or only
+--table, and print one line: the tables passed over, the cells examined, the
+cells and bytes collected and how long it took.
+
+The command returns when the pass is done: --wait is the only mode (it is
+accepted so scripts can say so). Passes never overlap, so if the background
+collector is in a pass this one starts after it. Interrupting the command
+stops the pass between two batches; what was collected stays collected.`,
+		Example: `  ebbtable gc run
+  ebbtable gc run --table events --wait`,
+		Args: exactArgs(0, "no arguments (the table goes in --table)"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tableSet := cmd.Flags().Changed("table")
+			if tableSet && tbl == "" {
+				return usagef("--table must not be empty (leave it out to collect every table)")
+			}
+			if !wait {
+				return usagef("--wait=false is not supported: gc run always returns when the pass is done")
+			}
+			ctx, cancel := cf.context(cmd.Context())
+			defer cancel()
+			req := map[string]any{}
+			if tableSet {
+				req["table"] = tbl
+			}
+			resp, err := cf.callEbbAdmin(ctx, server.MethodGCRun, req)
+			if err != nil {
+				return fmt.Errorf("gc run: %w", err)
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), resp)
+			}
+			r := fields(resp.GetFields())
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: examined %s, collected %s (%s) in %s\n",
+				plural(r.int("tables"), "table"), plural(r.int("examined"), "cell"),
+				plural(r.int("collected"), "cell"), humanBytes(r.int("collected_bytes")),
+				humanDuration(r.seconds("duration_seconds")))
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&tbl, "table", "", "collect only this table (default: every table of the instance)")
+	fl.BoolVar(&wait, "wait", true, "return when the pass is done (the only mode)")
+	fl.BoolVar(&asJSON, "json", false, "print the server's answer as JSON")
+	return cmd
+}
+
+func newGCPlanCmd(cf *connFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "plan TABLE FAMILY RULE",
+		Short: "Count what a GC rule would make eligible now, changing nothing",
+		Long: `Count the cells and bytes of one column family that RULE would make eligible
+for collection if it were the family's rule now, and those the family's
+current rule makes eligible now, without changing anything. It prints RULE as
+the official clients print GC policies.
+
+RULE is in cbt's syntax (quote it for the shell):
+
+  maxage=30d                      units ms, s, m, h, d
+  maxversions=2
+  maxage=30d || maxversions=2     a union ("or" works too)
+  maxage=30d && maxversions=1     an intersection ("and" works too)
+  never                           no garbage collection
+
+In the default --gc-visibility hidden mode, readers stop seeing eligible cells
+as soon as a rule makes them so: the first count is what a reader would stop
+seeing if the rule were set now.`,
+		Example: `  ebbtable gc plan events cf 'maxage=30d || maxversions=2'`,
+		Args:    exactArgs(3, "a table, a column family and a GC rule"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tbl, family, rule := args[0], args[1], args[2]
+			if tbl == "" || family == "" {
+				return usagef("the table and family must not be empty")
+			}
+			// The server parses the rule too; parsing here makes a bad
+			// rule a usage error, found before any connection.
+			if _, err := gcrule.Parse(rule); err != nil {
+				return usageError{err}
+			}
+			ctx, cancel := cf.context(cmd.Context())
+			defer cancel()
+			resp, err := cf.callEbbAdmin(ctx, server.MethodGCPlan, map[string]any{"table": tbl, "family": family, "rule": rule})
+			if err != nil {
+				return fmt.Errorf("gc plan %s %s: %w", tbl, family, err)
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), resp)
+			}
+			r := fields(resp.GetFields())
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintf(tw, "table\t%s\n", tbl)
+			fmt.Fprintf(tw, "family\t%s\n", family)
+			fmt.Fprintf(tw, "rule\t%s\n", r.str("rule"))
+			fmt.Fprintf(tw, "eligible under rule\t%s (%s)\n", plural(r.int("cells"), "cell"), humanBytes(r.int("bytes")))
+			fmt.Fprintf(tw, "eligible under current rule\t%s (%s)\n", plural(r.int("currently_cells"), "cell"), humanBytes(r.int("currently_bytes")))
+			fmt.Fprintf(tw, "examined\t%s\n", plural(r.int("examined"), "cell"))
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the server's answer as JSON")
+	return cmd
+}
+
+func newGCStatusCmd(cf *connFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the garbage collector's state, table by table",
+		Long: `Show the collector's interval, the server's --gc-visibility mode and the
+last background pass over all tables (gc run does not count). Then, for each
+table of the instance: its column families and their GC rules (as the
+official clients print them); when the collector last passed over it and what
+that pass examined and collected; its expiry debt (cells that were eligible
+but not yet collected when that pass reached them, their bytes, and how long
+the oldest had been eligible); its logical bytes (keys and values of live
+cells as of the last full scan, 0 until a pass had to read the whole table)
+and estimated disk bytes. "-" marks figures a table does not have yet.
+
+--json prints the server's answer unchanged, as JSON.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := cf.context(cmd.Context())
+			defer cancel()
+			resp, err := cf.callEbbAdmin(ctx, server.MethodGCStatus, nil)
+			if err != nil {
+				return fmt.Errorf("gc status: %w", err)
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), resp)
+			}
+			return printGCStatus(cmd.OutOrStdout(), fields(resp.GetFields()))
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the server's answer as JSON")
+	return cmd
+}
+
+// printGCStatus lays out a GcStatus answer: a header, then one line per
+// column family, the table's figures on its first line.
+func printGCStatus(w io.Writer, r fields) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "interval\t%s\n", r.seconds("interval_seconds"))
+	fmt.Fprintf(tw, "visibility\t%s\n", r.str("visibility"))
+	last := "none yet"
+	if started := r.str("last_pass_started"); started != "" {
+		last = fmt.Sprintf("%s (took %s)", formatPassTime(started), humanDuration(r.seconds("last_pass_seconds")))
+	}
+	fmt.Fprintf(tw, "last background pass\t%s\n", last)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	tables := r.list("tables")
+	if len(tables) == 0 {
+		_, err := fmt.Fprintln(w, "\nno tables")
+		return err
+	}
+	slices.SortFunc(tables, func(a, b fields) int { return cmp.Compare(a.str("table"), b.str("table")) })
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TABLE\tFAMILY\tRULE\tLAST PASS\tEXAMINED\tCOLLECTED\tCOLLECTED BYTES\tDEBT CELLS\tDEBT BYTES\tDEBT OLDEST\tLOGICAL BYTES\tDISK BYTES")
+	for _, t := range tables {
+		fams := t.list("families")
+		slices.SortFunc(fams, func(a, b fields) int { return cmp.Compare(a.str("name"), b.str("name")) })
+		name, rule := "-", "-"
+		if len(fams) > 0 {
+			name, rule = fams[0].str("name"), fams[0].str("rule")
+		}
+		figures := "-\t-\t-\t-\t-\t-\t-\t-\t-"
+		if lp := t.str("last_pass"); lp != "" {
+			oldest := "-"
+			if t.int("debt_cells") > 0 {
+				oldest = humanDuration(t.seconds("debt_oldest_seconds"))
+			}
+			figures = fmt.Sprintf("%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s",
+				formatPassTime(lp), t.int("examined"), t.int("collected"), humanBytes(t.int("collected_bytes")),
+				t.int("debt_cells"), humanBytes(t.int("debt_bytes")), oldest,
+				humanBytes(t.int("logical_bytes")), humanBytes(t.int("disk_bytes")))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.str("table"), name, rule, figures)
+		for _, f := range fams[min(1, len(fams)):] {
+			fmt.Fprintf(tw, "\t%s\t%s\n", f.str("name"), f.str("rule"))
+		}
+	}
+	return tw.Flush()
+}
+
+// formatPassTime shortens the server's RFC 3339 time to milliseconds, UTC.
+func formatPassTime(s string) string {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return s
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+}
