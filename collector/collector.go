@@ -220,7 +220,7 @@ func (c *Collector) RunPass(ctx context.Context, sel Selector) (PassStats, error
 	if len(errs) > 0 {
 		return st, errors.Join(errs...)
 	}
-	if sel == (Selector{}) {
+	if sel.Table == "" {
 		c.m.passDuration.Observe(st.Duration.Seconds())
 		c.m.lastPass.Set(float64(c.opts.Clock.Now().UnixNano()) / 1e9)
 		c.statusMu.Lock()

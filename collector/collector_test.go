@@ -298,3 +298,27 @@ func TestPlanIsADryRun(t *testing.T) {
 		t.Fatal("plan on a missing family succeeded")
 	}
 }
+
+// TestLiveDebt: DebtOf counts what is eligible and not yet collected, with
+// how long the oldest has waited, and drops to zero after a pass.
+func TestLiveDebt(t *testing.T) {
+	e := newEnv(t, table.HideEligible, Options{})
+	e.create(t, "t", map[string]string{"cf": "maxage=1h"})
+	now := e.now()
+	e.set(t, "t", "a", "cf", "q", now, 0)
+	e.set(t, "t", "b", "cf", "q", now-2*time.Hour.Microseconds(), 0) // eligible for an hour
+	e.set(t, "t", "c", "cf", "q", now, now+time.Minute.Microseconds())
+	e.clock.Advance(2 * time.Minute) // c expired a minute ago
+	m, _ := e.eng.Table(inst, "t")
+	d, err := e.col.DebtOf(context.Background(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Cells != 2 || d.Bytes == 0 || d.Oldest != time.Hour+2*time.Minute {
+		t.Fatalf("debt %+v", d)
+	}
+	e.pass(t)
+	if d, _ := e.col.DebtOf(context.Background(), m); d.Cells != 0 || d.Oldest != 0 {
+		t.Fatalf("debt after pass %+v", d)
+	}
+}

@@ -52,15 +52,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		debtCells: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ebbtable_gc_expiry_debt_cells",
-			Help: "Cells that were eligible but not yet collected when the last pass reached them.",
+			Help: "Cells eligible for collection but not yet collected: measured by each pass as it reaches a table, and live by gc status.",
 		}, []string{"instance", "table"}),
 		debtBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ebbtable_gc_expiry_debt_bytes",
-			Help: "Logical bytes that were eligible but not yet collected when the last pass reached them.",
+			Help: "Logical bytes eligible for collection but not yet collected (as the cells gauge).",
 		}, []string{"instance", "table"}),
 		debtOldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ebbtable_gc_expiry_debt_oldest_seconds",
-			Help: "How long the oldest eligible cell had been eligible when the last pass collected it.",
+			Help: "How long the oldest uncollected eligible cell has been eligible (as the cells gauge; 0 when unknown, as for version-count eligibility).",
 		}, []string{"instance", "table"}),
 		logicalBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ebbtable_table_logical_bytes",

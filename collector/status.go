@@ -20,8 +20,9 @@ type TableStatus struct {
 	Examined       int64
 	Collected      int64
 	CollectedBytes int64
-	// Debt: cells that were eligible but not yet collected when the pass
-	// reached them, their bytes, and how long the oldest had been eligible.
+	// Debt: what the last pass found eligible and not yet collected (and
+	// then collected), and how long the oldest had been eligible. Live
+	// debt comes from DebtOf.
 	DebtCells  int64
 	DebtBytes  int64
 	DebtOldest time.Duration
@@ -69,6 +70,45 @@ func (c *Collector) Status(instance string) ([]TableStatus, PassStats) {
 		out = append(out, *st)
 	}
 	return out, c.lastPass
+}
+
+// Debt is what is eligible for collection but not yet collected.
+type Debt struct {
+	Cells, Bytes int64
+	// Oldest is how long the longest-waiting eligible cell has been
+	// eligible (0 when only version-count eligibility is waiting: the
+	// moment a newer version displaced a cell is not recorded).
+	Oldest time.Duration
+}
+
+// DebtOf scans a table, changing nothing, and returns its expiry debt now.
+// The gauges are updated with it.
+func (c *Collector) DebtOf(ctx context.Context, m *table.Meta) (Debt, error) {
+	now := clock.Micros(c.opts.Clock.Now())
+	var d Debt
+	var res tableResult
+	cursor, hi := storage.TablePrefix(m.ID), storage.TableEnd(m.ID)
+	for cursor != nil {
+		if err := ctx.Err(); err != nil {
+			return d, err
+		}
+		cands, next, err := c.scanBatch(m, cursor, hi, nil, now, sweepAll, &res)
+		if err != nil {
+			return d, err
+		}
+		for _, cd := range cands {
+			d.Cells++
+			d.Bytes += cd.bytes
+			if cd.eligible > 0 && cd.eligible < now {
+				d.Oldest = max(d.Oldest, time.Duration(now-cd.eligible)*time.Microsecond)
+			}
+		}
+		cursor = next
+	}
+	c.m.debtCells.WithLabelValues(m.Instance, m.Name).Set(float64(d.Cells))
+	c.m.debtBytes.WithLabelValues(m.Instance, m.Name).Set(float64(d.Bytes))
+	c.m.debtOldest.WithLabelValues(m.Instance, m.Name).Set(d.Oldest.Seconds())
+	return d, nil
 }
 
 // PlanResult is a dry run's answer: what a rule would make eligible now.

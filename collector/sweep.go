@@ -106,7 +106,9 @@ func (c *Collector) sweepTable(ctx context.Context, m *table.Meta, onlyFamily ui
 			if err := ctx.Err(); err != nil {
 				return res, err
 			}
+			before := res.examined
 			cands, next, err := c.scanBatch(m, cursor, hi, filters, now, onlyFamily, &res)
+			c.m.cellsExamined.Add(float64(res.examined - before))
 			if err != nil {
 				return res, err
 			}
@@ -178,7 +180,6 @@ func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, filters []pebble
 		ts, exp   []int64
 		reasons   []table.Reason
 		rowLen    int
-		examinedN int
 	)
 	keyOf := func(t int64) []byte {
 		return storage.AppendSuffix(append(make([]byte, 0, len(colPrefix)+storage.SuffixLen), colPrefix...), t)
@@ -204,7 +205,6 @@ func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, filters []pebble
 		}
 		gathered, sizes, ts, exp = 0, sizes[:0], ts[:0], exp[:0]
 	}
-	defer func() { c.m.cellsExamined.Add(float64(examinedN)) }()
 	for valid := it.First(); valid; valid = it.Next() {
 		k := it.Key()
 		n := storage.RowKeyLen(k)
@@ -218,7 +218,6 @@ func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, filters []pebble
 			rowLen = n
 		}
 		examined++
-		examinedN++
 		res.examined++
 		ck := k[:len(k)-storage.SuffixLen]
 		if !bytes.Equal(ck, colPrefix) {
@@ -318,9 +317,9 @@ func (c *Collector) deleteBatch(m *table.Meta, cands []candidate, now int64, res
 	if len(done) == 0 {
 		return nil
 	}
-	// Collection need not be synced: a deletion lost in a crash is found
-	// again by the next pass, and readers never see the cell meanwhile.
-	if err := b.Commit(pebble.NoSync); err != nil {
+	// Synced like any write: in until-collected mode a deletion lost in a
+	// crash would make a collected cell readable again.
+	if err := b.Commit(pebble.Sync); err != nil {
 		return err
 	}
 	c.m.batches.Inc()

@@ -133,6 +133,14 @@ func (a *ebbAdmin) gcStatus(ctx context.Context, in *structpb.Struct) (*structpb
 				fams = append(fams, map[string]any{"name": f.Name, "rule": f.GC.String()})
 			}
 		}
+		// Live debt: a dry scan of the table now.
+		if m, err := a.s.engine.Table(st.Instance, st.Table); err == nil {
+			d, err := a.s.collector.DebtOf(ctx, m)
+			if err != nil {
+				return nil, toStatus(err)
+			}
+			st.DebtCells, st.DebtBytes, st.DebtOldest = d.Cells, d.Bytes, d.Oldest
+		}
 		lastPass := ""
 		if !st.LastPass.IsZero() {
 			lastPass = st.LastPass.UTC().Format(time.RFC3339Nano)
