@@ -73,7 +73,7 @@ many) and waits --gc-pause between batches.`,
 	fl.StringVar(&f.clusterID, "cluster-id", "ebbtable", "cluster name reported in replication views")
 	fl.DurationVar(&f.gcInterval, "gc-interval", time.Minute, "start a garbage-collection pass this often")
 	fl.IntVar(&f.gcBatchCells, "gc-batch-cells", 1000, "most cells the garbage collector deletes in one batch")
-	fl.DurationVar(&f.gcPause, "gc-pause", 0, "pause between the garbage collector's batches (0: none)")
+	fl.DurationVar(&f.gcPause, "gc-pause", time.Millisecond, "pause between the garbage collector's batches, so foreground reads keep their latency (0: none)")
 	return cmd
 }
 
