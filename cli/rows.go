@@ -7,27 +7,34 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"cloud.google.com/go/bigtable"
+	"github.com/ebbtable/ebbtable/server"
+	"github.com/ebbtable/ebbtable/table"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/metadata"
 )
 
 func newReadCmd() *cobra.Command {
 	var (
-		cf     connFlags
-		prefix string
-		limit  int64
+		cf         connFlags
+		prefix     string
+		limit      int64
+		showExpiry bool
 	)
 	cmd := &cobra.Command{
 		Use:   "read TABLE",
 		Short: "Print rows of a table",
 		Long: `Print rows of a table in key order, in the layout cbt uses: a line of dashes,
 the row key, then for each cell its column and timestamp (RFC 3339, UTC, with
-milliseconds) and, indented below, its value quoted.`,
-		Example: `  ebbtable read users --prefix user#12 --limit 10`,
-		Args:    exactArgs(1, "a table name"),
+milliseconds) and, indented below, its value quoted. With --show-expiry, a
+cell that has a native expiry (a cell TTL) shows it after the timestamp.`,
+		Example: `  ebbtable read users --prefix user#12 --limit 10
+  ebbtable read events --show-expiry`,
+		Args: exactArgs(1, "a table name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if limit < 0 {
 				return usagef("--limit %d is negative", limit)
@@ -47,6 +54,9 @@ milliseconds) and, indented below, its value quoted.`,
 				return err
 			}
 			defer client.Close()
+			if showExpiry {
+				ctx = metadata.AppendToOutgoingContext(ctx, server.MetaShowExpiry, "true")
+			}
 			w := bufio.NewWriter(cmd.OutOrStdout())
 			err = client.Open(args[0]).ReadRows(ctx, rr, func(r bigtable.Row) bool {
 				printRow(w, r)
@@ -63,6 +73,7 @@ milliseconds) and, indented below, its value quoted.`,
 	}
 	cmd.Flags().StringVar(&prefix, "prefix", "", "read only rows whose key starts with this")
 	cmd.Flags().Int64Var(&limit, "limit", 0, "read at most this many rows (0: no limit)")
+	cmd.Flags().BoolVar(&showExpiry, "show-expiry", false, "print each cell's native expiry (cell TTL), if it has one")
 	cf.register(cmd)
 	return cmd
 }
@@ -71,8 +82,9 @@ milliseconds) and, indented below, its value quoted.`,
 const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // printRow writes one row: dashes, the key, then each cell's column and
-// timestamp with its quoted value indented below. Families are sorted;
-// within a family cells keep the server's order (column, newest first).
+// timestamp (and its expiry, when the server labelled it with one) with its
+// quoted value indented below. Families are sorted; within a family cells
+// keep the server's order (column, newest first).
 func printRow(w io.Writer, r bigtable.Row) {
 	fmt.Fprintln(w, strings.Repeat("-", 40))
 	fmt.Fprintln(w, printable(r.Key()))
@@ -84,10 +96,25 @@ func printRow(w io.Writer, r bigtable.Row) {
 	for _, fam := range fams {
 		for _, it := range r[fam] {
 			ts := it.Timestamp.Time().UTC().Format(timestampLayout)
-			fmt.Fprintf(w, "  %-40s @ %s\n", printable(it.Column), ts)
+			if exp := expiryOf(it.Labels); exp != "" {
+				fmt.Fprintf(w, "  %-40s @ %s  expires %s\n", printable(it.Column), ts, exp)
+			} else {
+				fmt.Fprintf(w, "  %-40s @ %s\n", printable(it.Column), ts)
+			}
 			fmt.Fprintf(w, "    %q\n", it.Value)
 		}
 	}
+}
+
+// expiryOf returns the expiry a --show-expiry read labelled a cell with
+// (RFC 3339, UTC, milliseconds), or "" if it has none.
+func expiryOf(labels []string) string {
+	for _, l := range labels {
+		if exp, ok := strings.CutPrefix(l, server.ExpiryLabelPrefix); ok {
+			return exp
+		}
+	}
+	return ""
 }
 
 // printable returns s as is when it is printable UTF-8, else Go-quoted.
@@ -99,18 +126,34 @@ func printable(s string) string {
 }
 
 func newSetCmd() *cobra.Command {
-	var cf connFlags
+	var (
+		cf       connFlags
+		ttl      string
+		expireAt string
+	)
 	cmd := &cobra.Command{
 		Use:   "set TABLE ROW FAMILY:QUALIFIER=VALUE...",
 		Short: "Write cells to one row at server time",
 		Long: `Write cells to one row in a single atomic mutation. Each cell is
 FAMILY:QUALIFIER=VALUE: the first ':' ends the family and the first '=' after
 it ends the qualifier, so the qualifier may contain ':' and the value anything;
-both may be empty. Cells get the server's current time as their timestamp.`,
-		Example: `  ebbtable set users user#1 profile:name=Ada profile:lang=en`,
-		Args:    minArgs(3, "a table, a row key and at least one FAMILY:QUALIFIER=VALUE"),
+both may be empty. Cells get the server's current time as their timestamp.
+
+--ttl or --expire-at gives every cell of the write a native expiry (sent as
+the x-ebbtable-cell-ttl or x-ebbtable-cell-expire-at request metadata): once
+it passes, readers no longer see the cell and the collector deletes it. The
+cell keeps its real write time as its timestamp. A TTL is a duration of at
+least 1ms (90s, 36h, 1h30m) or a whole number of days (2d).`,
+		Example: `  ebbtable set users user#1 profile:name=Ada profile:lang=en
+  ebbtable set events user#1 clicks:home=1 --ttl 2d
+  ebbtable set events user#1 clicks:home=1 --expire-at 2026-05-01T09:00:00Z`,
+		Args: minArgs(3, "a table, a row key and at least one FAMILY:QUALIFIER=VALUE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tbl, row := args[0], args[1]
+			md, err := expiryMetadata(cmd, ttl, expireAt)
+			if err != nil {
+				return err
+			}
 			mut := bigtable.NewMutation()
 			for _, a := range args[2:] {
 				fam, qual, val, err := parseCell(a)
@@ -126,14 +169,49 @@ both may be empty. Cells get the server's current time as their timestamp.`,
 				return err
 			}
 			defer client.Close()
+			if len(md) > 0 {
+				ctx = metadata.AppendToOutgoingContext(ctx, md...)
+			}
 			if err := client.Open(tbl).Apply(ctx, row, mut); err != nil {
 				return fmt.Errorf("set %q row %q: %w", tbl, row, err)
 			}
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&ttl, "ttl", "", "give each cell a native time to live: 90s, 36h, 1h30m, 2d (at least 1ms)")
+	cmd.Flags().StringVar(&expireAt, "expire-at", "", "give each cell a native expiry time: RFC 3339 (2026-05-01T09:00:00Z) or microseconds since the epoch")
 	cf.register(cmd)
 	return cmd
+}
+
+// expiryMetadata checks set's --ttl and --expire-at and returns the request
+// metadata (key, value pairs) that carries them; none when neither is given.
+// The server checks them again, and what depends on its clock (an expiry
+// past year 9999) only there.
+func expiryMetadata(cmd *cobra.Command, ttl, expireAt string) ([]string, error) {
+	hasTTL, hasAt := cmd.Flags().Changed("ttl"), cmd.Flags().Changed("expire-at")
+	switch {
+	case hasTTL && hasAt:
+		return nil, usagef("give --ttl or --expire-at, not both")
+	case hasTTL:
+		us, err := server.ParseTTL(ttl)
+		if err != nil {
+			return nil, usagef("--ttl %q: %s", ttl, strings.TrimPrefix(err.Error(), table.ErrInvalid.Error()+": "))
+		}
+		if us < table.MinTTLMicros {
+			return nil, usagef("--ttl %q: a TTL must be at least 1ms (zero and negative TTLs are refused)", ttl)
+		}
+		return []string{server.MetaCellTTL, strings.TrimSpace(ttl)}, nil
+	case hasAt:
+		s := strings.TrimSpace(expireAt)
+		if _, err := strconv.ParseInt(s, 10, 64); err != nil {
+			if _, err := time.Parse(time.RFC3339Nano, s); err != nil {
+				return nil, usagef("--expire-at %q: want RFC 3339 (2026-05-01T09:00:00Z) or microseconds since the epoch", expireAt)
+			}
+		}
+		return []string{server.MetaCellExpireAt, s}, nil
+	}
+	return nil, nil
 }
 
 // parseCell splits FAMILY:QUALIFIER=VALUE.
