@@ -187,3 +187,37 @@ func TestExpiryTimestampGuard(t *testing.T) {
 		t.Fatal("cell still visible more than a second after its expiry")
 	}
 }
+
+// TestReadModifyWriteKeepsTheCellTTL: incrementing a counter that has a
+// native TTL keeps the TTL; a guarded family refuses read-modify-write.
+func TestReadModifyWriteKeepsTheCellTTL(t *testing.T) {
+	env := newTestEnv(t)
+	ctx := context.Background()
+	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"cf": nil})
+	m := bigtable.NewMutation()
+	m.Set("cf", "n", bigtable.Time(env.clock.Now()), make([]byte, 8))
+	if err := tbl.Apply(withTTL(ctx, "1h"), "r", m); err != nil {
+		t.Fatal(err)
+	}
+	env.clock.Advance(time.Minute)
+	rmw := bigtable.NewReadModifyWrite()
+	rmw.Increment("cf", "n", 1)
+	if _, err := tbl.ApplyReadModifyWrite(ctx, "r", rmw); err != nil {
+		t.Fatal(err)
+	}
+	env.clock.Advance(59 * time.Minute)
+	if row, _ := tbl.ReadRow(ctx, "r"); len(row["cf"]) != 0 {
+		t.Fatalf("counter outlived its TTL: %v", row)
+	}
+	conn, err := grpc.NewClient(env.srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	req, _ := structpb.NewStruct(map[string]any{"project": testProject, "instance": testInstance, "table": "t", "family": "cf", "expiry_timestamps": true})
+	if err := conn.Invoke(ctx, MethodSetFamilyOptions, req, &structpb.Struct{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tbl.ApplyReadModifyWrite(ctx, "r", rmw)
+	wantCode(t, err, codes.FailedPrecondition)
+}

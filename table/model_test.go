@@ -229,7 +229,7 @@ func (m *refModel) read(req table.ReadRequest, now int64) []cell.Row {
 
 // rmw mirrors ReadModifyWrite: each rule builds on the newest visible cell
 // of its column (or the previous rule's result); the new cell's timestamp is
-// max(now in ms, that cell's timestamp) and it carries no expiry.
+// max(now in ms, that cell's timestamp) and it keeps that cell's expiry.
 func (m *refModel) rmw(row string, rules []table.RMWRule, now, nowMs int64) (cell.Row, bool) {
 	for _, r := range rules {
 		if !m.hasFamily(r.Family) {
@@ -265,7 +265,11 @@ func (m *refModel) rmw(row string, rules []table.RMWRule, now, nowMs int64) (cel
 			}
 			val = binary.BigEndian.AppendUint64(nil, n+uint64(r.Increment))
 		}
-		c := cell.Cell{Family: r.Family, Qualifier: []byte(k.qual), Timestamp: ts, Value: val}
+		var exp int64
+		if had {
+			exp = base.ExpireAt
+		}
+		c := cell.Cell{Family: r.Family, Qualifier: []byte(k.qual), Timestamp: ts, Value: val, ExpireAt: exp}
 		if i, ok := idx[k]; ok {
 			out.Cells[i] = c
 		} else {
@@ -274,7 +278,7 @@ func (m *refModel) rmw(row string, rules []table.RMWRule, now, nowMs int64) (cel
 		}
 	}
 	for _, c := range out.Cells {
-		m.cells[refKey{row, c.Family, string(c.Qualifier), c.Timestamp}] = refCell{val: c.Value}
+		m.cells[refKey{row, c.Family, string(c.Qualifier), c.Timestamp}] = refCell{val: c.Value, exp: c.ExpireAt}
 	}
 	return out, true
 }

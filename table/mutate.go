@@ -139,7 +139,7 @@ func (e *Engine) prepare(m *Meta, row []byte, muts []Mutation) ([]prepared, erro
 				p.Timestamp = mu.Timestamp - mu.Timestamp%cell.MicrosPerMilli
 			}
 			if f, _ := m.Family(mu.Family); f != nil && f.ExpiryTimestamps && (mu.Timestamp == ServerTimestamp || mu.AutoTimestamp) {
-				return nil, fmt.Errorf("%w: family %q holds expiry timestamps (one-second expiration); a write with a server or client-generated timestamp would expire at once — set the cell's timestamp to its expiry time, or use a native cell TTL", ErrPrecondition, mu.Family)
+				return nil, fmt.Errorf("%w: family %q holds expiry timestamps (one-second expiration); a write with a server or client-generated timestamp would expire at once — set the cell's timestamp to its expiry time (for a time-to-live on real write times, use a native cell TTL in a family without this guard)", ErrPrecondition, mu.Family)
 			}
 			if mu.TTLMicros != 0 {
 				exp, err := expiryFromTTL(now, mu.TTLMicros)

@@ -96,8 +96,12 @@ func (e *Engine) ReadModifyWrite(instance, table string, row []byte, rules []RMW
 		return cell.Row{}, fmt.Errorf("%w: no read-modify-write rules given", ErrInvalid)
 	}
 	for _, r := range rules {
-		if _, ok := m.Family(r.Family); !ok {
+		f, ok := m.Family(r.Family)
+		if !ok {
 			return cell.Row{}, fmt.Errorf("%w: %q in table %s", ErrFamilyNotFound, r.Family, m.Name)
+		}
+		if f.ExpiryTimestamps {
+			return cell.Row{}, fmt.Errorf("%w: family %q holds expiry timestamps (one-second expiration); read-modify-write stamps cells with the server time, which would expire at once", ErrPrecondition, r.Family)
 		}
 	}
 	unlock := e.LockRow(m.ID, row)
@@ -154,13 +158,19 @@ func (e *Engine) ReadModifyWrite(instance, table string, row []byte, rules []RMW
 		if _, seen := written[k]; !seen {
 			order = append(order, k)
 		}
-		written[k] = cell.Cell{Family: r.Family, Qualifier: []byte(k.qual), Timestamp: ts, Value: val}
+		// The new value keeps the expiry of the cell it builds on, so a
+		// counter with a native TTL stays on its TTL.
+		var exp int64
+		if had {
+			exp = base.ExpireAt
+		}
+		written[k] = cell.Cell{Family: r.Family, Qualifier: []byte(k.qual), Timestamp: ts, Value: val, ExpireAt: exp}
 	}
 	var muts []Mutation
 	out := cell.Row{Key: cur.Key}
 	for _, k := range order {
 		c := written[k]
-		muts = append(muts, Mutation{Kind: SetCell, Family: c.Family, Qualifier: c.Qualifier, Timestamp: c.Timestamp, Value: c.Value})
+		muts = append(muts, Mutation{Kind: SetCell, Family: c.Family, Qualifier: c.Qualifier, Timestamp: c.Timestamp, Value: c.Value, ExpireAt: c.ExpireAt})
 		out.Cells = append(out.Cells, c)
 	}
 	ps, err := e.prepare(m, row, muts)
