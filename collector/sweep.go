@@ -317,9 +317,15 @@ func (c *Collector) deleteBatch(m *table.Meta, cands []candidate, now int64, res
 	if len(done) == 0 {
 		return nil
 	}
-	// Synced like any write: in until-collected mode a deletion lost in a
-	// crash would make a collected cell readable again.
-	if err := b.Commit(pebble.Sync); err != nil {
+	// In until-collected mode a deletion lost in a crash would make a
+	// collected cell readable again, so it is synced like any write. In the
+	// default mode readers never see an eligible cell, so a lost deletion
+	// is only found again by the next pass: no fsync needed.
+	opts := pebble.NoSync
+	if c.eng.Visibility() == table.UntilCollected {
+		opts = pebble.Sync
+	}
+	if err := b.Commit(opts); err != nil {
 		return err
 	}
 	c.m.batches.Inc()
