@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/gcrule"
 	"github.com/ebbtable/ebbtable/storage"
@@ -303,9 +304,18 @@ func (c *Collector) deleteBatch(m *table.Meta, cands []candidate, now int64, res
 	if len(done) == 0 {
 		return nil
 	}
-	// Collection need not be synced: a deletion lost in a crash is found
-	// again by the next pass, and readers never see the cell meanwhile.
-	if err := b.Commit(pebble.NoSync); err != nil {
+	// The schema the pass started with decides whether deletions are
+	// recorded (the engine's schema lock may be held here, by the rule
+	// change hook, so the table is not looked up again): a stream turned on
+	// during a pass records from the next pass.
+	recs, err := gcRecords(m, done)
+	if err != nil {
+		return err
+	}
+	// Collection need not be synced: a deletion lost in a crash (with its
+	// records, which share the batch) is found again by the next pass, and
+	// readers never see the cell meanwhile.
+	if err := c.eng.CommitSystem(b, m, recs, false); err != nil {
 		return err
 	}
 	c.m.batches.Inc()
@@ -323,4 +333,51 @@ func (c *Collector) deleteBatch(m *table.Meta, cands []candidate, now int64, res
 		}
 	}
 	return nil
+}
+
+// gcReason is the change-stream reason of a collection.
+func gcReason(r table.Reason) string {
+	switch r {
+	case table.Age:
+		return changestream.ReasonGCAge
+	case table.Versions:
+		return changestream.ReasonGCVersions
+	case table.TTL:
+		return changestream.ReasonCellTTL
+	}
+	return changestream.ReasonDropped
+}
+
+// gcRecords describes deleted candidates (in key order) as change-stream
+// records: one per row and reason, each cell a DeleteFromColumn over its
+// millisecond. Cells of dropped families carry an empty family name: the
+// schema no longer knows it.
+func gcRecords(m *table.Meta, done []candidate) ([]changestream.Record, error) {
+	if m.ChangeStream == nil {
+		return nil, nil
+	}
+	var recs []changestream.Record
+	idx := map[string]int{} // row + reason → index in recs
+	for _, cd := range done {
+		d, err := storage.DecodeCellKey(cd.key)
+		if err != nil {
+			return nil, err
+		}
+		reason := gcReason(cd.reason)
+		k := string(cd.key[:cd.rowLen]) + "\x00" + reason
+		i, ok := idx[k]
+		if !ok {
+			i = len(recs)
+			idx[k] = i
+			recs = append(recs, changestream.Record{Type: changestream.GarbageCollection, Reason: reason,
+				TransactionTag: changestream.TagGarbageCollection, IsSystem: true, RowKey: d.Row})
+		}
+		fam := ""
+		if f, ok := m.FamilyByID(d.FamilyID); ok {
+			fam = f.Name
+		}
+		recs[i].Mods = append(recs[i].Mods, changestream.Mod{Kind: changestream.DeleteFromColumn, Family: fam,
+			Qualifier: d.Qualifier, StartTS: d.Timestamp, EndTS: d.Timestamp + 1000})
+	}
+	return recs, nil
 }

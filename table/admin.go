@@ -7,7 +7,10 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/gcrule"
 	"github.com/ebbtable/ebbtable/storage"
 )
@@ -25,6 +28,9 @@ type TableSpec struct {
 	Families           []FamilySpec
 	Splits             [][]byte
 	DeletionProtection bool
+	// ChangeStreamRetention, when not zero, turns the table's change
+	// stream on with this retention.
+	ChangeStreamRetention time.Duration
 }
 
 var (
@@ -94,6 +100,12 @@ func (e *Engine) CreateTable(instance, name string, spec TableSpec) (*Meta, erro
 		}
 	}
 	m.Splits = splits
+	if spec.ChangeStreamRetention != 0 {
+		if err := validRetention(spec.ChangeStreamRetention); err != nil {
+			return nil, err
+		}
+		m.ChangeStream = &ChangeStream{Retention: spec.ChangeStreamRetention, EnabledMicros: m.CreatedMicros}
+	}
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -115,8 +127,11 @@ func (e *Engine) CreateTable(instance, name string, spec TableSpec) (*Meta, erro
 	if err := b.Set(storage.MetaKey(metaKindSeq, "table"), seq[:], nil); err != nil {
 		return nil, err
 	}
-	// Clear any cells a crash may have left under this id.
+	// Clear any cells or records a crash may have left under this id.
 	if err := b.DeleteRange(storage.TablePrefix(m.ID), storage.TableEnd(m.ID), nil); err != nil {
+		return nil, err
+	}
+	if err := b.DeleteRange(changestream.TableStart(m.ID), changestream.TableEnd(m.ID), nil); err != nil {
 		return nil, err
 	}
 	if err := e.commit(b); err != nil {
@@ -147,6 +162,10 @@ func (e *Engine) DeleteTable(instance, name string) error {
 		return err
 	}
 	if err := b.DeleteRange(storage.TablePrefix(m.ID), storage.TableEnd(m.ID), nil); err != nil {
+		return err
+	}
+	// The change stream goes with the table.
+	if err := b.DeleteRange(changestream.TableStart(m.ID), changestream.TableEnd(m.ID), nil); err != nil {
 		return err
 	}
 	if err := e.commit(b); err != nil {
@@ -362,10 +381,29 @@ func (e *Engine) DropRowRange(instance, name string, prefix []byte, all bool) er
 	if !all {
 		lo, hi = storage.RowPrefixScanStart(m.ID, prefix), storage.RowPrefixScanEnd(m.ID, prefix)
 	}
+	if m.ChangeStream == nil {
+		b := e.store.NewBatch()
+		defer b.Close()
+		if err := b.DeleteRange(lo, hi, nil); err != nil {
+			return err
+		}
+		return e.commit(b)
+	}
+	// With a change stream every dropped row gets its record, so no
+	// writer may slip a row in between the listing and the drop.
+	unlock := e.lockAllRows()
+	defer unlock()
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	recs, err := e.dropRowRecords(lo, hi)
+	if err != nil {
+		return err
+	}
 	b := e.store.NewBatch()
 	defer b.Close()
 	if err := b.DeleteRange(lo, hi, nil); err != nil {
 		return err
 	}
-	return e.commit(b)
+	return e.commitRecorded(b, m, recs, pebble.Sync)
 }

@@ -98,6 +98,8 @@ type Engine struct {
 
 	schemaHook SchemaHook
 
+	seq *commitSeq // change-stream commit timestamps
+
 	seed     maphash.Seed
 	rowLocks [rowLockStripes]sync.Mutex
 	closed   atomic.Bool
@@ -118,7 +120,13 @@ func Open(opts Options) (*Engine, error) {
 		st.Close()
 		return nil, err
 	}
+	last, err := lastCommit(st, tables)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	return &Engine{
+		seq:         newCommitSeq(last),
 		store:       st,
 		clock:       opts.Clock,
 		log:         opts.Logger,
@@ -135,15 +143,21 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	// Take every row lock so no write is half-way through.
+	unlock := e.lockAllRows()
+	defer unlock()
+	return e.store.Close()
+}
+
+// lockAllRows takes every row lock, in stripe order.
+func (e *Engine) lockAllRows() func() {
 	for i := range e.rowLocks {
 		e.rowLocks[i].Lock()
 	}
-	defer func() {
+	return func() {
 		for i := range e.rowLocks {
 			e.rowLocks[i].Unlock()
 		}
-	}()
-	return e.store.Close()
+	}
 }
 
 // Store exposes the storage layer to the engine's background jobs.

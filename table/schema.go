@@ -58,6 +58,9 @@ type Meta struct {
 	// DroppedFamilies are ids of dropped families whose cells the collector
 	// has not yet swept.
 	DroppedFamilies []uint32 `json:"dropped_families,omitempty"`
+	// ChangeStream is the table's change-stream configuration; nil when the
+	// table has none.
+	ChangeStream *ChangeStream `json:"change_stream,omitempty"`
 }
 
 // Family returns the family with the given name.
@@ -85,6 +88,10 @@ func (m *Meta) clone() *Meta {
 	c.Families = append([]Family(nil), m.Families...)
 	c.Splits = append([][]byte(nil), m.Splits...)
 	c.DroppedFamilies = append([]uint32(nil), m.DroppedFamilies...)
+	if m.ChangeStream != nil {
+		cs := *m.ChangeStream
+		c.ChangeStream = &cs
+	}
 	return &c
 }
 
