@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
+	"github.com/ebbtable/ebbtable/collector"
 	"github.com/ebbtable/ebbtable/server"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/spf13/cobra"
@@ -23,6 +25,7 @@ type serveFlags struct {
 	httpAddr   string
 	visibility string
 	clusterID  string
+	gcInterval time.Duration
 }
 
 func newServeCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -59,6 +62,7 @@ gracefully; a second signal kills it.`,
 	fl.StringVar(&f.httpAddr, "http-addr", "localhost:8087", `metrics and health address, HOST:PORT, or "off" to disable`)
 	fl.StringVar(&f.visibility, "gc-visibility", "hidden", "cells a GC rule makes eligible: hidden at once, or readable until-collected")
 	fl.StringVar(&f.clusterID, "cluster-id", "ebbtable", "cluster name reported in replication views")
+	fl.DurationVar(&f.gcInterval, "gc-interval", time.Minute, "time between the starts of garbage-collection passes")
 	return cmd
 }
 
@@ -86,6 +90,9 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 	if f.clusterID == "" {
 		return server.Options{}, usagef("--cluster-id must not be empty")
 	}
+	if f.gcInterval <= 0 {
+		return server.Options{}, usagef("--gc-interval must be positive")
+	}
 	vis, err := table.ParseVisibility(f.visibility)
 	if err != nil {
 		return server.Options{}, usageError{err}
@@ -96,6 +103,7 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 		HTTPAddr:   f.httpAddr,
 		ClusterID:  f.clusterID,
 		Visibility: vis,
+		GC:         collector.Options{Interval: f.gcInterval},
 	}, nil
 }
 
