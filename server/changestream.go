@@ -234,8 +234,12 @@ func (d *dataServer) ReadChangeStream(req *btpb.ReadChangeStreamRequest, stream 
 	}
 	return r.run(stream.Context(),
 		func(rec changestream.Record) error {
-			return stream.Send(&btpb.ReadChangeStreamResponse{StreamRecord: &btpb.ReadChangeStreamResponse_DataChange_{
-				DataChange: d.dataChange(m.ID, rec)}})
+			for _, dc := range d.dataChanges(rec) {
+				if err := stream.Send(&btpb.ReadChangeStreamResponse{StreamRecord: &btpb.ReadChangeStreamResponse_DataChange_{DataChange: dc}}); err != nil {
+					return err
+				}
+			}
+			return nil
 		},
 		func() error {
 			return stream.Send(&btpb.ReadChangeStreamResponse{StreamRecord: &btpb.ReadChangeStreamResponse_Heartbeat_{
@@ -250,30 +254,65 @@ func (d *dataServer) ReadChangeStream(req *btpb.ReadChangeStreamRequest, stream 
 		})
 }
 
-// dataChange renders a record as the API's DataChange, whole (done).
-// Values are not split into chunks: a cell value fits a message.
-func (d *dataServer) dataChange(tableID uint64, rec changestream.Record) *btpb.ReadChangeStreamResponse_DataChange {
-	dc := &btpb.ReadChangeStreamResponse_DataChange{
-		Type:                  btpb.ReadChangeStreamResponse_DataChange_USER,
-		RowKey:                rec.RowKey,
-		CommitTimestamp:       timestamppb.New(time.UnixMicro(rec.Commit)),
-		Tiebreaker:            rec.Tiebreaker,
-		Done:                  true,
-		Token:                 rec.Position.Token(),
-		EstimatedLowWatermark: timestamppb.New(time.UnixMicro(rec.Commit)),
+// maxChangeMessage is the size at which a DataChange is continued in
+// another message; SetCell values longer than maxChunkValue are split.
+const maxChangeMessage = 1 << 20
+
+// dataChanges renders a record as the API's DataChange: one message, or a
+// sequence when its mods are large — the first message carries the row key
+// and commit details, the others type CONTINUATION and chunks only, the last
+// done, the token and the low watermark. A SetCell value over maxChunkValue
+// is split into chunks with ChunkInfo, delivered contiguously.
+func (d *dataServer) dataChanges(rec changestream.Record) []*btpb.ReadChangeStreamResponse_DataChange {
+	first := &btpb.ReadChangeStreamResponse_DataChange{
+		Type:            btpb.ReadChangeStreamResponse_DataChange_USER,
+		RowKey:          rec.RowKey,
+		CommitTimestamp: timestamppb.New(time.UnixMicro(rec.Commit)),
+		Tiebreaker:      rec.Tiebreaker,
 	}
 	if rec.Type == changestream.GarbageCollection {
-		dc.Type = btpb.ReadChangeStreamResponse_DataChange_GARBAGE_COLLECTION
+		first.Type = btpb.ReadChangeStreamResponse_DataChange_GARBAGE_COLLECTION
 	} else {
-		dc.SourceClusterId = rec.SourceCluster
-		if dc.SourceClusterId == "" {
-			dc.SourceClusterId = d.s.opts.ClusterID
+		first.SourceClusterId = rec.SourceCluster
+		if first.SourceClusterId == "" {
+			first.SourceClusterId = d.s.opts.ClusterID
 		}
 	}
-	for _, mod := range rec.Mods {
-		dc.Chunks = append(dc.Chunks, &btpb.ReadChangeStreamResponse_MutationChunk{Mutation: modToProto(mod)})
+	out := []*btpb.ReadChangeStreamResponse_DataChange{first}
+	cur, size := first, len(rec.RowKey)
+	add := func(c *btpb.ReadChangeStreamResponse_MutationChunk, n int) {
+		if size > 0 && size+n > maxChangeMessage {
+			cur = &btpb.ReadChangeStreamResponse_DataChange{Type: btpb.ReadChangeStreamResponse_DataChange_CONTINUATION}
+			out = append(out, cur)
+			size = 0
+		}
+		cur.Chunks = append(cur.Chunks, c)
+		size += n
 	}
-	return dc
+	for _, mod := range rec.Mods {
+		n := len(mod.Family) + len(mod.Qualifier) + 32
+		if mod.Kind != changestream.SetCell || len(mod.Value) <= maxChunkValue {
+			add(&btpb.ReadChangeStreamResponse_MutationChunk{Mutation: modToProto(mod)}, n+len(mod.Value))
+			continue
+		}
+		for off := 0; off < len(mod.Value); off += maxChunkValue {
+			piece := mod
+			piece.Value = mod.Value[off:min(off+maxChunkValue, len(mod.Value))]
+			add(&btpb.ReadChangeStreamResponse_MutationChunk{
+				ChunkInfo: &btpb.ReadChangeStreamResponse_MutationChunk_ChunkInfo{
+					ChunkedValueSize:   int32(len(mod.Value)),
+					ChunkedValueOffset: int32(off),
+					LastChunk:          off+maxChunkValue >= len(mod.Value),
+				},
+				Mutation: modToProto(piece),
+			}, n+len(piece.Value))
+		}
+	}
+	last := out[len(out)-1]
+	last.Done = true
+	last.Token = rec.Position.Token()
+	last.EstimatedLowWatermark = timestamppb.New(time.UnixMicro(rec.Commit))
+	return out
 }
 
 func modToProto(m changestream.Mod) *btpb.Mutation {

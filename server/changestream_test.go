@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -306,5 +307,54 @@ func TestReadChangeStreamHeartbeatsAndTailing(t *testing.T) {
 			}
 			break
 		}
+	}
+}
+
+func TestReadChangeStreamChunksLargeValues(t *testing.T) {
+	env := newTestEnv(t)
+	ctx := context.Background()
+	start := env.clock.Now()
+	tbl := env.streamedTable(t, "big", map[string]bigtable.GCPolicy{"cf": bigtable.NoGcPolicy()})
+	big := make([]byte, 2*maxChunkValue+12345)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	mut := bigtable.NewMutation()
+	mut.Set("cf", "big", 1000, big)
+	mut.Set("cf", "small", 1000, []byte("s"))
+	if err := tbl.Apply(ctx, "r", mut); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := readStream(t, env.raw(t), &btpb.ReadChangeStreamRequest{TableName: tableName("big"), EndTime: env.endTime(),
+		StartFrom: &btpb.ReadChangeStreamRequest_StartTime{StartTime: timestamppb.New(start)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) < 2 || string(msgs[0].GetRowKey()) != "r" || msgs[0].GetDone() {
+		t.Fatalf("want a multi-message change, got %d messages", len(msgs))
+	}
+	var value []byte
+	var others []string
+	for i, dc := range msgs {
+		if i > 0 && (dc.GetType() != btpb.ReadChangeStreamResponse_DataChange_CONTINUATION || len(dc.GetRowKey()) != 0) {
+			t.Errorf("message %d: type %v row %q", i, dc.GetType(), dc.GetRowKey())
+		}
+		if dc.GetDone() != (i == len(msgs)-1) || (dc.GetToken() != "") != (i == len(msgs)-1) {
+			t.Errorf("message %d: done %v token %q", i, dc.GetDone(), dc.GetToken())
+		}
+		for _, c := range dc.GetChunks() {
+			set := c.GetMutation().GetSetCell()
+			if ci := c.GetChunkInfo(); ci != nil {
+				if int(ci.GetChunkedValueOffset()) != len(value) || int(ci.GetChunkedValueSize()) != len(big) {
+					t.Errorf("chunk info %v after %d bytes", ci, len(value))
+				}
+				value = append(value, set.GetValue()...)
+				continue
+			}
+			others = append(others, string(set.GetColumnQualifier()))
+		}
+	}
+	if !bytes.Equal(value, big) || len(others) != 1 || others[0] != "small" {
+		t.Errorf("reassembled %d of %d bytes, other mods %v", len(value), len(big), others)
 	}
 }
