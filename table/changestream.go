@@ -96,6 +96,9 @@ func (e *Engine) commitRecorded(b *pebble.Batch, m *Meta, recs []changestream.Re
 	}
 	ts := e.seq.begin(e.nowMicros())
 	defer e.seq.end(ts)
+	if e.beforeRecordedCommit != nil {
+		e.beforeRecordedCommit(recs)
+	}
 	for i := range recs {
 		k := changestream.Key(m.ID, changestream.Position{Commit: ts, Index: uint32(i)})
 		if err := b.Set(k, recs[i].Encode(), nil); err != nil {

@@ -232,3 +232,87 @@ func TestCommitTimestampsSurviveRestart(t *testing.T) {
 		t.Errorf("record after restart at %v, before %v", recs[2].Position, recs[1].Position)
 	}
 }
+
+// TestTailingReaderNeverSkipsOrRepeats runs writers against a reader that
+// tails the stream from its last position while commits are in flight: the
+// reader must see every record exactly once, in order.
+func TestTailingReaderNeverSkipsOrRepeats(t *testing.T) {
+	e, err := Open(Options{Dir: t.TempDir()}) // the real clock
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	m, err := e.CreateTable(testInst, "t", TableSpec{Families: []FamilySpec{{Name: "cf"}}, ChangeStreamRetention: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Writer a's commits are slow: later commits overtake them.
+	e.beforeRecordedCommit = func(recs []changestream.Record) {
+		if recs[0].RowKey[0] == 'a' {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	const writers, perWriter = 8, 40
+	done := make(chan struct{})
+	errs := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		go func() {
+			for i := 0; i < perWriter; i++ {
+				row := []byte{byte('a' + w), byte(i)}
+				if i%5 == 4 {
+					_, err := e.MutateRows(testInst, "t", []RowMutation{
+						{Row: row, Mutations: []Mutation{{Kind: SetCell, Family: "cf", Timestamp: 1000, Value: []byte("x")}}},
+						{Row: append(row, 'b'), Mutations: []Mutation{{Kind: DeleteFromRow}}},
+					})
+					errs <- err
+					continue
+				}
+				errs <- e.MutateRow(testInst, "t", row, []Mutation{{Kind: SetCell, Family: "cf", Timestamp: 1000, Value: []byte("x")}})
+			}
+		}()
+	}
+	go func() {
+		for i := 0; i < writers*perWriter; i++ {
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
+		}
+		close(done)
+	}()
+	seen := map[changestream.Position]bool{}
+	var last *changestream.Position
+	lower := changestream.TableStart(m.ID)
+	read := func() {
+		b, err := e.ReadChanges(m, lower, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range b.Records {
+			if seen[r.Position] {
+				t.Fatalf("record %v read twice", r.Position)
+			}
+			if last != nil && !last.Less(r.Position) {
+				t.Fatalf("record %v after %v", r.Position, *last)
+			}
+			seen[r.Position] = true
+			p := r.Position
+			last = &p
+			lower = changestream.After(m.ID, p)
+		}
+	}
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		read()
+	}
+	for i := 0; i < 100; i++ { // drain
+		read()
+	}
+	want := writers * (perWriter + perWriter/5)
+	if len(seen) != want {
+		t.Errorf("tailing reader saw %d records, want %d", len(seen), want)
+	}
+}

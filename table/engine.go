@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/storage"
 )
@@ -99,6 +100,9 @@ type Engine struct {
 	schemaHook SchemaHook
 
 	seq *commitSeq // change-stream commit timestamps
+	// beforeRecordedCommit, set by tests, runs between taking a commit
+	// timestamp and committing: a slow commit.
+	beforeRecordedCommit func([]changestream.Record)
 
 	seed     maphash.Seed
 	rowLocks [rowLockStripes]sync.Mutex
