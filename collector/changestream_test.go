@@ -71,3 +71,37 @@ func TestCollectionIsRecordedAndRetentionTrims(t *testing.T) {
 		t.Errorf("records expired metric = %v, want 4", n)
 	}
 }
+
+func TestDroppedFamilyCollectionIsRecordedWithItsName(t *testing.T) {
+	e := newEnv(t, table.HideEligible, Options{})
+	e.create(t, "t", map[string]string{"gone": "never", "kept": "never"})
+	if _, err := e.eng.SetChangeStream(inst, "t", 24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.eng.MutateRow(inst, "t", []byte("r"), []table.Mutation{
+		{Kind: table.SetCell, Family: "gone", Qualifier: []byte("q"), Timestamp: 1000, Value: []byte("x")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.eng.ModifyFamilies(inst, "t", []table.FamilyMod{{Name: "gone", Drop: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.col.RunPass(context.Background(), Selector{}); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := e.eng.Table(inst, "t")
+	if len(m.DroppedNames) != 0 || len(m.DroppedFamilies) != 0 {
+		t.Errorf("dropped family not forgotten: %v %v", m.DroppedFamilies, m.DroppedNames)
+	}
+	b, err := e.eng.ReadChanges(m, changestream.TableStart(m.ID), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Records) != 2 {
+		t.Fatalf("records %+v", b.Records)
+	}
+	r := b.Records[1]
+	if r.Reason != changestream.ReasonDropped || r.Mods[0].Family != "gone" || string(r.Mods[0].Qualifier) != "q" {
+		t.Errorf("dropped-family record %+v", r)
+	}
+}

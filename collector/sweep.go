@@ -350,8 +350,7 @@ func gcReason(r table.Reason) string {
 
 // gcRecords describes deleted candidates (in key order) as change-stream
 // records: one per row and reason, each cell a DeleteFromColumn over its
-// millisecond. Cells of dropped families carry an empty family name: the
-// schema no longer knows it.
+// millisecond.
 func gcRecords(m *table.Meta, done []candidate) ([]changestream.Record, error) {
 	if m.ChangeStream == nil {
 		return nil, nil
@@ -372,7 +371,7 @@ func gcRecords(m *table.Meta, done []candidate) ([]changestream.Record, error) {
 			recs = append(recs, changestream.Record{Type: changestream.GarbageCollection, Reason: reason,
 				TransactionTag: changestream.TagGarbageCollection, IsSystem: true, RowKey: d.Row})
 		}
-		fam := ""
+		fam := m.DroppedNames[d.FamilyID]
 		if f, ok := m.FamilyByID(d.FamilyID); ok {
 			fam = f.Name
 		}

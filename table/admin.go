@@ -275,6 +275,10 @@ func (e *Engine) ModifyFamilies(instance, name string, mods []FamilyMod) (*Meta,
 				return nil, fmt.Errorf("%w: table %s has deletion protection; its column families cannot be dropped", ErrPrecondition, name)
 			}
 			m.DroppedFamilies = append(m.DroppedFamilies, f.ID)
+			if m.DroppedNames == nil {
+				m.DroppedNames = map[uint32]string{}
+			}
+			m.DroppedNames[f.ID] = f.Name
 			kept := m.Families[:0:0]
 			for _, g := range m.Families {
 				if g.Name != mod.Name {
@@ -304,6 +308,9 @@ func (e *Engine) ForgetDropped(instance, name string, ids []uint32) error {
 	}
 	m := old.clone()
 	m.DroppedFamilies = slices.DeleteFunc(m.DroppedFamilies, func(id uint32) bool { return slices.Contains(ids, id) })
+	for _, id := range ids {
+		delete(m.DroppedNames, id)
+	}
 	return e.saveMetaLocked(m)
 }
 
