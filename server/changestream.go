@@ -168,6 +168,8 @@ func (r *changeReader) run(ctx context.Context, onRecord func(changestream.Recor
 		select {
 		case <-ctx.Done():
 			return toStatus(ctx.Err())
+		case <-r.s.stopping:
+			return status.Error(codes.Unavailable, "ebbtable: server shutting down; resume from the last token")
 		case <-notify:
 		case <-clk.After(wait):
 		}

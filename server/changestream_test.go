@@ -358,3 +358,31 @@ func TestReadChangeStreamChunksLargeValues(t *testing.T) {
 		t.Errorf("reassembled %d of %d bytes, other mods %v", len(value), len(big), others)
 	}
 }
+
+func TestTailingStreamEndsWhenServerCloses(t *testing.T) {
+	env := newTestEnv(t)
+	env.streamedTable(t, "cs", map[string]bigtable.GCPolicy{"cf": bigtable.NoGcPolicy()})
+	st, err := env.raw(t).ReadChangeStream(context.Background(), &btpb.ReadChangeStreamRequest{TableName: tableName("cs")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := st.Recv(); err != nil {
+				errc <- err
+				return
+			}
+		}
+	}()
+	start := time.Now()
+	if err := env.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Close took %v with a tailing stream open", d)
+	}
+	if err := <-errc; status.Code(err) != codes.Unavailable {
+		t.Errorf("tailing stream ended with %v, want Unavailable", err)
+	}
+}
