@@ -107,9 +107,12 @@ func closedPosition(ts int64) changestream.Position {
 	return changestream.Position{Commit: ts, Tiebreaker: -1, Index: math.MaxUint32}
 }
 
-// run delivers records in commit order until the end time, an error or the
-// client's cancel, calling heartbeat every hb without records... and at the
-// end. onRecord may drop records (it still advances the position).
+// run delivers records in commit order to onRecord (which may drop one;
+// the position still advances) until the end time (onEnd), an error, the
+// client's cancel or the server's shutdown. Between records it calls
+// onHeartbeat every hb. It waits on the engine's notify channel, which any
+// recorded commit of any table closes, or on a timer of the injected clock:
+// never a busy loop.
 func (r *changeReader) run(ctx context.Context, onRecord func(changestream.Record) error, onHeartbeat func() error, onEnd func() error) error {
 	clk := r.s.opts.Clock
 	nextBeat := clk.Now().Add(r.hb)
