@@ -56,8 +56,8 @@ func (a *adminServer) CreateTable(ctx context.Context, req *adminpb.CreateTableR
 	}
 	spec := table.TableSpec{DeletionProtection: req.GetTable().GetDeletionProtection()}
 	if rp := req.GetTable().GetChangeStreamConfig().GetRetentionPeriod(); rp != nil {
-		spec.ChangeStreamRetention = rp.AsDuration()
-		if spec.ChangeStreamRetention <= 0 {
+		spec.ChangeStreamRetention = rp.AsDuration() // zero: no stream
+		if spec.ChangeStreamRetention < 0 {
 			return nil, status.Error(codes.InvalidArgument, "ebbtable: change stream retention must be between 1 day and 7 days")
 		}
 	}
@@ -165,9 +165,11 @@ func (a *adminServer) UpdateTable(ctx context.Context, req *adminpb.UpdateTableR
 				return nil, toStatus(err)
 			}
 		case "change_stream_config", "change_stream_config.retention_period":
-			var ret time.Duration // zero turns the stream off
+			// An absent config or retention, or a zero retention (a
+			// cleared field), turns the stream off.
+			var ret time.Duration
 			if rp := req.GetTable().GetChangeStreamConfig().GetRetentionPeriod(); rp != nil {
-				if ret = rp.AsDuration(); ret <= 0 {
+				if ret = rp.AsDuration(); ret < 0 {
 					return nil, status.Error(codes.InvalidArgument, "ebbtable: change stream retention must be between 1 day and 7 days")
 				}
 			}

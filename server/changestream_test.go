@@ -9,11 +9,15 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/ebbtable/ebbtable/collector"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -384,5 +388,48 @@ func TestTailingStreamEndsWhenServerCloses(t *testing.T) {
 	}
 	if err := <-errc; status.Code(err) != codes.Unavailable {
 		t.Errorf("tailing stream ended with %v, want Unavailable", err)
+	}
+}
+
+func TestUpdateTableChangeStreamMasksRaw(t *testing.T) {
+	env := newTestEnv(t)
+	env.streamedTable(t, "cs", nil)
+	conn, err := grpc.NewClient(env.srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	admin := adminpb.NewBigtableTableAdminClient(conn)
+	ctx := context.Background()
+	update := func(path string, cfg *adminpb.ChangeStreamConfig) (*adminpb.Table, error) {
+		t.Helper()
+		op, err := admin.UpdateTable(ctx, &adminpb.UpdateTableRequest{
+			Table:      &adminpb.Table{Name: tableName("cs"), ChangeStreamConfig: cfg},
+			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{path}},
+		})
+		if err != nil {
+			return nil, err
+		}
+		if !op.GetDone() {
+			t.Fatalf("operation %s not done", op.GetName())
+		}
+		return admin.GetTable(ctx, &adminpb.GetTableRequest{Name: tableName("cs")})
+	}
+	tb, err := update("change_stream_config.retention_period", &adminpb.ChangeStreamConfig{RetentionPeriod: durationpb.New(7 * 24 * time.Hour)})
+	if err != nil || tb.GetChangeStreamConfig().GetRetentionPeriod().AsDuration() != 7*24*time.Hour {
+		t.Fatalf("7-day retention: %v %v", tb, err)
+	}
+	if _, err := update("change_stream_config", &adminpb.ChangeStreamConfig{RetentionPeriod: durationpb.New(8 * 24 * time.Hour)}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("8-day retention: %v", err)
+	}
+	// A zero (cleared) retention turns the stream off, like an empty config.
+	if tb, err = update("change_stream_config.retention_period", &adminpb.ChangeStreamConfig{RetentionPeriod: durationpb.New(0)}); err != nil || tb.GetChangeStreamConfig() != nil {
+		t.Errorf("zero retention: %v %v", tb.GetChangeStreamConfig(), err)
+	}
+	if tb, err = update("change_stream_config", &adminpb.ChangeStreamConfig{RetentionPeriod: durationpb.New(24 * time.Hour)}); err != nil || tb.GetChangeStreamConfig() == nil {
+		t.Errorf("re-enable: %v %v", tb, err)
+	}
+	if tb, err = update("change_stream_config", nil); err != nil || tb.GetChangeStreamConfig() != nil {
+		t.Errorf("empty config: %v %v", tb.GetChangeStreamConfig(), err)
 	}
 }
