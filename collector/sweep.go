@@ -304,13 +304,12 @@ func (c *Collector) deleteBatch(m *table.Meta, cands []candidate, now int64, res
 	if len(done) == 0 {
 		return nil
 	}
-	// The schema the pass started with decides whether deletions are
-	// recorded (the engine's schema lock may be held here, by the rule
-	// change hook, so the table is not looked up again): a stream turned on
-	// during a pass records from the next pass.
-	recs, err := gcRecords(m, done)
-	if err != nil {
-		return err
+	var recs []changestream.Record
+	if c.eng.Streaming(m.ID) { // asked under the rows' locks
+		var err error
+		if recs, err = gcRecords(m, done); err != nil {
+			return err
+		}
 	}
 	// Collection need not be synced: a deletion lost in a crash (with its
 	// records, which share the batch) is found again by the next pass, and
@@ -352,9 +351,6 @@ func gcReason(r table.Reason) string {
 // records: one per row and reason, each cell a DeleteFromColumn over its
 // millisecond.
 func gcRecords(m *table.Meta, done []candidate) ([]changestream.Record, error) {
-	if m.ChangeStream == nil {
-		return nil, nil
-	}
 	var recs []changestream.Record
 	idx := map[string]int{} // row + reason → index in recs
 	for _, cd := range done {

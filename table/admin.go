@@ -139,6 +139,9 @@ func (e *Engine) CreateTable(instance, name string, spec TableSpec) (*Meta, erro
 	}
 	e.nextTableID++
 	e.tables[catalogKey(instance, name)] = m
+	if m.ChangeStream != nil {
+		e.streams.Store(m.ID, m.ChangeStream)
+	}
 	return m, nil
 }
 
@@ -172,6 +175,7 @@ func (e *Engine) DeleteTable(instance, name string) error {
 		return err
 	}
 	delete(e.tables, catalogKey(instance, name))
+	e.streams.Delete(m.ID)
 	return nil
 }
 
@@ -388,24 +392,19 @@ func (e *Engine) DropRowRange(instance, name string, prefix []byte, all bool) er
 	if !all {
 		lo, hi = storage.RowPrefixScanStart(m.ID, prefix), storage.RowPrefixScanEnd(m.ID, prefix)
 	}
-	if m.ChangeStream == nil {
-		b := e.store.NewBatch()
-		defer b.Close()
-		if err := b.DeleteRange(lo, hi, nil); err != nil {
-			return err
-		}
-		return e.commit(b)
-	}
-	// With a change stream every dropped row gets its record, so no
-	// writer may slip a row in between the listing and the drop.
+	// Every row lock is held: with a change stream every dropped row gets
+	// its record, so no writer may slip a row in between the listing and
+	// the drop, and the stream cannot turn on or off meanwhile.
 	unlock := e.lockAllRows()
 	defer unlock()
 	if err := e.checkOpen(); err != nil {
 		return err
 	}
-	recs, err := e.dropRowRecords(lo, hi)
-	if err != nil {
-		return err
+	var recs []changestream.Record
+	if e.streaming(m.ID) {
+		if recs, err = e.dropRowRecords(lo, hi); err != nil {
+			return err
+		}
 	}
 	b := e.store.NewBatch()
 	defer b.Close()

@@ -55,6 +55,13 @@ func (e *Engine) SetChangeStream(instance, name string, retention time.Duration)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, name)
 	}
+	// No write may be half-way through while the stream turns on or off:
+	// every write commits wholly before (unrecorded) or after (recorded).
+	unlock := e.lockAllRows()
+	defer unlock()
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
 	m := old.clone()
 	b := e.store.NewBatch()
 	defer b.Close()
@@ -80,7 +87,19 @@ func (e *Engine) SetChangeStream(instance, name string, retention time.Duration)
 		return nil, err
 	}
 	e.tables[catalogKey(m.Instance, m.Name)] = m
+	if m.ChangeStream != nil {
+		e.streams.Store(m.ID, m.ChangeStream)
+	} else {
+		e.streams.Delete(m.ID)
+	}
 	return m, nil
+}
+
+// streaming says whether a table has a change stream now. Callers hold the
+// row locks of what they write, so the answer holds until they commit.
+func (e *Engine) streaming(tableID uint64) bool {
+	_, ok := e.streams.Load(tableID)
+	return ok
 }
 
 // commitRecorded adds the records of a change to its batch, under one fresh
@@ -88,7 +107,7 @@ func (e *Engine) SetChangeStream(instance, name string, retention time.Duration)
 // without its change, nor a change without its record. Tables without a
 // change stream just commit.
 func (e *Engine) commitRecorded(b *pebble.Batch, m *Meta, recs []changestream.Record, opts *pebble.WriteOptions) error {
-	if m.ChangeStream == nil || len(recs) == 0 {
+	if !e.streaming(m.ID) || len(recs) == 0 {
 		if err := b.Commit(opts); err != nil {
 			return fmt.Errorf("ebbtable: commit: %w", err)
 		}
@@ -112,8 +131,8 @@ func (e *Engine) commitRecorded(b *pebble.Batch, m *Meta, recs []changestream.Re
 }
 
 // CommitSystem commits a background job's batch together with the records
-// describing it, if m has a change stream. sync says whether to wait for the
-// WAL.
+// describing it, if the table has a change stream. The caller holds the row
+// locks of the rows it changes. sync says whether to wait for the WAL.
 func (e *Engine) CommitSystem(b *pebble.Batch, m *Meta, recs []changestream.Record, sync bool) error {
 	opts := pebble.NoSync
 	if sync {
@@ -168,9 +187,15 @@ func lastCommit(st *storage.DB, tables map[string]*Meta) (int64, error) {
 	return last, nil
 }
 
-// userRecord starts the record of a user's change to a row.
-func userRecord(m *Meta, row []byte) *changestream.Record {
-	if m.ChangeStream == nil {
+// Streaming says whether a table has a change stream now; background jobs
+// ask it holding the row locks of the rows they change, then describe their
+// changes to CommitSystem.
+func (e *Engine) Streaming(tableID uint64) bool { return e.streaming(tableID) }
+
+// userRecord starts the record of a user's change to a row, if the table
+// has a change stream. The row's lock must be held.
+func (e *Engine) userRecord(m *Meta, row []byte) *changestream.Record {
+	if !e.streaming(m.ID) {
 		return nil
 	}
 	return &changestream.Record{Type: changestream.User, Reason: changestream.ReasonUser, RowKey: bytes.Clone(row)}

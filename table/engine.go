@@ -100,6 +100,12 @@ type Engine struct {
 	schemaHook SchemaHook
 
 	seq *commitSeq // change-stream commit timestamps
+	// streams maps a table id to its *ChangeStream while it has one. Writers
+	// consult it under their row locks; SetChangeStream changes it holding
+	// every row lock, so each write is recorded exactly when it commits while
+	// the stream is on. (A map writers read without e.mu: the schema hook
+	// takes row locks under e.mu, so writers must never take e.mu under one.)
+	streams sync.Map
 	// beforeRecordedCommit, set by tests, runs between taking a commit
 	// timestamp and committing: a slow commit.
 	beforeRecordedCommit func([]changestream.Record)
@@ -129,7 +135,7 @@ func Open(opts Options) (*Engine, error) {
 		st.Close()
 		return nil, err
 	}
-	return &Engine{
+	e := &Engine{
 		seq:         newCommitSeq(last),
 		store:       st,
 		clock:       opts.Clock,
@@ -138,7 +144,13 @@ func Open(opts Options) (*Engine, error) {
 		tables:      tables,
 		nextTableID: seq + 1,
 		seed:        maphash.MakeSeed(),
-	}, nil
+	}
+	for _, m := range tables {
+		if m.ChangeStream != nil {
+			e.streams.Store(m.ID, m.ChangeStream)
+		}
+	}
+	return e, nil
 }
 
 // Close flushes and closes the database. Calls after Close fail with ErrClosed.

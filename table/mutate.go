@@ -203,7 +203,7 @@ func (e *Engine) applyLocked(m *Meta, row []byte, ps []prepared) error {
 		b = e.store.NewBatch()
 	}
 	defer b.Close()
-	rec := userRecord(m, row)
+	rec := e.userRecord(m, row)
 	for _, p := range ps {
 		written, err := e.applyOne(b, m, row, p)
 		if err != nil {
@@ -386,7 +386,7 @@ func (e *Engine) MutateRows(instance, table string, entries []RowMutation) ([]er
 		if ps == nil {
 			continue
 		}
-		rec := userRecord(m, entries[i].Row)
+		rec := e.userRecord(m, entries[i].Row)
 		for _, p := range ps {
 			written, err := e.applyOne(b, m, entries[i].Row, p)
 			if err != nil {
