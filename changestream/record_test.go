@@ -113,3 +113,18 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseToken(f *testing.F) {
+	f.Add(Position{Commit: 1767225600000000, Index: 3}.Token())
+	f.Add("v1.1.-1.4294967295")
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := ParseToken(s)
+		if err != nil {
+			return
+		}
+		q, err := ParseToken(p.Token())
+		if err != nil || q != p {
+			t.Fatalf("token %q → %v → %q → %v, %v", s, p, p.Token(), q, err)
+		}
+	})
+}
