@@ -215,6 +215,9 @@ func (c *Collector) RunPass(ctx context.Context, sel Selector) (PassStats, error
 			continue
 		}
 		c.record(m, res)
+		if err := c.trimChanges(m); err != nil {
+			errs = append(errs, fmt.Errorf("table %s: change stream retention: %w", m.Name, err))
+		}
 	}
 	st.Duration = c.opts.Clock.Now().Sub(st.Started)
 	if len(errs) > 0 {
@@ -252,4 +255,19 @@ func (c *Collector) BeforeRuleChange(old *table.Meta, f table.Family, next gcrul
 	}
 	_, err := c.sweepTable(context.Background(), old, f.ID)
 	return err
+}
+
+// trimChanges drops a table's change-stream records older than its
+// retention.
+func (c *Collector) trimChanges(m *table.Meta) error {
+	if m.ChangeStream == nil {
+		return nil
+	}
+	cutoff := clock.Micros(c.opts.Clock.Now()) - m.ChangeStream.Retention.Microseconds()
+	n, err := c.eng.TrimChanges(m, cutoff)
+	if err != nil {
+		return err
+	}
+	c.m.recordsExpired.WithLabelValues(m.Instance, m.Name).Add(float64(n))
+	return nil
 }

@@ -17,6 +17,7 @@ type metrics struct {
 	debtOldest     *prometheus.GaugeVec
 	logicalBytes   *prometheus.GaugeVec
 	diskBytes      *prometheus.GaugeVec
+	recordsExpired *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -70,8 +71,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ebbtable_table_disk_bytes",
 			Help: "Estimated on-disk bytes of a table, after its last pass.",
 		}, []string{"instance", "table"}),
+		recordsExpired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ebbtable_changestream_records_expired_total",
+			Help: "Change-stream records dropped because they were older than the table's retention.",
+		}, []string{"instance", "table"}),
 	}
-	reg.MustRegister(m.cellsCollected, m.bytesCollected, m.cellsExamined, m.batches, m.failures,
+	reg.MustRegister(m.recordsExpired, m.cellsCollected, m.bytesCollected, m.cellsExamined, m.batches, m.failures,
 		m.passDuration, m.lastPass, m.debtCells, m.debtBytes, m.debtOldest, m.logicalBytes, m.diskBytes)
 	return m
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/gcrule"
 	"github.com/ebbtable/ebbtable/storage"
@@ -317,15 +318,20 @@ func (c *Collector) deleteBatch(m *table.Meta, cands []candidate, now int64, res
 	if len(done) == 0 {
 		return nil
 	}
+	var recs []changestream.Record
+	if c.eng.Streaming(m.ID) { // asked under the rows' locks
+		var err error
+		if recs, err = gcRecords(m, done); err != nil {
+			return err
+		}
+	}
 	// In until-collected mode a deletion lost in a crash would make a
 	// collected cell readable again, so it is synced like any write. In the
 	// default mode readers never see an eligible cell, so a lost deletion
-	// is only found again by the next pass: no fsync needed.
-	opts := pebble.NoSync
-	if c.eng.Visibility() == table.UntilCollected {
-		opts = pebble.Sync
-	}
-	if err := b.Commit(opts); err != nil {
+	// (with its change-stream records, which share the batch) is only found
+	// again by the next pass: no fsync needed.
+	sync := c.eng.Visibility() == table.UntilCollected
+	if err := c.eng.CommitSystem(b, m, recs, sync); err != nil {
 		return err
 	}
 	c.m.batches.Inc()
@@ -343,4 +349,47 @@ func (c *Collector) deleteBatch(m *table.Meta, cands []candidate, now int64, res
 		}
 	}
 	return nil
+}
+
+// gcReason is the change-stream reason of a collection.
+func gcReason(r table.Reason) string {
+	switch r {
+	case table.Age:
+		return changestream.ReasonGCAge
+	case table.Versions:
+		return changestream.ReasonGCVersions
+	case table.TTL:
+		return changestream.ReasonCellTTL
+	}
+	return changestream.ReasonDropped
+}
+
+// gcRecords describes deleted candidates (in key order) as change-stream
+// records: one per row and reason, each cell a DeleteFromColumn over its
+// millisecond.
+func gcRecords(m *table.Meta, done []candidate) ([]changestream.Record, error) {
+	var recs []changestream.Record
+	idx := map[string]int{} // row + reason → index in recs
+	for _, cd := range done {
+		d, err := storage.DecodeCellKey(cd.key)
+		if err != nil {
+			return nil, err
+		}
+		reason := gcReason(cd.reason)
+		k := string(cd.key[:cd.rowLen]) + "\x00" + reason
+		i, ok := idx[k]
+		if !ok {
+			i = len(recs)
+			idx[k] = i
+			recs = append(recs, changestream.Record{Type: changestream.GarbageCollection, Reason: reason,
+				TransactionTag: changestream.TagGarbageCollection, IsSystem: true, RowKey: d.Row})
+		}
+		fam := m.DroppedNames[d.FamilyID]
+		if f, ok := m.FamilyByID(d.FamilyID); ok {
+			fam = f.Name
+		}
+		recs[i].Mods = append(recs[i].Mods, changestream.Mod{Kind: changestream.DeleteFromColumn, Family: fam,
+			Qualifier: d.Qualifier, StartTS: d.Timestamp, EndTS: d.Timestamp + 1000})
+	}
+	return recs, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
@@ -11,6 +12,7 @@ import (
 	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -31,6 +33,9 @@ func (a *adminServer) tableToProto(m *table.Meta, view adminpb.Table_View) *admi
 	if view == adminpb.Table_NAME_ONLY {
 		return t
 	}
+	if cs := m.ChangeStream; cs != nil {
+		t.ChangeStreamConfig = &adminpb.ChangeStreamConfig{RetentionPeriod: durationpb.New(cs.Retention)}
+	}
 	t.ColumnFamilies = map[string]*adminpb.ColumnFamily{}
 	for _, f := range m.Families {
 		t.ColumnFamilies[f.Name] = &adminpb.ColumnFamily{GcRule: convert.GCRuleToProto(f.GC), ValueType: convert.ValueTypeToProto(f.ValueType)}
@@ -50,6 +55,12 @@ func (a *adminServer) CreateTable(ctx context.Context, req *adminpb.CreateTableR
 		return nil, toStatus(err)
 	}
 	spec := table.TableSpec{DeletionProtection: req.GetTable().GetDeletionProtection()}
+	if rp := req.GetTable().GetChangeStreamConfig().GetRetentionPeriod(); rp != nil {
+		spec.ChangeStreamRetention = rp.AsDuration() // zero: no stream
+		if spec.ChangeStreamRetention < 0 {
+			return nil, status.Error(codes.InvalidArgument, "ebbtable: change stream retention must be between 1 day and 7 days")
+		}
+	}
 	for name, cf := range req.GetTable().GetColumnFamilies() {
 		rule, err := convert.GCRuleFromProto(cf.GetGcRule())
 		if err != nil {
@@ -133,8 +144,10 @@ func (a *adminServer) DeleteTable(ctx context.Context, req *adminpb.DeleteTableR
 	return &emptypb.Empty{}, nil
 }
 
-// UpdateTable changes the fields named in the update mask. Only
-// deletion_protection is supported; it completes at once.
+// UpdateTable changes the fields named in the update mask:
+// deletion_protection, and change_stream_config (an empty or absent config,
+// or a cleared retention, turns the stream off) or
+// change_stream_config.retention_period. It completes at once.
 func (a *adminServer) UpdateTable(ctx context.Context, req *adminpb.UpdateTableRequest) (*longrunningpb.Operation, error) {
 	ref, err := parseTable(req.GetTable().GetName())
 	if err != nil {
@@ -149,6 +162,18 @@ func (a *adminServer) UpdateTable(ctx context.Context, req *adminpb.UpdateTableR
 		switch p {
 		case "deletion_protection":
 			if m, err = a.s.engine.SetDeletionProtection(ref.instance, ref.table, req.GetTable().GetDeletionProtection()); err != nil {
+				return nil, toStatus(err)
+			}
+		case "change_stream_config", "change_stream_config.retention_period":
+			// An absent config or retention, or a zero retention (a
+			// cleared field), turns the stream off.
+			var ret time.Duration
+			if rp := req.GetTable().GetChangeStreamConfig().GetRetentionPeriod(); rp != nil {
+				if ret = rp.AsDuration(); ret < 0 {
+					return nil, status.Error(codes.InvalidArgument, "ebbtable: change stream retention must be between 1 day and 7 days")
+				}
+			}
+			if m, err = a.s.engine.SetChangeStream(ref.instance, ref.table, ret); err != nil {
 				return nil, toStatus(err)
 			}
 		default:

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/ebbtable/ebbtable/changestream"
+	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/collector"
 	"github.com/ebbtable/ebbtable/gcrule"
 	"google.golang.org/grpc"
@@ -25,6 +27,10 @@ const (
 	// MethodSetFamilyOptions: {project, instance, table, family,
 	// expiry_timestamps (bool)} → {table, family, expiry_timestamps}.
 	MethodSetFamilyOptions = "/" + EbbAdminService + "/SetFamilyOptions"
+	// MethodWatch streams a table's change stream: {project, instance,
+	// table, since?, until?, exclude_system? (bool), token?} → a stream of
+	// {line}, each line one record in changestream's JSON encoding.
+	MethodWatch = "/" + EbbAdminService + "/Watch"
 )
 
 type ebbAdmin struct{ s *Server }
@@ -57,6 +63,17 @@ var ebbAdminDesc = grpc.ServiceDesc{
 		unaryStruct("GcStatus", (*ebbAdmin).gcStatus),
 		unaryStruct("SetFamilyOptions", (*ebbAdmin).setFamilyOptions),
 	},
+	Streams: []grpc.StreamDesc{{
+		StreamName:    "Watch",
+		ServerStreams: true,
+		Handler: func(srv any, stream grpc.ServerStream) error {
+			in := new(structpb.Struct)
+			if err := stream.RecvMsg(in); err != nil {
+				return err
+			}
+			return srv.(*ebbAdmin).watch(in, stream)
+		},
+	}},
 	Metadata: "ebbtable/admin.proto",
 }
 
@@ -188,4 +205,65 @@ func (a *ebbAdmin) setFamilyOptions(ctx context.Context, in *structpb.Struct) (*
 		return nil, toStatus(err)
 	}
 	return structpb.NewStruct(map[string]any{"table": str(in, "table"), "family": str(in, "family"), "expiry_timestamps": on})
+}
+
+// watch streams a table's change-stream records as JSON lines: from since
+// ("" = now, "oldest", RFC 3339, or a duration ago) or after token, until
+// until (RFC 3339; "" = until the client cancels), without the system
+// transactions' records when exclude_system is true.
+func (a *ebbAdmin) watch(in *structpb.Struct, stream grpc.ServerStream) error {
+	inst, err := instanceOf(in)
+	if err != nil {
+		return err
+	}
+	ref := tableRef{instance: inst, table: str(in, "table")}
+	m, err := a.s.streamedTable(ref)
+	if err != nil {
+		return err
+	}
+	r := &changeReader{s: a.s, ref: ref, m: m, hb: defaultHeartbeat}
+	if tok := str(in, "token"); tok != "" {
+		pos, err := changestream.ParseToken(tok)
+		if err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+		if err := a.s.startAt(m, pos.Commit+1); err != nil {
+			return err
+		}
+		r.lower, r.resume = changestream.After(m.ID, pos), pos
+	} else {
+		start, err := a.s.parseSince(m, str(in, "since"))
+		if err != nil {
+			return err
+		}
+		if err := a.s.startAt(m, start); err != nil {
+			return err
+		}
+		r.lower, r.resume = changestream.TimeKey(m.ID, start), closedPosition(start-1)
+	}
+	if u := str(in, "until"); u != "" {
+		t, err := time.Parse(time.RFC3339Nano, u)
+		if err != nil {
+			return status.Errorf(codes.InvalidArgument, "ebbtable: until %q is not an RFC 3339 time", u)
+		}
+		r.end = clock.Micros(t)
+	}
+	r.closed = r.resume.Commit
+	excludeSystem := in.GetFields()["exclude_system"].GetBoolValue()
+	return r.run(stream.Context(),
+		func(rec changestream.Record) error {
+			if excludeSystem && rec.IsSystem {
+				return nil
+			}
+			if rec.Type == changestream.User && rec.SourceCluster == "" {
+				rec.SourceCluster = a.s.opts.ClusterID
+			}
+			line, err := rec.MarshalLine()
+			if err != nil {
+				return status.Errorf(codes.Internal, "ebbtable: encode record: %v", err)
+			}
+			return stream.SendMsg(&structpb.Struct{Fields: map[string]*structpb.Value{"line": structpb.NewStringValue(string(line))}})
+		},
+		func() error { return nil },
+		func() error { return nil })
 }

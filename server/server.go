@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
@@ -90,6 +91,10 @@ type Server struct {
 	lis       net.Listener
 	hlis      net.Listener
 	log       *slog.Logger
+	// stopping is closed when Close begins, so calls that never end on
+	// their own (tailing change streams) end and let the server stop.
+	stopping  chan struct{}
+	closeOnce sync.Once
 }
 
 // New opens the engine and builds the services. It does not listen yet.
@@ -107,7 +112,8 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	eng.SetSchemaHook(col.BeforeRuleChange)
-	s := &Server{opts: opts, engine: eng, collector: col, ops: newOperations(), health: health.NewServer(), log: opts.Logger}
+	s := &Server{opts: opts, engine: eng, collector: col, ops: newOperations(), health: health.NewServer(), log: opts.Logger,
+		stopping: make(chan struct{})}
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
 		grpc.MaxSendMsgSize(opts.MaxMessageBytes),
@@ -182,6 +188,7 @@ func (s *Server) HTTPAddr() string {
 // Close stops accepting work, waits for running calls (up to 10 s), stops
 // background jobs and closes the database.
 func (s *Server) Close() error {
+	s.closeOnce.Do(func() { close(s.stopping) })
 	s.health.Shutdown()
 	done := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(done) }()

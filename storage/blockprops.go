@@ -51,6 +51,9 @@ const ExpiryPropertyName = "ebbtable.exp"
 type expiryMapper struct{}
 
 func (expiryMapper) MapPointKey(k sstable.InternalKey, v []byte) (sstable.BlockInterval, error) {
+	if len(k.UserKey) == 0 || k.UserKey[0] != tagCell {
+		return sstable.BlockInterval{}, nil // only cell values carry expiries
+	}
 	exp := ValueExpiry(v)
 	if exp <= 0 {
 		return sstable.BlockInterval{}, nil

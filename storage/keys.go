@@ -10,6 +10,7 @@ import (
 const (
 	tagCell byte = 0x01 // a cell: tagCell | tableID | esc(row) | familyID | esc(qualifier) | ^timestamp
 	tagMeta byte = 0x02 // metadata: tagMeta | kind | name
+	// 0x03 is the change-stream record space, laid out by package changestream.
 )
 
 // FormatVersion is the on-disk format version written to the metadata space.

@@ -7,7 +7,10 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/gcrule"
 	"github.com/ebbtable/ebbtable/storage"
 )
@@ -25,6 +28,9 @@ type TableSpec struct {
 	Families           []FamilySpec
 	Splits             [][]byte
 	DeletionProtection bool
+	// ChangeStreamRetention, when not zero, turns the table's change
+	// stream on with this retention.
+	ChangeStreamRetention time.Duration
 }
 
 var (
@@ -95,6 +101,12 @@ func (e *Engine) CreateTable(instance, name string, spec TableSpec) (*Meta, erro
 		}
 	}
 	m.Splits = splits
+	if spec.ChangeStreamRetention != 0 {
+		if err := validRetention(spec.ChangeStreamRetention); err != nil {
+			return nil, err
+		}
+		m.ChangeStream = &ChangeStream{Retention: spec.ChangeStreamRetention, EnabledMicros: m.CreatedMicros}
+	}
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -116,8 +128,11 @@ func (e *Engine) CreateTable(instance, name string, spec TableSpec) (*Meta, erro
 	if err := b.Set(storage.MetaKey(metaKindSeq, "table"), seq[:], nil); err != nil {
 		return nil, err
 	}
-	// Clear any cells a crash may have left under this id.
+	// Clear any cells or records a crash may have left under this id.
 	if err := b.DeleteRange(storage.TablePrefix(m.ID), storage.TableEnd(m.ID), nil); err != nil {
+		return nil, err
+	}
+	if err := b.DeleteRange(changestream.TableStart(m.ID), changestream.TableEnd(m.ID), nil); err != nil {
 		return nil, err
 	}
 	if err := e.commit(b); err != nil {
@@ -125,6 +140,9 @@ func (e *Engine) CreateTable(instance, name string, spec TableSpec) (*Meta, erro
 	}
 	e.nextTableID++
 	e.tables[catalogKey(instance, name)] = m
+	if m.ChangeStream != nil {
+		e.streams.Store(m.ID, m.ChangeStream)
+	}
 	return m, nil
 }
 
@@ -151,10 +169,15 @@ func (e *Engine) DeleteTable(instance, name string) error {
 	if err := b.DeleteRange(storage.TablePrefix(m.ID), storage.TableEnd(m.ID), nil); err != nil {
 		return err
 	}
+	// The change stream goes with the table.
+	if err := b.DeleteRange(changestream.TableStart(m.ID), changestream.TableEnd(m.ID), nil); err != nil {
+		return err
+	}
 	if err := e.commit(b); err != nil {
 		return err
 	}
 	delete(e.tables, catalogKey(instance, name))
+	e.streams.Delete(m.ID)
 	return nil
 }
 
@@ -259,6 +282,10 @@ func (e *Engine) ModifyFamilies(instance, name string, mods []FamilyMod) (*Meta,
 				return nil, fmt.Errorf("%w: table %s has deletion protection; its column families cannot be dropped", ErrPrecondition, name)
 			}
 			m.DroppedFamilies = append(m.DroppedFamilies, f.ID)
+			if m.DroppedNames == nil {
+				m.DroppedNames = map[uint32]string{}
+			}
+			m.DroppedNames[f.ID] = f.Name
 			kept := m.Families[:0:0]
 			for _, g := range m.Families {
 				if g.Name != mod.Name {
@@ -289,6 +316,9 @@ func (e *Engine) ForgetDropped(instance, name string, ids []uint32) error {
 	}
 	m := old.clone()
 	m.DroppedFamilies = slices.DeleteFunc(m.DroppedFamilies, func(id uint32) bool { return slices.Contains(ids, id) })
+	for _, id := range ids {
+		delete(m.DroppedNames, id)
+	}
 	return e.saveMetaLocked(m)
 }
 
@@ -372,10 +402,24 @@ func (e *Engine) DropRowRange(instance, name string, prefix []byte, all bool) er
 	if !all {
 		lo, hi = storage.RowPrefixScanStart(m.ID, prefix), storage.RowPrefixScanEnd(m.ID, prefix)
 	}
+	// Every row lock is held: with a change stream every dropped row gets
+	// its record, so no writer may slip a row in between the listing and
+	// the drop, and the stream cannot turn on or off meanwhile.
+	unlock := e.lockAllRows()
+	defer unlock()
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	var recs []changestream.Record
+	if e.streaming(m.ID) {
+		if recs, err = e.dropRowRecords(lo, hi); err != nil {
+			return err
+		}
+	}
 	b := e.store.NewBatch()
 	defer b.Close()
 	if err := b.DeleteRange(lo, hi, nil); err != nil {
 		return err
 	}
-	return e.commit(b)
+	return e.commitRecorded(b, m, recs, pebble.Sync)
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/storage"
 )
@@ -98,6 +99,17 @@ type Engine struct {
 
 	schemaHook SchemaHook
 
+	seq *commitSeq // change-stream commit timestamps
+	// streams maps a table id to its *ChangeStream while it has one. Writers
+	// consult it under their row locks; SetChangeStream changes it holding
+	// every row lock, so each write is recorded exactly when it commits while
+	// the stream is on. (A map writers read without e.mu: the schema hook
+	// takes row locks under e.mu, so writers must never take e.mu under one.)
+	streams sync.Map
+	// beforeRecordedCommit, set by tests, runs between taking a commit
+	// timestamp and committing: a slow commit.
+	beforeRecordedCommit func([]changestream.Record)
+
 	seed     maphash.Seed
 	rowLocks [rowLockStripes]sync.Mutex
 	// closeMu is held shared by every running operation and exclusively
@@ -121,7 +133,13 @@ func Open(opts Options) (*Engine, error) {
 		st.Close()
 		return nil, err
 	}
-	return &Engine{
+	last, err := lastCommit(st, tables)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	e := &Engine{
+		seq:         newCommitSeq(last),
 		store:       st,
 		clock:       opts.Clock,
 		log:         opts.Logger,
@@ -129,7 +147,13 @@ func Open(opts Options) (*Engine, error) {
 		tables:      tables,
 		nextTableID: seq + 1,
 		seed:        maphash.MakeSeed(),
-	}, nil
+	}
+	for _, m := range tables {
+		if m.ChangeStream != nil {
+			e.streams.Store(m.ID, m.ChangeStream)
+		}
+	}
+	return e, nil
 }
 
 // Close flushes and closes the database. Calls after Close fail with ErrClosed.
@@ -140,6 +164,18 @@ func (e *Engine) Close() error {
 	e.closeMu.Lock()
 	defer e.closeMu.Unlock()
 	return e.store.Close()
+}
+
+// lockAllRows takes every row lock, in stripe order.
+func (e *Engine) lockAllRows() func() {
+	for i := range e.rowLocks {
+		e.rowLocks[i].Lock()
+	}
+	return func() {
+		for i := range e.rowLocks {
+			e.rowLocks[i].Unlock()
+		}
+	}
 }
 
 // Store exposes the storage layer to the engine's background jobs.
@@ -258,18 +294,41 @@ func (e *Engine) Tables(instance string) []*Meta {
 	return out
 }
 
-// commitVisible applies b so that readers see it at once, and returns a
+// commitVisible applies b so that readers see it at once, together with the
+// change-stream records describing it when m has a stream, and returns a
 // function that waits until it is durable (the WAL synced) and releases b.
 // Writers drop their row locks before waiting, so concurrent commits share
-// one fsync instead of queueing behind each other's.
-func (e *Engine) commitVisible(b *pebble.Batch) (func() error, error) {
+// one fsync instead of queueing behind each other's. A recorded commit stays
+// in flight (below the stream's closed timestamp) until it is durable, so a
+// change-stream reader never returns a record a crash could take back.
+func (e *Engine) commitVisible(b *pebble.Batch, m *Meta, recs []changestream.Record) (func() error, error) {
+	var ts int64
+	recorded := m.ChangeStream != nil && len(recs) > 0
+	if recorded {
+		ts = e.seq.begin(e.nowMicros())
+		if e.beforeRecordedCommit != nil {
+			e.beforeRecordedCommit(recs)
+		}
+		if err := addRecords(b, m, ts, recs); err != nil {
+			e.seq.end(ts)
+			b.Close()
+			return nil, err
+		}
+	}
 	if err := e.store.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+		if recorded {
+			e.seq.end(ts)
+		}
 		b.Close()
 		return nil, fmt.Errorf("ebbtable: commit: %w", err)
 	}
 	return func() error {
 		defer b.Close()
-		if err := b.SyncWait(); err != nil {
+		err := b.SyncWait()
+		if recorded {
+			e.seq.end(ts)
+		}
+		if err != nil {
 			return fmt.Errorf("ebbtable: commit: %w", err)
 		}
 		return nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/cell"
+	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/storage"
 )
@@ -203,20 +204,41 @@ func (e *Engine) applyLocked(m *Meta, row []byte, ps []prepared) (wait func() er
 	} else {
 		b = e.store.NewBatch()
 	}
+	rec := e.userRecord(m, row)
 	for _, p := range ps {
-		if err := e.applyOne(b, m, row, p); err != nil {
+		written, err := e.applyOne(b, m, row, p)
+		if err != nil {
 			b.Close()
 			return nil, err
 		}
+		if rec != nil {
+			rec.Mods = append(rec.Mods, modWritten(p, written))
+		}
 	}
-	return e.commitVisible(b)
+	var recs []changestream.Record
+	if rec != nil {
+		recs = []changestream.Record{*rec}
+	}
+	return e.commitVisible(b, m, recs)
 }
 
-func (e *Engine) applyOne(b *pebble.Batch, m *Meta, row []byte, p prepared) error {
+// modWritten is the record of one applied mutation: aggregate inputs are
+// recorded as the SetCell of the value they produced.
+func modWritten(p prepared, written []byte) changestream.Mod {
+	mod := modOf(p)
+	if p.Kind == AddToCell || p.Kind == MergeToCell {
+		mod.Value = written
+	}
+	return mod
+}
+
+// applyOne adds one mutation to the batch and returns the value it wrote
+// (for SetCell and the aggregates).
+func (e *Engine) applyOne(b *pebble.Batch, m *Meta, row []byte, p prepared) ([]byte, error) {
 	switch p.Kind {
 	case SetCell:
 		k := storage.CellKey(m.ID, row, p.familyID, p.Qualifier, p.Timestamp)
-		return b.Set(k, storage.EncodeValue(p.Value, p.ExpireAt), nil)
+		return p.Value, b.Set(k, storage.EncodeValue(p.Value, p.ExpireAt), nil)
 	case AddToCell, MergeToCell:
 		k := storage.CellKey(m.ID, row, p.familyID, p.Qualifier, p.Timestamp)
 		in := p.Value
@@ -227,7 +249,7 @@ func (e *Engine) applyOne(b *pebble.Batch, m *Meta, row []byte, p prepared) erro
 		switch {
 		case err == pebble.ErrNotFound:
 		case err != nil:
-			return err
+			return nil, err
 		default:
 			data, _, derr := storage.DecodeValue(old)
 			if derr == nil {
@@ -235,7 +257,7 @@ func (e *Engine) applyOne(b *pebble.Batch, m *Meta, row []byte, p prepared) erro
 			}
 			closer.Close()
 		}
-		return b.Set(k, storage.EncodeValue(in, p.ExpireAt), nil)
+		return in, b.Set(k, storage.EncodeValue(in, p.ExpireAt), nil)
 	case DeleteFromColumn:
 		prefix := storage.ColumnPrefix(m.ID, row, p.familyID, p.Qualifier)
 		lo, hi := prefix, storage.PrefixEnd(prefix)
@@ -247,15 +269,15 @@ func (e *Engine) applyOne(b *pebble.Batch, m *Meta, row []byte, p prepared) erro
 		if p.StartTS > 0 {
 			hi = storage.AppendSuffix(append([]byte{}, prefix...), p.StartTS-1)
 		}
-		return deletePoints(b, lo, hi)
+		return nil, deletePoints(b, lo, hi)
 	case DeleteFromFamily:
 		prefix := storage.FamilyPrefix(m.ID, row, p.familyID)
-		return deletePoints(b, prefix, storage.PrefixEnd(prefix))
+		return nil, deletePoints(b, prefix, storage.PrefixEnd(prefix))
 	case DeleteFromRow:
 		prefix := storage.RowPrefix(m.ID, row)
-		return deletePoints(b, prefix, storage.PrefixEnd(prefix))
+		return nil, deletePoints(b, prefix, storage.PrefixEnd(prefix))
 	}
-	return fmt.Errorf("%w: unknown mutation kind %d", ErrInvalid, p.Kind)
+	return nil, fmt.Errorf("%w: unknown mutation kind %d", ErrInvalid, p.Kind)
 }
 
 // MinTTLMicros is the shortest native cell TTL: Bigtable's granularity.
@@ -358,16 +380,28 @@ func (e *Engine) MutateRows(instance, table string, entries []RowMutation) ([]er
 	} else {
 		b = e.store.NewBatch()
 	}
+	var recs []changestream.Record
 	for i, ps := range preps {
+		if ps == nil {
+			continue
+		}
+		rec := e.userRecord(m, entries[i].Row)
 		for _, p := range ps {
-			if err := e.applyOne(b, m, entries[i].Row, p); err != nil {
+			written, err := e.applyOne(b, m, entries[i].Row, p)
+			if err != nil {
 				unlock()
 				b.Close()
 				return nil, err
 			}
+			if rec != nil {
+				rec.Mods = append(rec.Mods, modWritten(p, written))
+			}
+		}
+		if rec != nil {
+			recs = append(recs, *rec)
 		}
 	}
-	wait, err := e.commitVisible(b)
+	wait, err := e.commitVisible(b, m, recs)
 	unlock()
 	if err != nil {
 		return nil, err

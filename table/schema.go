@@ -58,6 +58,12 @@ type Meta struct {
 	// DroppedFamilies are ids of dropped families whose cells the collector
 	// has not yet swept.
 	DroppedFamilies []uint32 `json:"dropped_families,omitempty"`
+	// DroppedNames are the names of the dropped families awaiting the
+	// collector, by id, so its change-stream records can name them.
+	DroppedNames map[uint32]string `json:"dropped_names,omitempty"`
+	// ChangeStream is the table's change-stream configuration; nil when the
+	// table has none.
+	ChangeStream *ChangeStream `json:"change_stream,omitempty"`
 }
 
 // Family returns the family with the given name.
@@ -85,6 +91,16 @@ func (m *Meta) clone() *Meta {
 	c.Families = append([]Family(nil), m.Families...)
 	c.Splits = append([][]byte(nil), m.Splits...)
 	c.DroppedFamilies = append([]uint32(nil), m.DroppedFamilies...)
+	if m.DroppedNames != nil {
+		c.DroppedNames = make(map[uint32]string, len(m.DroppedNames))
+		for id, n := range m.DroppedNames {
+			c.DroppedNames[id] = n
+		}
+	}
+	if m.ChangeStream != nil {
+		cs := *m.ChangeStream
+		c.ChangeStream = &cs
+	}
 	return &c
 }
 

@@ -1,0 +1,58 @@
+package changestream
+
+import (
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Store is what the reader needs from the database.
+type Store interface {
+	NewIter(*pebble.IterOptions) (*pebble.Iterator, error)
+}
+
+// Read returns, in commit order, up to limit records of table tableID whose
+// keys are at or after lower (from TimeKey or After) and whose commit
+// timestamp is at most upTo. Callers pass a closed timestamp as upTo, so no
+// record can later commit inside what they have read.
+func Read(db Store, tableID uint64, lower []byte, upTo int64, limit int) ([]Record, error) {
+	if upTo < 0 {
+		return nil, nil
+	}
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: TimeKey(tableID, upTo+1)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []Record
+	for ok := it.First(); ok && (limit <= 0 || len(out) < limit); ok = it.Next() {
+		_, pos, err := DecodeKey(it.Key())
+		if err != nil {
+			return nil, err
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, err
+		}
+		r, err := Decode(v)
+		if err != nil {
+			return nil, err
+		}
+		r.Position = pos
+		out = append(out, r)
+	}
+	return out, it.Error()
+}
+
+// Last returns the position of the newest record of a table, and false if
+// it has none.
+func Last(db Store, tableID uint64) (Position, bool, error) {
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: TableStart(tableID), UpperBound: TableEnd(tableID)})
+	if err != nil {
+		return Position{}, false, err
+	}
+	defer it.Close()
+	if !it.Last() {
+		return Position{}, false, it.Error()
+	}
+	_, p, err := DecodeKey(it.Key())
+	return p, err == nil, err
+}

@@ -1,0 +1,163 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/ebbtable/ebbtable/server"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+func newWatchCmd() *cobra.Command {
+	var (
+		cf            connFlags
+		since, until  string
+		token         string
+		excludeSystem bool
+	)
+	cmd := &cobra.Command{
+		Use:   "watch TABLE",
+		Short: "Print a table's change stream, one JSON object a line",
+		Long: `Print a table's change stream, one JSON object a line, in commit order:
+commit_timestamp, commit_micros, tiebreaker, index, token, row_key, type (USER
+or GARBAGE_COLLECTION), reason (user, drop-row-range, gc-age, gc-versions,
+cell-ttl, dropped, row-deletion-policy), transaction_tag, is_system_transaction,
+source_cluster_id and mods. Byte strings that are not UTF-8 are printed in
+base64 with row_key_base64 / qualifier_base64 / value_base64 set.
+
+Without --until it follows the stream until interrupted.`,
+		Example: `  ebbtable watch events                       # from now on
+  ebbtable watch events --since 1h --exclude-system
+  ebbtable watch events --since oldest --until 2026-01-02T00:00:00Z
+  ebbtable watch events --token v1.1767225600000000.0.3   # resume after a record`,
+		Args: exactArgs(1, "a table name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if until != "" {
+				if _, err := time.Parse(time.RFC3339Nano, until); err != nil {
+					return usagef("--until %q is not an RFC 3339 time", until)
+				}
+			}
+			if token != "" && since != "" {
+				return usagef("--since and --token exclude each other")
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			ctx, cancel := cf.context(ctx)
+			defer cancel()
+			conn, err := cf.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			req, err := structpb.NewStruct(map[string]any{
+				"project": cf.project, "instance": cf.instance, "table": args[0],
+				"since": since, "until": until, "token": token, "exclude_system": excludeSystem,
+			})
+			if err != nil {
+				return err
+			}
+			st, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, server.MethodWatch)
+			if err != nil {
+				return fmt.Errorf("watch %s: %w", args[0], err)
+			}
+			if err := st.SendMsg(req); err != nil {
+				return fmt.Errorf("watch %s: %w", args[0], err)
+			}
+			if err := st.CloseSend(); err != nil {
+				return err
+			}
+			w := bufio.NewWriter(cmd.OutOrStdout())
+			defer w.Flush()
+			for {
+				msg := new(structpb.Struct)
+				err := st.RecvMsg(msg)
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				if err != nil {
+					if status.Code(err) == codes.Canceled && ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {
+						return nil // interrupted
+					}
+					return fmt.Errorf("watch %s: %w", args[0], err)
+				}
+				fmt.Fprintln(w, msg.GetFields()["line"].GetStringValue())
+				if err := w.Flush(); err != nil {
+					return err
+				}
+			}
+		},
+	}
+	cf.register(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&since, "since", "", "start at an RFC 3339 time, a duration ago (15m), or 'oldest' (default: now)")
+	fl.StringVar(&until, "until", "", "stop after this RFC 3339 time (default: follow until interrupted)")
+	fl.StringVar(&token, "token", "", "resume after the record with this token")
+	fl.BoolVar(&excludeSystem, "exclude-system", false, "leave out system transactions (garbage collection, row deletion policy)")
+	return cmd
+}
+
+func newChangeStreamCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "changestream",
+		Short: "Turn a table's change stream on or off",
+	}
+	var cf connFlags
+	var retention time.Duration
+	enable := &cobra.Command{
+		Use:     "enable TABLE",
+		Short:   "Turn a table's change stream on, or change its retention",
+		Example: `  ebbtable changestream enable events --retention 72h`,
+		Args:    exactArgs(1, "a table name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if retention < 24*time.Hour || retention > 7*24*time.Hour {
+				return usagef("--retention %v must be between 24h and 168h (1 to 7 days)", retention)
+			}
+			ctx, cancel := cf.context(cmd.Context())
+			defer cancel()
+			admin, err := cf.adminClient(ctx)
+			if err != nil {
+				return err
+			}
+			defer admin.Close()
+			if err := admin.UpdateTableWithChangeStream(ctx, args[0], retention); err != nil {
+				return fmt.Errorf("enable change stream of %s: %w", args[0], err)
+			}
+			return nil
+		},
+	}
+	enable.Flags().DurationVar(&retention, "retention", 24*time.Hour, "how long records are kept (1 to 7 days)")
+	var cf2 connFlags
+	disable := &cobra.Command{
+		Use:   "disable TABLE",
+		Short: "Turn a table's change stream off and delete its records",
+		Args:  exactArgs(1, "a table name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := cf2.context(cmd.Context())
+			defer cancel()
+			admin, err := cf2.adminClient(ctx)
+			if err != nil {
+				return err
+			}
+			defer admin.Close()
+			if err := admin.UpdateTableDisableChangeStream(ctx, args[0]); err != nil {
+				return fmt.Errorf("disable change stream of %s: %w", args[0], err)
+			}
+			return nil
+		},
+	}
+	cf.register(enable)
+	cf2.register(disable)
+	cmd.AddCommand(enable, disable)
+	return cmd
+}
