@@ -95,6 +95,9 @@ type Engine struct {
 	mu          sync.RWMutex // guards tables and nextTableID, and serialises schema changes
 	tables      map[string]*Meta
 	nextTableID uint64
+	// reserved holds the names of tables being restored: taken, but not
+	// yet in tables.
+	reserved map[string]bool
 
 	schemaHook SchemaHook
 
@@ -121,15 +124,21 @@ func Open(opts Options) (*Engine, error) {
 		st.Close()
 		return nil, err
 	}
-	return &Engine{
+	e := &Engine{
 		store:       st,
 		clock:       opts.Clock,
 		log:         opts.Logger,
 		vis:         opts.Visibility,
 		tables:      tables,
 		nextTableID: seq + 1,
+		reserved:    map[string]bool{},
 		seed:        maphash.MakeSeed(),
-	}, nil
+	}
+	if err := e.cleanRestores(); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return e, nil
 }
 
 // Close flushes and closes the database. Calls after Close fail with ErrClosed.

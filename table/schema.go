@@ -58,6 +58,8 @@ type Meta struct {
 	// DroppedFamilies are ids of dropped families whose cells the collector
 	// has not yet swept.
 	DroppedFamilies []uint32 `json:"dropped_families,omitempty"`
+	// Restored is set on a table restored from a backup.
+	Restored *Restored `json:"restored,omitempty"`
 }
 
 // Family returns the family with the given name.
