@@ -1,0 +1,39 @@
+package backup
+
+import "time"
+
+// expiryLoop deletes expired backups every ExpiryInterval on the injected
+// clock until Stop.
+func (m *Manager) expiryLoop() {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-m.opts.Clock.After(m.opts.ExpiryInterval):
+		}
+		m.DeleteExpired()
+	}
+}
+
+// DeleteExpired deletes every backup whose expire time has passed and
+// returns their names. A backup being restored or copied is left for the
+// next round.
+func (m *Manager) DeleteExpired() []Name {
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var gone []Name
+	for name, mf := range m.backups {
+		if mf.ExpireTime.After(now) || m.busy[name] > 0 {
+			continue
+		}
+		if err := m.deleteLocked(name); err != nil {
+			m.log.Error("deleting an expired backup failed; will retry", "backup", name.String(), "err", err)
+			continue
+		}
+		m.log.Info("deleted expired backup", "backup", name.String(), "expired", mf.ExpireTime.UTC().Format(time.RFC3339))
+		gone = append(gone, name)
+	}
+	return gone
+}
