@@ -462,35 +462,48 @@ func (m *Manager) UpdateExpiry(name Name, expire time.Time) (*Manifest, error) {
 // cannot be deleted (FailedPrecondition).
 func (m *Manager) Delete(name Name) error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.deleteLocked(name)
+	trash, err := m.deleteLocked(name)
+	m.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	m.removeTrash(name, trash)
+	return nil
 }
 
-func (m *Manager) deleteLocked(name Name) error {
+// deleteLocked makes a backup disappear: its directory is renamed out of
+// the way (durably) and forgotten. The caller removes the returned trash
+// directory after releasing m.mu.
+func (m *Manager) deleteLocked(name Name) (trash string, err error) {
 	if m.backups[name] == nil {
 		if m.creating[name] != nil {
-			return fmt.Errorf("%w: backup %s is still being created", table.ErrPrecondition, name)
+			return "", fmt.Errorf("%w: backup %s is still being created", table.ErrPrecondition, name)
 		}
-		return fmt.Errorf("%w: %s", ErrNotFound, name)
+		return "", fmt.Errorf("%w: %s", ErrNotFound, name)
 	}
 	if m.busy[name] > 0 {
-		return fmt.Errorf("%w: backup %s is being restored or copied", table.ErrPrecondition, name)
+		return "", fmt.Errorf("%w: backup %s is being restored or copied", table.ErrPrecondition, name)
 	}
 	dir := filepath.Join(m.root, name.relDir())
 	var r [8]byte
 	rand.Read(r[:])
-	trash := filepath.Join(m.root, ".del-"+hex.EncodeToString(r[:]))
+	trash = filepath.Join(m.root, ".del-"+hex.EncodeToString(r[:]))
 	if err := os.Rename(dir, trash); err != nil {
-		return fmt.Errorf("ebbtable: delete backup %s: %w", name, err)
+		return "", fmt.Errorf("ebbtable: delete backup %s: %w", name, err)
 	}
 	if err := errors.Join(syncDir(filepath.Dir(dir)), syncDir(m.root)); err != nil {
-		return fmt.Errorf("ebbtable: delete backup %s: %w", name, err)
+		return "", fmt.Errorf("ebbtable: delete backup %s: %w", name, err)
 	}
 	delete(m.backups, name)
+	return trash, nil
+}
+
+// removeTrash deletes the files of a deleted backup; leftovers are removed
+// at the next start.
+func (m *Manager) removeTrash(name Name, trash string) {
 	if err := os.RemoveAll(trash); err != nil {
-		m.log.Warn("backup deleted but its files remain", "backup", name.String(), "path", trash, "err", err)
+		m.log.Warn("backup deleted but its files remain until the next start", "backup", name.String(), "path", trash, "err", err)
 	}
-	return nil
 }
 
 // acquire marks a ready backup as being read, so it is not deleted under
@@ -502,6 +515,9 @@ func (m *Manager) acquireLocked(name Name) (*Manifest, error) {
 			return nil, fmt.Errorf("%w: backup %s is still being created", table.ErrPrecondition, name)
 		}
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	if !mf.ExpireTime.After(m.now()) {
+		return nil, fmt.Errorf("%w: backup %s expired at %s and is about to be deleted", table.ErrPrecondition, name, mf.ExpireTime.UTC().Format(time.RFC3339))
 	}
 	m.busy[name]++
 	return mf.clone(), nil

@@ -300,6 +300,9 @@ func TestRestoreRefusesExistingNameAndChangesNothing(t *testing.T) {
 	if _, _, err := f.mgr.Create(bname("b"), "src", f.clk.Now().Add(7*24*time.Hour)); !errors.Is(err, ErrExists) {
 		t.Errorf("second backup with the same id: %v, want ErrExists", err)
 	}
+	if _, _, err := f.mgr.Create(Name{Instance: inst, Cluster: "-", ID: "x"}, "src", f.clk.Now().Add(7*24*time.Hour)); !errors.Is(err, table.ErrInvalid) {
+		t.Errorf("backup in cluster \"-\": %v, want ErrInvalid", err)
+	}
 	if _, _, err := f.mgr.Create(bname("c"), "missing", f.clk.Now().Add(7*24*time.Hour)); !errors.Is(err, table.ErrTableNotFound) {
 		t.Errorf("backup of a missing table: %v, want ErrTableNotFound", err)
 	}
@@ -518,5 +521,35 @@ func TestUnfinishedWorkIsInvisibleAfterACrash(t *testing.T) {
 	mustRestore(t, f.mgr, bname("b"), "half", "")
 	if got := len(readAll(t, f.eng, "half")); got != 500 {
 		t.Errorf("restore after the crash: %d rows, want 500", got)
+	}
+}
+
+func TestEmptyTable(t *testing.T) {
+	f := open(t, t.TempDir(), clock.Real{})
+	createTable(t, f.eng, "empty")
+	mf := mustCreate(t, f.mgr, bname("b"), "empty", time.Now().Add(7*time.Hour))
+	if len(mf.Files) != 0 || mf.Cells != 0 {
+		t.Errorf("backup of an empty table: %+v", mf)
+	}
+	m := mustRestore(t, f.mgr, bname("b"), "copy", "")
+	if len(m.Families) != 2 || len(readAll(t, f.eng, "copy")) != 0 {
+		t.Errorf("restored empty table: %+v", m)
+	}
+}
+
+func TestExpiredBackupIsNotRestored(t *testing.T) {
+	clk := clock.NewFake(t0)
+	f := open(t, t.TempDir(), clk)
+	createTable(t, f.eng, "src")
+	mustCreate(t, f.mgr, bname("b"), "src", t0.Add(7*time.Hour))
+	clk.Advance(7 * time.Hour)
+	if _, _, err := f.mgr.Restore(bname("b"), inst, "x", ""); !errors.Is(err, table.ErrPrecondition) {
+		t.Errorf("restore of an expired backup: %v, want ErrPrecondition", err)
+	}
+	if _, err := f.eng.Table(inst, "x"); !errors.Is(err, table.ErrTableNotFound) {
+		t.Errorf("refused restore left table x: %v", err)
+	}
+	if _, err := f.eng.CreateTable(inst, "x", table.TableSpec{}); err != nil {
+		t.Errorf("the refused restore kept the name: %v", err)
 	}
 }

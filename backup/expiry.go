@@ -22,18 +22,24 @@ func (m *Manager) expiryLoop() {
 func (m *Manager) DeleteExpired() []Name {
 	now := m.now()
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	var gone []Name
+	trash := map[Name]string{}
 	for name, mf := range m.backups {
 		if mf.ExpireTime.After(now) || m.busy[name] > 0 {
 			continue
 		}
-		if err := m.deleteLocked(name); err != nil {
+		dir, err := m.deleteLocked(name)
+		if err != nil {
 			m.log.Error("deleting an expired backup failed; will retry", "backup", name.String(), "err", err)
 			continue
 		}
 		m.log.Info("deleted expired backup", "backup", name.String(), "expired", mf.ExpireTime.UTC().Format(time.RFC3339))
 		gone = append(gone, name)
+		trash[name] = dir
+	}
+	m.mu.Unlock()
+	for name, dir := range trash {
+		m.removeTrash(name, dir)
 	}
 	return gone
 }

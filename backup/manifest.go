@@ -40,7 +40,7 @@ func (n Name) String() string { return n.Instance + "/clusters/" + n.Cluster + "
 
 var (
 	backupIDRE  = regexp.MustCompile(`^[_a-zA-Z0-9][-_.a-zA-Z0-9]{0,49}$`)
-	clusterIDRE = regexp.MustCompile(`^[-_.a-zA-Z0-9]{1,64}$`)
+	clusterIDRE = regexp.MustCompile(`^[a-zA-Z0-9][-_.a-zA-Z0-9]{0,63}$`)
 )
 
 // validate checks the parts of a name that become directory names.
@@ -50,7 +50,7 @@ func (n Name) validate() error {
 		return fmt.Errorf("%w: %q is not an instance name (projects/PROJECT/instances/INSTANCE)", table.ErrInvalid, n.Instance)
 	}
 	if !clusterIDRE.MatchString(n.Cluster) {
-		return fmt.Errorf("%w: cluster id %q must be 1-64 characters of [-_.a-zA-Z0-9]", table.ErrInvalid, n.Cluster)
+		return fmt.Errorf("%w: cluster id %q must be 1-64 characters of [-_.a-zA-Z0-9], starting with a letter or digit", table.ErrInvalid, n.Cluster)
 	}
 	if !backupIDRE.MatchString(n.ID) {
 		return fmt.Errorf("%w: backup id %q must be 1-50 characters of [_a-zA-Z0-9][-_.a-zA-Z0-9]*", table.ErrInvalid, n.ID)
