@@ -143,10 +143,11 @@ func (e *Engine) BeginRestore(instance, name string) (*Restoring, error) {
 	if err := b.Set(storage.MetaKey(metaKindSeq, "table"), seq[:], nil); err != nil {
 		return nil, err
 	}
+	// No DeleteRange of the id's span here (CreateTable has one): ids are
+	// never reused, a crashed restore's cells are removed at open, and a
+	// range deletion in the memtable would force a flush when the restore
+	// ingests into the same span.
 	if err := b.Set(restoringKey(id), rec, nil); err != nil {
-		return nil, err
-	}
-	if err := b.DeleteRange(storage.TablePrefix(id), storage.TableEnd(id), nil); err != nil {
 		return nil, err
 	}
 	if err := e.commit(b); err != nil {
