@@ -271,3 +271,46 @@ func TestBackupExpiryInServer(t *testing.T) {
 		t.Errorf("backup deleted after %v of fake time, before it expired", got)
 	}
 }
+
+func TestListBackupsPagesAndOrder(t *testing.T) {
+	env := newTestEnv(t)
+	ctx := context.Background()
+	env.createTable(t, "t", map[string]bigtable.GCPolicy{"cf": bigtable.NoGcPolicy()})
+	now := env.clock.Now()
+	for i, id := range []string{"a", "b", "c"} {
+		if err := env.admin.CreateBackup(ctx, "t", "c"+fmt.Sprint(i%2), id, now.Add(time.Duration(10-i)*24*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw := env.rawAdmin(t)
+	var got []string
+	tok := ""
+	for {
+		resp, err := raw.ListBackups(ctx, &adminpb.ListBackupsRequest{Parent: testInstanceName + "/clusters/-", PageSize: 2, PageToken: tok, OrderBy: "expire_time desc"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.GetBackups()) > 2 {
+			t.Errorf("page of %d backups, want at most 2", len(resp.GetBackups()))
+		}
+		for _, b := range resp.GetBackups() {
+			got = append(got, b.GetName()[len(testInstanceName+"/clusters/"):])
+		}
+		if tok = resp.GetNextPageToken(); tok == "" {
+			break
+		}
+	}
+	if want := []string{"c0/backups/a", "c1/backups/b", "c0/backups/c"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("listed %v, want %v", got, want)
+	}
+	resp, err := raw.ListBackups(ctx, &adminpb.ListBackupsRequest{Parent: testInstanceName + "/clusters/c1"})
+	if err != nil || len(resp.GetBackups()) != 1 {
+		t.Errorf("list of cluster c1: %v, %v", resp, err)
+	}
+	_, err = raw.ListBackups(ctx, &adminpb.ListBackupsRequest{Parent: testInstanceName + "/clusters/-", Filter: "name:a"})
+	expectCode(t, "filter", err, codes.Unimplemented)
+	_, err = raw.ListBackups(ctx, &adminpb.ListBackupsRequest{Parent: testInstanceName + "/clusters/-", OrderBy: "colour"})
+	expectCode(t, "unknown order_by", err, codes.InvalidArgument)
+	_, err = raw.GetBackup(ctx, &adminpb.GetBackupRequest{Name: testInstanceName + "/clusters/-/backups/a"})
+	expectCode(t, "get in cluster -", err, codes.InvalidArgument)
+}
