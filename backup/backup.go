@@ -160,6 +160,8 @@ func (m *Manager) load() error {
 			continue
 		}
 		name := Name{Instance: "projects/" + project + "/instances/" + instance, Cluster: cluster, ID: parts[3]}
+		// A manifest update cut short leaves its temporary file.
+		os.Remove(filepath.Join(dir, manifestFile+".tmp"))
 		mf, err := readManifest(dir, name)
 		if err != nil {
 			m.log.Warn("skipping an unreadable backup", "path", dir, "err", err)

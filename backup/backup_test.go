@@ -553,3 +553,38 @@ func TestExpiredBackupIsNotRestored(t *testing.T) {
 		t.Errorf("the refused restore kept the name: %v", err)
 	}
 }
+
+// TestStopCancelsJobs stops the manager while a backup is being written:
+// the job fails, and neither the backup nor its working directory remains.
+func TestStopCancelsJobs(t *testing.T) {
+	dir := t.TempDir()
+	f := open(t, dir, clock.Real{})
+	createTable(t, f.eng, "src")
+	for i := range 3000 {
+		set(t, f.eng, "src", fmt.Sprint("r", i), "a", "q", 1000, fmt.Sprintf("%01000d", i))
+	}
+	_, job, err := f.mgr.Create(bname("b"), "src", time.Now().Add(7*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mgr.Stop()
+	_, jerr := job.Result()
+	entries, _ := os.ReadDir(filepath.Join(dir, "backups"))
+	for _, e := range entries {
+		if e.Name()[0] == '.' {
+			t.Errorf("working directory left after Stop: %s", e.Name())
+		}
+	}
+	if _, _, err := f.mgr.Create(bname("c"), "src", time.Now().Add(7*time.Hour)); !errors.Is(err, table.ErrClosed) {
+		t.Errorf("Create after Stop: %v, want ErrClosed", err)
+	}
+	f.close()
+	f = open(t, dir, clock.Real{})
+	list := f.mgr.List(inst, "-")
+	switch {
+	case jerr != nil && len(list) != 0:
+		t.Errorf("the cancelled backup is listed after a restart: %v", names(list))
+	case jerr == nil && len(list) != 1:
+		t.Errorf("the backup finished before Stop but is not listed: %v", names(list))
+	}
+}
