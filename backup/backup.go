@@ -18,6 +18,7 @@ import (
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Expiry windows, as the Admin API sets them: a backup's expire time lies
@@ -45,6 +46,8 @@ type Options struct {
 	// Clock; nil means the engine's clock.
 	Clock  clock.Clock
 	Logger *slog.Logger
+	// Registerer receives the metrics; nil means they are not exported.
+	Registerer prometheus.Registerer
 }
 
 // EnsureDefaults fills unset options.
@@ -60,6 +63,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Registerer == nil {
+		o.Registerer = prometheus.NewRegistry()
 	}
 }
 
@@ -87,6 +93,7 @@ type Manager struct {
 	eng  *table.Engine
 	root string
 	log  *slog.Logger
+	m    *metrics
 
 	mu       sync.Mutex
 	backups  map[Name]*Manifest // ready
@@ -120,6 +127,7 @@ func New(opts Options) (*Manager, error) {
 	if err := m.load(); err != nil {
 		return nil, err
 	}
+	m.m = newMetrics(opts.Registerer, m)
 	return m, nil
 }
 
@@ -339,6 +347,7 @@ func (m *Manager) Create(name Name, sourceTable string, expire time.Time) (*Mani
 		if err != nil {
 			m.log.Error("backup failed", "backup", name.String(), "err", err)
 		}
+		m.m.done("create", err)
 		job.finish(done, err)
 	}); err != nil {
 		snap.Close()
@@ -568,6 +577,7 @@ func (m *Manager) Copy(src, dst Name, expire time.Time) (*Manifest, *Job[*Manife
 			m.backups[dst] = done
 		}
 		m.mu.Unlock()
+		m.m.done("copy", err)
 		job.finish(done, err)
 	}); err != nil {
 		m.busy[src]--

@@ -16,6 +16,7 @@ import (
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/gcrule"
 	"github.com/ebbtable/ebbtable/table"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 const inst = "projects/p/instances/i"
@@ -372,6 +373,15 @@ func TestExpiry(t *testing.T) {
 	advance(10 * 24 * time.Hour)
 	if got := names(f.mgr.List(inst, "-")); !reflect.DeepEqual(got, []string{"extended"}) {
 		t.Fatalf("after 10 days: %v", got)
+	}
+	if got := testutil.ToFloat64(f.mgr.m.expired); got != 2 {
+		t.Errorf("ebbtable_backups_expired_total = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(f.mgr.m.ops.WithLabelValues("create", "ok")); got != 3 {
+		t.Errorf("ebbtable_backup_operations_total{op=create,result=ok} = %v, want 3", got)
+	}
+	if n, b := f.mgr.totals(); n != 1 || b == 0 {
+		t.Errorf("totals = %d backups, %d bytes; want 1 backup", n, b)
 	}
 	// The state survives a restart.
 	f.close()

@@ -36,6 +36,7 @@ func (m *Manager) DeleteExpired() []Name {
 		m.log.Info("deleted expired backup", "backup", name.String(), "expired", mf.ExpireTime.UTC().Format(time.RFC3339))
 		gone = append(gone, name)
 		trash[name] = dir
+		m.m.expired.Inc()
 	}
 	m.mu.Unlock()
 	for name, dir := range trash {

@@ -48,6 +48,7 @@ func (m *Manager) Restore(name Name, instance, tableID string, retention table.R
 			}
 			m.log.Error("restore failed", "backup", name.String(), "table", tableID, "err", err)
 		}
+		m.m.done("restore", err)
 		job.finish(meta, err)
 	}); err != nil {
 		r.Abort()

@@ -113,7 +113,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	eng.SetSchemaHook(col.BeforeRuleChange)
-	bk, err := backup.New(backup.Options{DataDir: opts.DataDir, Engine: eng, Clock: opts.Clock, Logger: opts.Logger, ExpiryInterval: opts.BackupExpiryInterval})
+	bk, err := backup.New(backup.Options{DataDir: opts.DataDir, Engine: eng, Clock: opts.Clock, Logger: opts.Logger, Registerer: opts.Registry, ExpiryInterval: opts.BackupExpiryInterval})
 	if err != nil {
 		eng.Close()
 		return nil, err
