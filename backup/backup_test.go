@@ -598,3 +598,28 @@ func TestStopCancelsJobs(t *testing.T) {
 		t.Errorf("the backup finished before Stop but is not listed: %v", names(list))
 	}
 }
+
+// TestBusyBackupIsNotDeleted holds a backup as a restore or a copy does:
+// deleting it, by hand or by expiry, waits until it is released.
+func TestBusyBackupIsNotDeleted(t *testing.T) {
+	clk := clock.NewFake(t0)
+	f := open(t, t.TempDir(), clk)
+	createTable(t, f.eng, "src")
+	mustCreate(t, f.mgr, bname("b"), "src", t0.Add(7*time.Hour))
+	f.mgr.mu.Lock()
+	if _, err := f.mgr.acquireLocked(bname("b")); err != nil {
+		t.Fatal(err)
+	}
+	f.mgr.mu.Unlock()
+	if err := f.mgr.Delete(bname("b")); !errors.Is(err, table.ErrPrecondition) {
+		t.Errorf("delete of a backup in use: %v, want ErrPrecondition", err)
+	}
+	clk.Advance(8 * time.Hour)
+	if gone := f.mgr.DeleteExpired(); len(gone) != 0 {
+		t.Errorf("expiry deleted a backup in use: %v", gone)
+	}
+	f.mgr.release(bname("b"))
+	if gone := f.mgr.DeleteExpired(); len(gone) != 1 {
+		t.Errorf("expiry after release deleted %v, want the backup", gone)
+	}
+}

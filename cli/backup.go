@@ -233,7 +233,9 @@ policies (the rows' TTL):
   pause   keep them, paused, to resume later
   apply   keep them running: rows already past them are deleted at once
 
-The choice is recorded on the restored table.`,
+The choice is recorded on the restored table. (Row deletion policies are
+being built separately; until they land, the choice is recorded and has
+nothing to act on.)`,
 		Example: `  ebbtable restore events-monday events-restored
   ebbtable restore events-monday events-audit --retention pause`,
 		Args: exactArgs(2, "a backup id and a new table name"),
