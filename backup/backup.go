@@ -536,10 +536,14 @@ func (m *Manager) acquireLocked(name Name) (*Manifest, error) {
 
 func (m *Manager) release(name Name) {
 	m.mu.Lock()
+	m.releaseLocked(name)
+	m.mu.Unlock()
+}
+
+func (m *Manager) releaseLocked(name Name) {
 	if m.busy[name]--; m.busy[name] <= 0 {
 		delete(m.busy, name)
 	}
-	m.mu.Unlock()
 }
 
 // Copy starts copying backup src to dst, which expires at expire (6 hours
@@ -580,7 +584,7 @@ func (m *Manager) Copy(src, dst Name, expire time.Time) (*Manifest, *Job[*Manife
 		m.m.done("copy", err)
 		job.finish(done, err)
 	}); err != nil {
-		m.busy[src]--
+		m.releaseLocked(src)
 		return nil, nil, err
 	}
 	m.creating[dst] = mf

@@ -35,7 +35,7 @@ func (m *Manager) Restore(name Name, instance, tableID string, retention table.R
 	}
 	r, err := m.eng.BeginRestore(instance, tableID)
 	if err != nil {
-		m.busy[name]--
+		m.releaseLocked(name)
 		return nil, nil, err
 	}
 	job := newJob[*table.Meta]()
@@ -52,7 +52,7 @@ func (m *Manager) Restore(name Name, instance, tableID string, retention table.R
 		job.finish(meta, err)
 	}); err != nil {
 		r.Abort()
-		m.busy[name]--
+		m.releaseLocked(name)
 		return nil, nil, err
 	}
 	return mf, job, nil
