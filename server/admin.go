@@ -30,6 +30,9 @@ func (a *adminServer) tableToProto(m *table.Meta, view adminpb.Table_View) *admi
 		Granularity:        adminpb.Table_MILLIS,
 		DeletionProtection: m.DeletionProtection,
 	}
+	if m.Restored != nil {
+		t.RestoreInfo = restoreInfoProto(m.Restored)
+	}
 	if view == adminpb.Table_NAME_ONLY {
 		return t
 	}

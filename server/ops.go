@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"google.golang.org/grpc/codes"
@@ -47,6 +48,77 @@ func (o *operations) done(resource string, resp, meta proto.Message) (*longrunni
 	o.ops[op.Name] = op
 	o.mu.Unlock()
 	return op, nil
+}
+
+// pending records an operation that finishes later; finish completes it.
+// GetOperation reports it as not done until then.
+func (o *operations) pending(resource string, meta proto.Message) (*pendingOp, error) {
+	op := &longrunningpb.Operation{Name: fmt.Sprintf("%s/operations/%d", resource, o.seq.Add(1))}
+	if meta != nil {
+		var err error
+		if op.Metadata, err = anypb.New(meta); err != nil {
+			return nil, status.Errorf(codes.Internal, "ebbtable: pack operation metadata: %v", err)
+		}
+	}
+	o.mu.Lock()
+	o.ops[op.Name] = op
+	o.mu.Unlock()
+	return &pendingOp{o: o, name: op.Name, done: make(chan struct{})}, nil
+}
+
+// pendingOp is an operation still running.
+type pendingOp struct {
+	o    *operations
+	name string
+	done chan struct{}
+}
+
+// finish completes the operation with resp, or with err (a status error)
+// if it is not nil; meta, if not nil, replaces the metadata. Operations
+// are replaced, never modified, so readers may hold the old value.
+func (p *pendingOp) finish(resp proto.Message, meta proto.Message, err error) {
+	defer close(p.done)
+	next := &longrunningpb.Operation{Name: p.name, Done: true}
+	if err == nil {
+		r, perr := anypb.New(resp)
+		if perr != nil {
+			err = status.Errorf(codes.Internal, "ebbtable: pack operation response: %v", perr)
+		} else {
+			next.Result = &longrunningpb.Operation_Response{Response: r}
+		}
+	}
+	if err != nil {
+		next.Result = &longrunningpb.Operation_Error{Error: status.Convert(err).Proto()}
+	}
+	p.o.mu.Lock()
+	defer p.o.mu.Unlock()
+	old, ok := p.o.ops[p.name]
+	if !ok {
+		return // deleted meanwhile
+	}
+	next.Metadata = old.Metadata
+	if meta != nil {
+		if m, merr := anypb.New(meta); merr == nil {
+			next.Metadata = m
+		}
+	}
+	p.o.ops[p.name] = next
+}
+
+// wait waits up to d for the operation to finish and returns its state.
+func (p *pendingOp) wait(d time.Duration) *longrunningpb.Operation {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+	}
+	p.o.mu.Lock()
+	defer p.o.mu.Unlock()
+	if op, ok := p.o.ops[p.name]; ok {
+		return op
+	}
+	return &longrunningpb.Operation{Name: p.name}
 }
 
 // GetOperation returns an operation's latest state.

@@ -13,6 +13,7 @@ import (
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	"github.com/ebbtable/ebbtable/backup"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/collector"
 	"github.com/ebbtable/ebbtable/table"
@@ -45,6 +46,9 @@ type Options struct {
 	Registry *prometheus.Registry
 	// MaxMessageBytes caps request and response sizes. Default 256 MiB.
 	MaxMessageBytes int
+	// BackupExpiryInterval is how often expired backups are looked for and
+	// deleted. Default 1m.
+	BackupExpiryInterval time.Duration
 	// GC configures the garbage collector (interval, batches, pauses).
 	// Its clock, logger and registerer come from these options.
 	GC collector.Options
@@ -88,6 +92,8 @@ type Server struct {
 	ops       *operations
 	http      *http.Server
 	collector *collector.Collector
+	backups   *backup.Manager
+	opWait    time.Duration // see defaultOpWait
 	lis       net.Listener
 	hlis      net.Listener
 	log       *slog.Logger
@@ -112,7 +118,12 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	eng.SetSchemaHook(col.BeforeRuleChange)
-	s := &Server{opts: opts, engine: eng, collector: col, ops: newOperations(), health: health.NewServer(), log: opts.Logger,
+	bk, err := backup.New(backup.Options{DataDir: opts.DataDir, Engine: eng, Clock: opts.Clock, Logger: opts.Logger, Registerer: opts.Registry, ExpiryInterval: opts.BackupExpiryInterval})
+	if err != nil {
+		eng.Close()
+		return nil, err
+	}
+	s := &Server{opts: opts, engine: eng, collector: col, backups: bk, opWait: defaultOpWait, ops: newOperations(), health: health.NewServer(), log: opts.Logger,
 		stopping: make(chan struct{})}
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
@@ -165,6 +176,7 @@ func (s *Server) Start() error {
 		}
 	}()
 	s.collector.Start()
+	s.backups.Start()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	return nil
 }
@@ -203,6 +215,7 @@ func (s *Server) Close() error {
 		cancel()
 	}
 	s.collector.Stop()
+	s.backups.Stop()
 	return s.engine.Close()
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/ebbtable/ebbtable/backup"
 	"github.com/ebbtable/ebbtable/filter"
 	"github.com/ebbtable/ebbtable/gcrule"
 	"github.com/ebbtable/ebbtable/table"
@@ -26,6 +27,8 @@ var codeTable = []struct {
 	{table.ErrPrecondition, codes.FailedPrecondition},
 	{table.ErrOutOfRange, codes.OutOfRange},
 	{table.ErrClosed, codes.Unavailable},
+	{backup.ErrNotFound, codes.NotFound},
+	{backup.ErrExists, codes.AlreadyExists},
 	{errNotFound, codes.NotFound},
 	{errInvalid, codes.InvalidArgument},
 	{context.Canceled, codes.Canceled},

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -44,7 +45,8 @@ type Options struct {
 // DB is ebbtable's Pebble database.
 type DB struct {
 	*pebble.DB
-	dir string
+	dir  string
+	opts *pebble.Options // as opened, with Pebble's defaults filled in
 }
 
 // Open opens (creating if needed) the database in opts.Dir.
@@ -79,7 +81,21 @@ func Open(opts Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ebbtable: open storage in %s: %w", opts.Dir, err)
 	}
-	return &DB{DB: db, dir: opts.Dir}, nil
+	full := po.Clone()
+	full.EnsureDefaults()
+	return &DB{DB: db, dir: opts.Dir, opts: full}, nil
+}
+
+// SSTWriterOptions are the options for writing SSTables this database can
+// ingest: its comparer, block-property collectors and newest table format.
+func (d *DB) SSTWriterOptions() sstable.WriterOptions {
+	return d.opts.MakeWriterOptions(0, d.FormatMajorVersion().MaxTableFormat())
+}
+
+// NewSSTIter iterates over SSTables written with SSTWriterOptions (not
+// ingested), given in key order and not overlapping.
+func (d *DB) NewSSTIter(files []sstable.ReadableFile, o *pebble.IterOptions) (*pebble.Iterator, error) {
+	return pebble.NewExternalIter(d.opts, o, [][]sstable.ReadableFile{files})
 }
 
 // Dir returns the data directory.

@@ -127,6 +127,27 @@ func AppendSuffix(prefix []byte, ts int64) []byte {
 	return binary.BigEndian.AppendUint64(prefix, ^uint64(ts))
 }
 
+// WithTableID appends to dst the cell key k moved to table id: the same row,
+// column and timestamp under another table (backups store keys under id 0
+// and restore moves them to the new table's id).
+func WithTableID(dst, k []byte, id uint64) ([]byte, error) {
+	if len(k) < minCellKeyLen || k[0] != tagCell {
+		return nil, fmt.Errorf("%w: %x", ErrCorruptKey, k)
+	}
+	dst = append(dst, k...)
+	binary.BigEndian.PutUint64(dst[len(dst)-len(k)+1:], id)
+	return dst, nil
+}
+
+// CellFamilyID reads the family id of a cell key without decoding the rest.
+func CellFamilyID(k []byte) (uint32, error) {
+	i := skipEscaped(k, 9)
+	if len(k) < minCellKeyLen || k[0] != tagCell || i < 0 || i+4 > len(k) {
+		return 0, fmt.Errorf("%w: %x", ErrCorruptKey, k)
+	}
+	return binary.BigEndian.Uint32(k[i:]), nil
+}
+
 // DecodedKey is a cell key taken apart. Row and Qualifier alias fresh memory.
 type DecodedKey struct {
 	TableID   uint64

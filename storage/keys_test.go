@@ -158,3 +158,25 @@ func TestSplitOnlySplitsCellKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestWithTableIDAndCellFamilyID(t *testing.T) {
+	k := CellKey(7, []byte("r\x00w"), 3, []byte("q\x00"), 5000)
+	moved, err := WithTableID([]byte("junk"), k, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved = moved[4:]
+	d, err := DecodeCellKey(moved)
+	if err != nil || d.TableID != 0 || string(d.Row) != "r\x00w" || d.FamilyID != 3 || string(d.Qualifier) != "q\x00" || d.Timestamp != 5000 {
+		t.Fatalf("moved key decodes to %+v, %v", d, err)
+	}
+	if fam, err := CellFamilyID(k); err != nil || fam != 3 {
+		t.Errorf("CellFamilyID = %d, %v; want 3", fam, err)
+	}
+	if _, err := WithTableID(nil, MetaKey("table", "x"), 1); err == nil {
+		t.Error("WithTableID accepted a metadata key")
+	}
+	if _, err := CellFamilyID([]byte{1, 2}); err == nil {
+		t.Error("CellFamilyID accepted a short key")
+	}
+}

@@ -110,7 +110,7 @@ func (e *Engine) CreateTable(instance, name string, spec TableSpec) (*Meta, erro
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if _, ok := e.tables[catalogKey(instance, name)]; ok {
+	if _, ok := e.tables[catalogKey(instance, name)]; ok || e.reserved[catalogKey(instance, name)] {
 		return nil, fmt.Errorf("%w: %s", ErrTableExists, name)
 	}
 	m.ID = e.nextTableID

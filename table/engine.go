@@ -96,6 +96,9 @@ type Engine struct {
 	mu          sync.RWMutex // guards tables and nextTableID, and serialises schema changes
 	tables      map[string]*Meta
 	nextTableID uint64
+	// reserved holds the names of tables being restored: taken, but not
+	// yet in tables.
+	reserved map[string]bool
 
 	schemaHook SchemaHook
 
@@ -146,12 +149,17 @@ func Open(opts Options) (*Engine, error) {
 		vis:         opts.Visibility,
 		tables:      tables,
 		nextTableID: seq + 1,
+		reserved:    map[string]bool{},
 		seed:        maphash.MakeSeed(),
 	}
 	for _, m := range tables {
 		if m.ChangeStream != nil {
 			e.streams.Store(m.ID, m.ChangeStream)
 		}
+	}
+	if err := e.cleanRestores(); err != nil {
+		st.Close()
+		return nil, err
 	}
 	return e, nil
 }

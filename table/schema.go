@@ -64,6 +64,8 @@ type Meta struct {
 	// ChangeStream is the table's change-stream configuration; nil when the
 	// table has none.
 	ChangeStream *ChangeStream `json:"change_stream,omitempty"`
+	// Restored is set on a table restored from a backup.
+	Restored *Restored `json:"restored,omitempty"`
 }
 
 // Family returns the family with the given name.

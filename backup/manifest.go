@@ -1,0 +1,220 @@
+package backup
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/ebbtable/ebbtable/table"
+)
+
+// Errors besides those of package table (table.ErrInvalid,
+// table.ErrPrecondition, table.ErrTableNotFound, table.ErrTableExists),
+// which the backup package also returns.
+var (
+	ErrNotFound = errors.New("ebbtable: backup not found")
+	ErrExists   = errors.New("ebbtable: backup already exists")
+)
+
+// formatVersion is the manifest format this package writes and reads.
+const formatVersion = 1
+
+// manifestFile is the name of the manifest inside a backup directory.
+const manifestFile = "MANIFEST.json"
+
+// Name identifies a backup: projects/P/instances/I/clusters/C/backups/ID.
+type Name struct {
+	// Instance is projects/P/instances/I.
+	Instance string
+	Cluster  string
+	ID       string
+}
+
+// String is the backup's resource name.
+func (n Name) String() string { return n.Instance + "/clusters/" + n.Cluster + "/backups/" + n.ID }
+
+var (
+	backupIDRE  = regexp.MustCompile(`^[_a-zA-Z0-9][-_.a-zA-Z0-9]{0,49}$`)
+	clusterIDRE = regexp.MustCompile(`^[a-zA-Z0-9][-_.a-zA-Z0-9]{0,63}$`)
+)
+
+// validate checks the parts of a name that become directory names.
+func (n Name) validate() error {
+	p := strings.Split(n.Instance, "/")
+	if len(p) != 4 || p[0] != "projects" || p[2] != "instances" || p[1] == "" || p[3] == "" {
+		return fmt.Errorf("%w: %q is not an instance name (projects/PROJECT/instances/INSTANCE)", table.ErrInvalid, n.Instance)
+	}
+	if !clusterIDRE.MatchString(n.Cluster) {
+		return fmt.Errorf("%w: cluster id %q must be 1-64 characters of [-_.a-zA-Z0-9], starting with a letter or digit", table.ErrInvalid, n.Cluster)
+	}
+	if !backupIDRE.MatchString(n.ID) {
+		return fmt.Errorf("%w: backup id %q must be 1-50 characters of [_a-zA-Z0-9][-_.a-zA-Z0-9]*", table.ErrInvalid, n.ID)
+	}
+	return nil
+}
+
+// relDir is the backup's directory under the backups root:
+// PROJECT/INSTANCE/CLUSTER/ID, each part escaped.
+func (n Name) relDir() string {
+	p := strings.Split(n.Instance, "/")
+	return filepath.Join(escape(p[1]), escape(p[3]), escape(n.Cluster), n.ID)
+}
+
+// escape makes s a safe directory name: bytes outside [-_a-zA-Z0-9] (dots
+// included, so never "." or "..") become %XX.
+func escape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '-' || c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
+}
+
+// State is a backup's life-cycle state, as the Admin API reports it.
+type State int
+
+// The states.
+const (
+	// Creating: the backup is being written; it cannot be restored yet.
+	Creating State = iota + 1
+	// Ready: the backup is complete and can be restored.
+	Ready
+)
+
+// FileInfo is one SSTable of a backup.
+type FileInfo struct {
+	Name  string `json:"name"`
+	Bytes int64  `json:"bytes"`
+	Cells int64  `json:"cells"`
+}
+
+// Manifest describes a backup. It is the JSON file MANIFEST.json in the
+// backup's directory; a directory without one is not a backup.
+type Manifest struct {
+	Format int `json:"format"`
+	// Name is the backup's resource name.
+	Name string `json:"name"`
+	// SourceTable is the resource name of the table backed up.
+	SourceTable string `json:"source_table"`
+	// SourceBackup is the resource name of the backup this one is a copy
+	// of, if it is one.
+	SourceBackup string `json:"source_backup,omitempty"`
+	// Schema is the table's schema at the version time: families, their
+	// GC rules and value types, splits.
+	Schema *table.Meta `json:"schema"`
+	// VersionTime is the instant the backup's image shows; StartTime and
+	// EndTime bracket its making.
+	VersionTime time.Time `json:"version_time"`
+	StartTime   time.Time `json:"start_time"`
+	EndTime     time.Time `json:"end_time"`
+	ExpireTime  time.Time `json:"expire_time"`
+	// SizeBytes is the total size of the SSTables.
+	SizeBytes int64      `json:"size_bytes"`
+	Cells     int64      `json:"cells"`
+	Files     []FileInfo `json:"files"`
+
+	// State is not stored: a backup on disk is Ready.
+	State State `json:"-"`
+	// name is Name parsed.
+	name Name
+}
+
+// BackupName is the parsed resource name.
+func (m *Manifest) BackupName() Name { return m.name }
+
+func (m *Manifest) clone() *Manifest {
+	c := *m
+	c.Files = append([]FileInfo(nil), m.Files...)
+	return &c
+}
+
+// readManifest loads and checks the manifest of the backup in dir.
+func readManifest(dir string, name Name) (*Manifest, error) {
+	b, err := os.ReadFile(filepath.Join(dir, manifestFile))
+	if err != nil {
+		return nil, err
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("ebbtable: backup manifest %s: %w", dir, err)
+	}
+	if m.Format != formatVersion {
+		return nil, fmt.Errorf("ebbtable: backup manifest %s: format %d, this version reads %d", dir, m.Format, formatVersion)
+	}
+	if m.Name != name.String() || m.Schema == nil {
+		return nil, fmt.Errorf("ebbtable: backup manifest %s names %q, not %q, or has no schema", dir, m.Name, name)
+	}
+	m.name, m.State = name, Ready
+	return &m, nil
+}
+
+// writeManifest writes m into dir through a temporary file, synced and
+// renamed, so a reader sees the old manifest or the new one.
+func writeManifest(dir string, m *Manifest) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("ebbtable: encode backup manifest: %w", err)
+	}
+	tmp := filepath.Join(dir, manifestFile+".tmp")
+	if err := writeFileSync(tmp, b); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, manifestFile)); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func writeFileSync(path string, b []byte) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// syncDir makes a directory's entries (creations, renames) durable.
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	return errors.Join(err, f.Close())
+}
+
+// mkdirSynced creates dir and any missing parents, syncing each parent
+// after a child appears in it.
+func mkdirSynced(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := mkdirSynced(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
+		return err
+	}
+	return syncDir(parent)
+}
