@@ -49,10 +49,6 @@ const (
 	benchVersions = 10
 )
 
-var (
-	benchPause     = 1 * time.Millisecond
-	benchScanCells = 1000
-)
 
 func benchPass(b *testing.B, rule string) {
 	b.StopTimer()
@@ -62,7 +58,8 @@ func benchPass(b *testing.B, rule string) {
 		b.Fatal(err)
 	}
 	defer eng.Close()
-	col, err := New(eng, Options{Clock: fake, Registerer: prometheus.NewRegistry(), Pause: benchPause, ScanCells: benchScanCells})
+	// The collector's defaults (batches of 2,000 examined cells, 1 ms pause).
+	col, err := New(eng, Options{Clock: fake, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -145,7 +142,7 @@ func benchPass(b *testing.B, rule string) {
 	st, err := col.RunPass(context.Background(), Selector{})
 	scan := time.Since(t1) - st.Compaction
 	b.StopTimer()
-	col.opts.Pause = benchPause
+	col.opts.Pause = time.Millisecond
 	if os.Getenv("EBBTABLE_BENCH_NOCOMPACT") != "" {
 		col.opts.CompactMinBytes = 1 << 62
 	}
