@@ -3,6 +3,7 @@ package collector
 import (
 	"bytes"
 	"context"
+	"runtime"
 	"encoding/binary"
 	"time"
 
@@ -220,6 +221,11 @@ func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, filters []pebble
 		}
 		examined++
 		res.examined++
+		if examined%256 == 0 {
+			// Let waiting foreground goroutines onto the processor: a pass
+			// is background work and must not hold a core for a whole batch.
+			runtime.Gosched()
+		}
 		ck := k[:len(k)-storage.SuffixLen]
 		if !bytes.Equal(ck, colPrefix) {
 			flush()
