@@ -97,6 +97,7 @@ type Engine struct {
 	nextTableID uint64
 
 	schemaHook SchemaHook
+	rowExpiry  rowExpiryHook
 
 	seed     maphash.Seed
 	rowLocks [rowLockStripes]sync.Mutex

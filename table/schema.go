@@ -58,6 +58,12 @@ type Meta struct {
 	// DroppedFamilies are ids of dropped families whose cells the collector
 	// has not yet swept.
 	DroppedFamilies []uint32 `json:"dropped_families,omitempty"`
+	// RowPolicy is the table's row deletion policy, if any (package rowttl).
+	RowPolicy *RowPolicy `json:"row_policy,omitempty"`
+	// InterleaveSeparator, when set, makes rows keyed parent+separator+…
+	// interleaved children of row parent, deleted with it by the row
+	// deletion job.
+	InterleaveSeparator []byte `json:"interleave_separator,omitempty"`
 }
 
 // Family returns the family with the given name.
@@ -85,6 +91,10 @@ func (m *Meta) clone() *Meta {
 	c.Families = append([]Family(nil), m.Families...)
 	c.Splits = append([][]byte(nil), m.Splits...)
 	c.DroppedFamilies = append([]uint32(nil), m.DroppedFamilies...)
+	if m.RowPolicy != nil {
+		p := *m.RowPolicy
+		c.RowPolicy = &p
+	}
 	return &c
 }
 
