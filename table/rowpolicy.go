@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -168,9 +169,13 @@ func (e *Engine) DeleteRows(ctx context.Context, m *Meta, keys [][]byte, still f
 	b := e.store.NewBatch()
 	defer b.Close()
 	var deleted []DeletedRow
+	var parents [][]byte // child-key prefixes already deleted in this batch
 	for _, k := range keys {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if slices.ContainsFunc(parents, func(p []byte) bool { return bytes.HasPrefix(k, p) }) {
+			continue // goes with its parent
 		}
 		prefix := storage.RowPrefix(m.ID, k)
 		var row *cell.Row
@@ -188,6 +193,7 @@ func (e *Engine) DeleteRows(ctx context.Context, m *Meta, keys [][]byte, still f
 			continue
 		}
 		child := append(bytes.Clone(k), m.InterleaveSeparator...)
+		parents = append(parents, child)
 		lo, hi := storage.RowPrefixScanStart(m.ID, child), storage.RowPrefixScanEnd(m.ID, child)
 		if err := readRange(lo, hi, func(r cell.Row) {
 			deleted = append(deleted, DeletedRow{Key: r.Key, Cells: r.Cells, Parent: bytes.Clone(k)})
