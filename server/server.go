@@ -14,6 +14,7 @@ import (
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/collector"
+	"github.com/ebbtable/ebbtable/rowttl"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -47,6 +48,9 @@ type Options struct {
 	// GC configures the garbage collector (interval, batches, pauses).
 	// Its clock, logger and registerer come from these options.
 	GC collector.Options
+	// TTL configures the row deletion job (interval, batch size, pacing,
+	// auditor). Its clock, logger and registerer come from these options.
+	TTL rowttl.Options
 }
 
 // EnsureDefaults fills unset options.
@@ -87,6 +91,7 @@ type Server struct {
 	ops       *operations
 	http      *http.Server
 	collector *collector.Collector
+	ttl       *rowttl.Job
 	lis       net.Listener
 	hlis      net.Listener
 	log       *slog.Logger
@@ -107,7 +112,15 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	eng.SetSchemaHook(col.BeforeRuleChange)
-	s := &Server{opts: opts, engine: eng, collector: col, ops: newOperations(), health: health.NewServer(), log: opts.Logger}
+	ttlOpts := opts.TTL
+	ttlOpts.Clock, ttlOpts.Logger, ttlOpts.Registerer = opts.Clock, opts.Logger, opts.Registry
+	job, err := rowttl.New(eng, ttlOpts)
+	if err != nil {
+		eng.Close()
+		return nil, err
+	}
+	eng.SetRowExpiry(rowttl.RowExpired)
+	s := &Server{opts: opts, engine: eng, collector: col, ttl: job, ops: newOperations(), health: health.NewServer(), log: opts.Logger}
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
 		grpc.MaxSendMsgSize(opts.MaxMessageBytes),
@@ -159,6 +172,7 @@ func (s *Server) Start() error {
 		}
 	}()
 	s.collector.Start()
+	s.ttl.Start()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	return nil
 }
@@ -196,6 +210,7 @@ func (s *Server) Close() error {
 		cancel()
 	}
 	s.collector.Stop()
+	s.ttl.Stop()
 	return s.engine.Close()
 }
 
