@@ -26,7 +26,7 @@ type Options struct {
 	// ScanRows caps the rows read before a batch is cut. Default 4×BatchRows.
 	ScanRows int
 	// Pause between batches, on the real clock, so foreground work keeps
-	// its latency. Default 2ms; negative means none.
+	// its latency. Default 10ms; negative means none.
 	Pause time.Duration
 	// MaxBackoff caps the wait after failed runs. Default 10m.
 	MaxBackoff time.Duration
@@ -49,7 +49,7 @@ func (o *Options) EnsureDefaults() {
 		o.ScanRows = 4 * o.BatchRows
 	}
 	if o.Pause == 0 {
-		o.Pause = 2 * time.Millisecond
+		o.Pause = 10 * time.Millisecond
 	}
 	if o.MaxBackoff == 0 {
 		o.MaxBackoff = 10 * time.Minute

@@ -168,6 +168,17 @@ func (e *Engine) DeleteRows(ctx context.Context, m *Meta, keys [][]byte, still f
 	}
 	b := e.store.NewBatch()
 	defer b.Close()
+	// Point deletions, not range deletions: many range tombstones in the
+	// memtable would slow every foreground iterator down.
+	deleteIn := func(lo, hi []byte) error {
+		it.SetBounds(lo, hi)
+		for valid := it.First(); valid; valid = it.Next() {
+			if err := b.Delete(it.Key(), nil); err != nil {
+				return err
+			}
+		}
+		return it.Error()
+	}
 	var deleted []DeletedRow
 	var parents [][]byte // child-key prefixes already deleted in this batch
 	for _, k := range keys {
@@ -185,7 +196,7 @@ func (e *Engine) DeleteRows(ctx context.Context, m *Meta, keys [][]byte, still f
 		if row == nil || !still(*row) {
 			continue
 		}
-		if err := b.DeleteRange(prefix, storage.PrefixEnd(prefix), nil); err != nil {
+		if err := deleteIn(prefix, storage.PrefixEnd(prefix)); err != nil {
 			return nil, err
 		}
 		deleted = append(deleted, DeletedRow{Key: bytes.Clone(k), Cells: row.Cells})
@@ -200,7 +211,7 @@ func (e *Engine) DeleteRows(ctx context.Context, m *Meta, keys [][]byte, still f
 		}); err != nil {
 			return nil, err
 		}
-		if err := b.DeleteRange(lo, hi, nil); err != nil {
+		if err := deleteIn(lo, hi); err != nil {
 			return nil, err
 		}
 	}
