@@ -203,6 +203,10 @@ func TestInterleavedChildrenGoWithParent(t *testing.T) {
 	e.put(t, "customer#2#order#1", old)
 	e.ddl(t, `ALTER TABLE events SET INTERLEAVE SEPARATOR '#order#'`)
 	e.ddl(t, "ALTER TABLE events ADD ROW DELETION POLICY (OLDER_THAN(`meta:created_at`, INTERVAL 0 DAY))")
+	// Readers no longer see the expired rows, nor the children of one.
+	if got := e.rows(t, false); got != "customer#10 customer#2" {
+		t.Fatalf("readers see %q", got)
+	}
 	pr, err := e.job.Plan(context.Background(), inst, "events", mustPolicy(t, "OLDER_THAN(`meta:created_at`, INTERVAL 0 DAY)"))
 	if err != nil || pr.Rows != 2 || pr.Children != 2 {
 		t.Fatalf("plan %+v, %v; want 2 rows and 2 children", pr, err)
@@ -314,5 +318,34 @@ func TestPolicyDDLRules(t *testing.T) {
 	m, _ := e.eng.Table(inst, "t2")
 	if m.RowPolicy == nil || FromTable(*m.RowPolicy).Expression() != "OLDER_THAN(`m:ts`, INTERVAL 3 DAY)" {
 		t.Fatalf("t2 policy %+v", m.RowPolicy)
+	}
+}
+
+func TestPolicyIsDurable(t *testing.T) {
+	dir := t.TempDir()
+	eng, err := table.Open(table.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.CreateTable(inst, "events", table.TableSpec{Families: []table.FamilySpec{{Name: "meta"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{`ALTER TABLE events ADD TTL INTERVAL '30 days' ON "meta:created_at"`, `ALTER TABLE events SET INTERLEAVE SEPARATOR '#'`} {
+		if _, err := Exec(eng, inst, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eng.Close()
+	eng, err = table.Open(table.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	m, err := eng.Table(inst, "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.RowPolicy == nil || FromTable(*m.RowPolicy).Expression() != "OLDER_THAN(`meta:created_at`, INTERVAL 30 DAY)" || string(m.InterleaveSeparator) != "#" {
+		t.Fatalf("after reopening: policy %+v, separator %q", m.RowPolicy, m.InterleaveSeparator)
 	}
 }

@@ -114,13 +114,55 @@ type RowExpiry func(m *Meta, row cell.Row, now int64) bool
 // the HideEligible mode. Tables without a policy never call it.
 func (e *Engine) SetRowExpiry(f RowExpiry) { e.rowExpiry.Store(&f) }
 
-// rowHidden reports whether the row policy hides row from readers.
+// rowHidden reports whether the row policy hides row from readers: it is
+// expired, or it is an interleaved child of an expired row (the job will
+// delete them together). Tables without a policy cost one nil check.
 func (e *Engine) rowHidden(m *Meta, row cell.Row, now int64) bool {
 	if m.RowPolicy == nil || e.vis != HideEligible || len(row.Cells) == 0 {
 		return false
 	}
 	f := e.rowExpiry.Load()
-	return f != nil && (*f)(m, row, now)
+	if f == nil {
+		return false
+	}
+	if (*f)(m, row, now) {
+		return true
+	}
+	sep := m.InterleaveSeparator
+	if len(sep) == 0 {
+		return false
+	}
+	// Each occurrence of the separator ends an ancestor's key.
+	for i := bytes.Index(row.Key, sep); i > 0; {
+		parent, err := e.peekRow(m, row.Key[:i], now)
+		if err == nil && len(parent.Cells) > 0 && (*f)(m, parent, now) {
+			return true
+		}
+		j := bytes.Index(row.Key[i+len(sep):], sep)
+		if j < 0 {
+			break
+		}
+		i += len(sep) + j
+	}
+	return false
+}
+
+// peekRow reads one row's visible cells from the latest state, without a
+// lock.
+func (e *Engine) peekRow(m *Meta, key []byte, now int64) (cell.Row, error) {
+	prefix := storage.RowPrefix(m.ID, key)
+	it, err := e.store.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
+	if err != nil {
+		return cell.Row{}, err
+	}
+	defer it.Close()
+	s := scanner{e: e, m: m, it: it, now: now}
+	out := cell.Row{Key: key}
+	err = s.scanForward(func(r cell.Row) error {
+		out.Cells = e.visible(m, r.Cells, now)
+		return nil
+	})
+	return out, err
 }
 
 type rowExpiryHook = atomic.Pointer[RowExpiry]
