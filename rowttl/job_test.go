@@ -315,6 +315,9 @@ func TestPolicyDDLRules(t *testing.T) {
 			t.Errorf("%s: error %v, want %v", tc.stmt, err, tc.err)
 		}
 	}
+	if _, err := e.eng.ModifyFamilies(inst, "t2", []table.FamilyMod{{Name: "m", Drop: true}}); !errors.Is(err, table.ErrPrecondition) {
+		t.Errorf("dropping the policy's family: %v", err)
+	}
 	m, _ := e.eng.Table(inst, "t2")
 	if m.RowPolicy == nil || FromTable(*m.RowPolicy).Expression() != "OLDER_THAN(`m:ts`, INTERVAL 3 DAY)" {
 		t.Fatalf("t2 policy %+v", m.RowPolicy)

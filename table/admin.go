@@ -258,6 +258,9 @@ func (e *Engine) ModifyFamilies(instance, name string, mods []FamilyMod) (*Meta,
 			if m.DeletionProtection {
 				return nil, fmt.Errorf("%w: table %s has deletion protection; its column families cannot be dropped", ErrPrecondition, name)
 			}
+			if m.RowPolicy != nil && m.RowPolicy.Family == mod.Name {
+				return nil, fmt.Errorf("%w: column family %q holds table %s's row deletion policy column; drop the policy first", ErrPrecondition, mod.Name, name)
+			}
 			m.DroppedFamilies = append(m.DroppedFamilies, f.ID)
 			kept := m.Families[:0:0]
 			for _, g := range m.Families {
