@@ -25,9 +25,13 @@ type Options struct {
 	BatchRows int
 	// ScanRows caps the rows read before a batch is cut. Default 4×BatchRows.
 	ScanRows int
-	// Pause between batches, on the real clock, so foreground work keeps
-	// its latency. Default 10ms; negative means none.
+	// Pause is the least wait between batches, on the real clock, so
+	// foreground work keeps its latency. Default 10ms; negative means none.
 	Pause time.Duration
+	// Duty is the largest share of wall time the job spends working: after
+	// a batch that took t it waits at least t×(1−Duty)/Duty (so it adapts to
+	// the machine's speed). Default 0.03; 1 means no such wait.
+	Duty float64
 	// MaxBackoff caps the wait after failed runs. Default 10m.
 	MaxBackoff time.Duration
 	// Auditor sees every batch before it commits. Default NoAudit.
@@ -51,6 +55,9 @@ func (o *Options) EnsureDefaults() {
 	if o.Pause == 0 {
 		o.Pause = 10 * time.Millisecond
 	}
+	if o.Duty == 0 {
+		o.Duty = 0.03
+	}
 	if o.MaxBackoff == 0 {
 		o.MaxBackoff = 10 * time.Minute
 	}
@@ -72,6 +79,9 @@ func (o *Options) EnsureDefaults() {
 func (o *Options) Validate() error {
 	if o.Interval < 0 || o.BatchRows < 0 || o.ScanRows < 0 {
 		return fmt.Errorf("%w: row deletion interval and batch sizes must not be negative", table.ErrInvalid)
+	}
+	if o.Duty < 0 || o.Duty > 1 {
+		return fmt.Errorf("%w: row deletion duty %v must be in (0, 1]", table.ErrInvalid, o.Duty)
 	}
 	return nil
 }
@@ -237,6 +247,7 @@ func (j *Job) runTable(ctx context.Context, m *table.Meta) (tableResult, error) 
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
+		busy := time.Now() // pacing is about sharing the machine now: real clock
 		cur, ok := j.eng.TableByID(m.ID)
 		if !ok || cur.RowPolicy == nil {
 			return res, nil // dropped meanwhile
@@ -274,8 +285,8 @@ func (j *Job) runTable(ctx context.Context, m *table.Meta) (tableResult, error) 
 			}
 		}
 		cursor = next
-		if cursor != nil && j.opts.Pause > 0 {
-			t := time.NewTimer(j.opts.Pause)
+		if wait := j.pause(time.Since(busy)); cursor != nil && wait > 0 {
+			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
 				t.Stop()
@@ -285,6 +296,15 @@ func (j *Job) runTable(ctx context.Context, m *table.Meta) (tableResult, error) 
 		}
 	}
 	return res, nil
+}
+
+// pause is the wait after a batch that took busy.
+func (j *Job) pause(busy time.Duration) time.Duration {
+	wait := j.opts.Pause
+	if d := j.opts.Duty; d > 0 && d < 1 {
+		wait = max(wait, time.Duration(float64(busy)*(1-d)/d))
+	}
+	return wait
 }
 
 // deleteKeys deletes rows in one batch; a batch that fails is retried as

@@ -39,7 +39,7 @@ func newEnv(t testing.TB, vis table.Visibility, opts Options) *env {
 	reg := prometheus.NewRegistry()
 	opts.Clock, opts.Registerer = fake, reg
 	if opts.Pause == 0 {
-		opts.Pause = -1
+		opts.Pause, opts.Duty = -1, 1
 	}
 	job, err := New(eng, opts)
 	if err != nil {
