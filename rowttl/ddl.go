@@ -74,8 +74,20 @@ func Parse(stmt string) (Statement, error) {
 	return parseGoogleSQL(stmt)
 }
 
+// memefishDDL calls memefish, turning its panics into errors: v0.8.1 panics
+// on some malformed input (the fuzz test found `0"\0`, a slice out of range
+// in its error recovery).
+func memefishDDL(stmt string) (node ast.DDL, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			node, err = nil, fmt.Errorf("cannot parse the statement (parser failure: %v)", r)
+		}
+	}()
+	return memefish.ParseDDL("", stmt)
+}
+
 func parseGoogleSQL(stmt string) (Statement, error) {
-	node, err := memefish.ParseDDL("", strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(stmt), ";")))
+	node, err := memefishDDL(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(stmt), ";")))
 	if err != nil {
 		return Statement{}, fmt.Errorf("%w: DDL: %s", table.ErrInvalid, firstLine(err.Error()))
 	}
