@@ -101,3 +101,27 @@ func TestRowDeletionPolicyEndToEnd(t *testing.T) {
 	r = ebbtable(t, at("ttl", "status")...).mustSucceed(t, "ttl status")
 	wantMatch(t, "ttl status after drop", r.stdout, `no table has a row deletion policy`)
 }
+
+// TestTTLUsageErrors: statements, policies and flags that cannot work are
+// usage errors (exit 2), found before any connection.
+func TestTTLUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ddl", "DROP TABLE events"}, "unsupported statement"},
+		{[]string{"ddl", `ALTER TABLE events ADD TTL INTERVAL '-3 days' ON "m:c"`}, "negative intervals are not allowed"},
+		{[]string{"ddl"}, "ddl takes one DDL statement"},
+		{[]string{"ttl", "plan", "events", "OLDER_THAN(`m:c`, INTERVAL x DAY)"}, "DDL"},
+		{[]string{"ttl", "plan", "events"}, "plan takes a table and a policy"},
+		{[]string{"ttl", "run", "--table", ""}, "--table must not be empty"},
+		{[]string{"serve", "--ttl-interval", "0s"}, "--ttl-interval 0s must be positive"},
+		{[]string{"serve", "--ttl-batch-size", "0"}, "--ttl-batch-size 0 must be between 1"},
+	} {
+		r := ebbtable(t, append(tc.args, "--addr", "127.0.0.1:1")...)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("ebbtable %q: exit %d, stderr %q; want exit 2 and %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+}
