@@ -6,6 +6,7 @@ require (
 	cloud.google.com/go/bigtable v1.58.0
 	cloud.google.com/go/longrunning v1.2.0
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
+	github.com/cloudspannerecosystem/memefish v0.8.1
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/cobra v1.10.2

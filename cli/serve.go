@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ebbtable/ebbtable/collector"
+	"github.com/ebbtable/ebbtable/rowttl"
 	"github.com/ebbtable/ebbtable/server"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/spf13/cobra"
@@ -29,6 +30,9 @@ type serveFlags struct {
 	gcInterval   time.Duration
 	gcBatchCells int
 	gcPause      time.Duration
+
+	ttlInterval  time.Duration
+	ttlBatchSize int
 }
 
 func newServeCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -74,6 +78,8 @@ many) and waits --gc-pause between batches.`,
 	fl.DurationVar(&f.gcInterval, "gc-interval", time.Minute, "start a garbage-collection pass this often")
 	fl.IntVar(&f.gcBatchCells, "gc-batch-cells", 1000, "most cells the garbage collector deletes in one batch")
 	fl.DurationVar(&f.gcPause, "gc-pause", time.Millisecond, "pause between the garbage collector's batches, so foreground reads keep their latency (0: none)")
+	fl.DurationVar(&f.ttlInterval, "ttl-interval", time.Hour, "start a run of the row deletion job this often")
+	fl.IntVar(&f.ttlBatchSize, "ttl-batch-size", 500, "most expired rows the row deletion job deletes in one atomic batch")
 	return cmd
 }
 
@@ -109,7 +115,14 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 	if err != nil {
 		return server.Options{}, err
 	}
+	if f.ttlInterval <= 0 {
+		return server.Options{}, usagef("--ttl-interval %v must be positive", f.ttlInterval)
+	}
+	if f.ttlBatchSize <= 0 || f.ttlBatchSize > maxBatchCells {
+		return server.Options{}, usagef("--ttl-batch-size %d must be between 1 and %d", f.ttlBatchSize, maxBatchCells)
+	}
 	return server.Options{
+		TTL:        rowttl.Options{Interval: f.ttlInterval, BatchRows: f.ttlBatchSize},
 		Addr:       addr,
 		DataDir:    f.dataDir,
 		HTTPAddr:   f.httpAddr,
@@ -173,7 +186,8 @@ func serve(ctx context.Context, opts server.Options, stdout io.Writer) error {
 	}()
 	err := server.Run(ctx, opts, func(addr string) {
 		opts.Logger.Info("serving", "addr", addr, "data", opts.DataDir, "http", opts.HTTPAddr, "gc_visibility", opts.Visibility.String(),
-			"gc_interval", opts.GC.Interval, "gc_batch_cells", opts.GC.BatchCells, "gc_pause", max(opts.GC.Pause, 0))
+			"gc_interval", opts.GC.Interval, "gc_batch_cells", opts.GC.BatchCells, "gc_pause", max(opts.GC.Pause, 0),
+			"ttl_interval", opts.TTL.Interval, "ttl_batch_size", opts.TTL.BatchRows)
 		fmt.Fprintf(stdout, "ebbtable running on %s\n", addr)
 	})
 	if err != nil {

@@ -49,7 +49,6 @@ const (
 	benchVersions = 10
 )
 
-
 func benchPass(b *testing.B, rule string) {
 	b.StopTimer()
 	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))

@@ -3,8 +3,8 @@ package collector
 import (
 	"bytes"
 	"context"
-	"runtime"
 	"encoding/binary"
+	"runtime"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"

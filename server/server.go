@@ -16,6 +16,7 @@ import (
 	"github.com/ebbtable/ebbtable/backup"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/collector"
+	"github.com/ebbtable/ebbtable/rowttl"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -52,6 +53,9 @@ type Options struct {
 	// GC configures the garbage collector (interval, batches, pauses).
 	// Its clock, logger and registerer come from these options.
 	GC collector.Options
+	// TTL configures the row deletion job (interval, batch size, pacing,
+	// auditor). Its clock, logger and registerer come from these options.
+	TTL rowttl.Options
 }
 
 // EnsureDefaults fills unset options.
@@ -94,6 +98,7 @@ type Server struct {
 	collector *collector.Collector
 	backups   *backup.Manager
 	opWait    time.Duration // see defaultOpWait
+	ttl       *rowttl.Job
 	lis       net.Listener
 	hlis      net.Listener
 	log       *slog.Logger
@@ -118,12 +123,20 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	eng.SetSchemaHook(col.BeforeRuleChange)
+	ttlOpts := opts.TTL
+	ttlOpts.Clock, ttlOpts.Logger, ttlOpts.Registerer = opts.Clock, opts.Logger, opts.Registry
+	job, err := rowttl.New(eng, ttlOpts)
+	if err != nil {
+		eng.Close()
+		return nil, err
+	}
 	bk, err := backup.New(backup.Options{DataDir: opts.DataDir, Engine: eng, Clock: opts.Clock, Logger: opts.Logger, Registerer: opts.Registry, ExpiryInterval: opts.BackupExpiryInterval})
 	if err != nil {
 		eng.Close()
 		return nil, err
 	}
-	s := &Server{opts: opts, engine: eng, collector: col, backups: bk, opWait: defaultOpWait, ops: newOperations(), health: health.NewServer(), log: opts.Logger,
+	eng.SetRowExpiry(rowttl.RowExpired)
+	s := &Server{opts: opts, engine: eng, collector: col, ttl: job, backups: bk, opWait: defaultOpWait, ops: newOperations(), health: health.NewServer(), log: opts.Logger,
 		stopping: make(chan struct{})}
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
@@ -177,6 +190,7 @@ func (s *Server) Start() error {
 	}()
 	s.collector.Start()
 	s.backups.Start()
+	s.ttl.Start()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	return nil
 }
@@ -216,6 +230,7 @@ func (s *Server) Close() error {
 	}
 	s.collector.Stop()
 	s.backups.Stop()
+	s.ttl.Stop()
 	return s.engine.Close()
 }
 

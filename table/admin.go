@@ -281,6 +281,9 @@ func (e *Engine) ModifyFamilies(instance, name string, mods []FamilyMod) (*Meta,
 			if m.DeletionProtection {
 				return nil, fmt.Errorf("%w: table %s has deletion protection; its column families cannot be dropped", ErrPrecondition, name)
 			}
+			if m.RowPolicy != nil && m.RowPolicy.Family == mod.Name {
+				return nil, fmt.Errorf("%w: column family %q holds table %s's row deletion policy column; drop the policy first", ErrPrecondition, mod.Name, name)
+			}
 			m.DroppedFamilies = append(m.DroppedFamilies, f.ID)
 			if m.DroppedNames == nil {
 				m.DroppedNames = map[uint32]string{}

@@ -101,6 +101,7 @@ type Engine struct {
 	reserved map[string]bool
 
 	schemaHook SchemaHook
+	rowExpiry  rowExpiryHook
 
 	seq *commitSeq // change-stream commit timestamps
 	// streams maps a table id to its *ChangeStream while it has one. Writers

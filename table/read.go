@@ -38,6 +38,9 @@ type ReadRequest struct {
 	Reversed bool
 	// Stats, when not nil, is filled with what the read examined.
 	Stats *ReadStats
+	// IgnoreRowPolicy returns rows the table's row deletion policy has
+	// expired (the row deletion job reads them so).
+	IgnoreRowPolicy bool
 }
 
 // ReadStats counts what a read examined and returned.
@@ -133,6 +136,9 @@ func (e *Engine) ReadRows(ctx context.Context, instance, table string, req ReadR
 		stats.RowsSeen++
 		stats.CellsSeen += int64(len(row.Cells))
 		row.Cells = e.visible(m, row.Cells, s.now)
+		if !req.IgnoreRowPolicy && e.rowHidden(m, row, s.now) {
+			return nil
+		}
 		if req.Filter != nil && len(row.Cells) > 0 {
 			row = req.Filter.Apply(row)
 		}

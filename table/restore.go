@@ -291,13 +291,17 @@ func (e *Engine) cleanRestores() error {
 }
 
 // applyRestoreRetention carries the backed-up table's row deletion policy
-// onto the restored table m according to mode.
-//
-// TODO(issue 6): row deletion policies are being built on another branch.
-// When Meta gains its policy field, copy it from src here: RetentionDrop
-// leaves m without a policy (the source system's behaviour); RetentionPause
-// copies it marked paused (resumed later by one command); RetentionApply
-// copies it active. Until then the mode is only recorded in m.Restored.
+// onto the restored table m according to mode: RetentionDrop leaves m
+// without a policy (the source system's behaviour, so restored expired data
+// is not purged at once), RetentionPause copies it paused (it neither hides
+// nor deletes rows until ResumeRowPolicy), RetentionApply copies it active.
+// The interleave separator, part of the table's shape, is always copied.
 func applyRestoreRetention(m, src *Meta, mode Retention) {
-	_, _, _ = m, src, mode
+	m.InterleaveSeparator = append([]byte(nil), src.InterleaveSeparator...)
+	if src.RowPolicy == nil || mode == RetentionDrop || mode == "" {
+		return
+	}
+	p := *src.RowPolicy
+	p.Paused = mode == RetentionPause
+	m.RowPolicy = &p
 }

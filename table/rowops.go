@@ -48,6 +48,9 @@ func (e *Engine) CheckAndMutate(instance, table string, row []byte, pred RowFilt
 	if err != nil {
 		return false, err
 	}
+	if e.rowHidden(m, r, e.nowMicros()) {
+		r.Cells = nil // an expired row is hidden from predicates too
+	}
 	if pred != nil && len(r.Cells) > 0 {
 		r = pred.Apply(r)
 	}

@@ -66,6 +66,12 @@ type Meta struct {
 	ChangeStream *ChangeStream `json:"change_stream,omitempty"`
 	// Restored is set on a table restored from a backup.
 	Restored *Restored `json:"restored,omitempty"`
+	// RowPolicy is the table's row deletion policy, if any (package rowttl).
+	RowPolicy *RowPolicy `json:"row_policy,omitempty"`
+	// InterleaveSeparator, when set, makes rows keyed parent+separator+…
+	// interleaved children of row parent, deleted with it by the row
+	// deletion job.
+	InterleaveSeparator []byte `json:"interleave_separator,omitempty"`
 }
 
 // Family returns the family with the given name.
@@ -102,6 +108,10 @@ func (m *Meta) clone() *Meta {
 	if m.ChangeStream != nil {
 		cs := *m.ChangeStream
 		c.ChangeStream = &cs
+	}
+	if m.RowPolicy != nil {
+		p := *m.RowPolicy
+		c.RowPolicy = &p
 	}
 	return &c
 }
