@@ -3,6 +3,7 @@ package table
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -307,50 +308,42 @@ func (e *Engine) ModifyFamilies(instance, name string, mods []FamilyMod) (*Meta,
 // ForgetDropped records that the cells of the given dropped families are
 // gone, once the collector has swept them.
 func (e *Engine) ForgetDropped(instance, name string, ids []uint32) error {
-	if err := e.enter(); err != nil {
-		return err
-	}
-	defer e.leave()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	old, ok := e.tables[catalogKey(instance, name)]
-	if !ok {
+	_, err := e.updateMeta(instance, name, func(m *Meta) error {
+		m.DroppedFamilies = slices.DeleteFunc(m.DroppedFamilies, func(id uint32) bool { return slices.Contains(ids, id) })
+		for _, id := range ids {
+			delete(m.DroppedNames, id)
+		}
+		return nil
+	})
+	if errors.Is(err, ErrTableNotFound) {
 		return nil // the table went away, and its cells with it
 	}
-	m := old.clone()
-	m.DroppedFamilies = slices.DeleteFunc(m.DroppedFamilies, func(id uint32) bool { return slices.Contains(ids, id) })
-	for _, id := range ids {
-		delete(m.DroppedNames, id)
-	}
-	return e.saveMetaLocked(m)
+	return err
 }
 
 // SetExpiryTimestamps turns a family's expiry-timestamp guard on or off.
 func (e *Engine) SetExpiryTimestamps(instance, name, family string, on bool) (*Meta, error) {
-	if err := e.enter(); err != nil {
-		return nil, err
-	}
-	defer e.leave()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	old, ok := e.tables[catalogKey(instance, name)]
-	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, name)
-	}
-	m := old.clone()
-	f, ok := m.Family(family)
-	if !ok {
-		return nil, fmt.Errorf("%w: %q in table %s", ErrFamilyNotFound, family, name)
-	}
-	f.ExpiryTimestamps = on
-	if err := e.saveMetaLocked(m); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return e.updateMeta(instance, name, func(m *Meta) error {
+		f, ok := m.Family(family)
+		if !ok {
+			return fmt.Errorf("%w: %q in table %s", ErrFamilyNotFound, family, name)
+		}
+		f.ExpiryTimestamps = on
+		return nil
+	})
 }
 
 // SetDeletionProtection changes a table's deletion protection.
 func (e *Engine) SetDeletionProtection(instance, name string, on bool) (*Meta, error) {
+	return e.updateMeta(instance, name, func(m *Meta) error {
+		m.DeletionProtection = on
+		return nil
+	})
+}
+
+// updateMeta changes a copy of a table's schema with fn and durably
+// replaces the schema with it; nothing changes if fn fails.
+func (e *Engine) updateMeta(instance, name string, fn func(m *Meta) error) (*Meta, error) {
 	if err := e.enter(); err != nil {
 		return nil, err
 	}
@@ -362,7 +355,9 @@ func (e *Engine) SetDeletionProtection(instance, name string, on bool) (*Meta, e
 		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, name)
 	}
 	m := old.clone()
-	m.DeletionProtection = on
+	if err := fn(m); err != nil {
+		return nil, err
+	}
 	if err := e.saveMetaLocked(m); err != nil {
 		return nil, err
 	}

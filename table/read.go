@@ -221,50 +221,27 @@ func (s *scanner) decodeCell(k []byte, rowLen int) (cell.Cell, bool, error) {
 	}, true, nil
 }
 
-func (s *scanner) scanForward(emit func(cell.Row) error) error {
-	var row cell.Row
-	var prefix []byte
-	for valid := s.it.First(); valid; valid = s.it.Next() {
-		k := s.it.Key()
-		n := storage.RowKeyLen(k)
-		if prefix == nil || !bytes.Equal(prefix, k[:n]) {
-			if prefix != nil {
-				if err := emit(row); err != nil {
-					return err
-				}
-			}
-			prefix = append(prefix[:0], k[:n]...)
-			key, err := storage.DecodeRowKey(prefix)
-			if err != nil {
-				return err
-			}
-			row = cell.Row{Key: key}
-		}
-		c, ok, err := s.decodeCell(k, n)
-		if err != nil {
-			return err
-		}
-		if ok {
-			row.Cells = append(row.Cells, c)
-		}
-	}
-	if err := s.it.Error(); err != nil {
-		return err
-	}
-	if prefix != nil {
-		return emit(row)
-	}
-	return nil
-}
+func (s *scanner) scanForward(emit func(cell.Row) error) error { return s.scan(emit, false) }
 
-func (s *scanner) scanBackward(emit func(cell.Row) error) error {
+func (s *scanner) scanBackward(emit func(cell.Row) error) error { return s.scan(emit, true) }
+
+// scan walks the iterator's bounds (backward: from the end), grouping keys
+// into rows by their row prefix; every row is emitted with its cells in
+// Bigtable order either way.
+func (s *scanner) scan(emit func(cell.Row) error, backward bool) error {
 	var row cell.Row
 	var prefix []byte
 	flush := func() error {
-		slices.Reverse(row.Cells)
+		if backward {
+			slices.Reverse(row.Cells)
+		}
 		return emit(row)
 	}
-	for valid := s.it.Last(); valid; valid = s.it.Prev() {
+	valid, step := s.it.First(), s.it.Next
+	if backward {
+		valid, step = s.it.Last(), s.it.Prev
+	}
+	for ; valid; valid = step() {
 		k := s.it.Key()
 		n := storage.RowKeyLen(k)
 		if prefix == nil || !bytes.Equal(prefix, k[:n]) {

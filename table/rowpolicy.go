@@ -30,25 +30,13 @@ type RowPolicy struct {
 
 // ResumeRowPolicy un-pauses a table's row deletion policy.
 func (e *Engine) ResumeRowPolicy(instance, name string) (*Meta, error) {
-	if err := e.enter(); err != nil {
-		return nil, err
-	}
-	defer e.leave()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	old, ok := e.tables[catalogKey(instance, name)]
-	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, name)
-	}
-	if old.RowPolicy == nil || !old.RowPolicy.Paused {
-		return nil, fmt.Errorf("%w: table %s has no paused row deletion policy", ErrPrecondition, name)
-	}
-	m := old.clone()
-	m.RowPolicy.Paused = false
-	if err := e.saveMetaLocked(m); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return e.updateMeta(instance, name, func(m *Meta) error {
+		if m.RowPolicy == nil || !m.RowPolicy.Paused {
+			return fmt.Errorf("%w: table %s has no paused row deletion policy", ErrPrecondition, name)
+		}
+		m.RowPolicy.Paused = false
+		return nil
+	})
 }
 
 // PolicyChange says how SetRowPolicy changes a table's policy.
