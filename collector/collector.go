@@ -10,6 +10,7 @@ import (
 
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/gcrule"
+	"github.com/ebbtable/ebbtable/schedule"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -93,8 +94,7 @@ type Collector struct {
 	status   map[uint64]*TableStatus
 	lastPass PassStats
 
-	cancel context.CancelFunc
-	done   chan struct{}
+	loop *schedule.Loop
 }
 
 // New builds a collector for eng. Call Start to run it in the background.
@@ -117,53 +117,20 @@ func (c *Collector) Interval() time.Duration { return c.opts.Interval }
 
 // Start runs passes in the background every Interval until Stop.
 func (c *Collector) Start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
-	c.done = make(chan struct{})
-	go c.loop(ctx)
+	c.loop = schedule.Start(schedule.Options{
+		Name: "gc pass", Interval: c.opts.Interval, MaxBackoff: c.opts.MaxBackoff,
+		Clock: c.opts.Clock, Logger: c.log, OnFailure: c.m.failures.Inc,
+	}, func(ctx context.Context) error {
+		_, err := c.RunPass(ctx, Selector{})
+		return err
+	})
 }
 
 // Stop ends the background loop, interrupting a running pass between
 // batches, and waits for it.
 func (c *Collector) Stop() {
-	if c.cancel == nil {
-		return
-	}
-	c.cancel()
-	<-c.done
-	c.cancel = nil
-}
-
-func (c *Collector) loop(ctx context.Context) {
-	defer close(c.done)
-	failures := 0
-	wait := c.opts.Interval
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.opts.Clock.After(wait):
-		}
-		start := c.opts.Clock.Now()
-		_, err := c.RunPass(ctx, Selector{})
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			failures++
-			c.m.failures.Inc()
-			wait = min(c.opts.Interval<<min(failures, 10), c.opts.MaxBackoff)
-			c.log.Error("gc pass failed; backing off", "err", err, "retry_in", wait)
-			continue
-		}
-		failures = 0
-		// Keep a fixed cadence: the next pass starts one interval after
-		// this one started, however long it ran.
-		wait = c.opts.Interval - c.opts.Clock.Now().Sub(start)
-		if wait < 0 {
-			wait = 0
-		}
-	}
+	c.loop.Stop()
+	c.loop = nil
 }
 
 // Selector picks the tables of a pass; empty fields match everything.

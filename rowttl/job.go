@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/cell"
 	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/schedule"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -100,8 +101,7 @@ type Job struct {
 	statusMu sync.Mutex
 	status   map[uint64]*TableStatus
 
-	cancel context.CancelFunc
-	done   chan struct{}
+	loop *schedule.Loop
 }
 
 // New builds a job for eng. Call Start to run it in the background.
@@ -120,48 +120,20 @@ func (j *Job) Interval() time.Duration { return j.opts.Interval }
 
 // Start runs the job in the background every Interval until Stop.
 func (j *Job) Start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	j.cancel = cancel
-	j.done = make(chan struct{})
-	go j.loop(ctx)
+	j.loop = schedule.Start(schedule.Options{
+		Name: "row deletion run", Interval: j.opts.Interval, MaxBackoff: j.opts.MaxBackoff,
+		Clock: j.opts.Clock, Logger: j.log, OnFailure: j.m.failures.Inc,
+	}, func(ctx context.Context) error {
+		_, err := j.Run(ctx, Selector{})
+		return err
+	})
 }
 
 // Stop ends the background loop, interrupting a run between batches, and
 // waits for it.
 func (j *Job) Stop() {
-	if j.cancel == nil {
-		return
-	}
-	j.cancel()
-	<-j.done
-	j.cancel = nil
-}
-
-func (j *Job) loop(ctx context.Context) {
-	defer close(j.done)
-	failures := 0
-	wait := j.opts.Interval
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-j.opts.Clock.After(wait):
-		}
-		start := j.opts.Clock.Now()
-		_, err := j.Run(ctx, Selector{})
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			failures++
-			j.m.failures.Inc()
-			wait = min(j.opts.Interval<<min(failures, 10), j.opts.MaxBackoff)
-			j.log.Error("row deletion run failed; backing off", "err", err, "retry_in", wait)
-			continue
-		}
-		failures = 0
-		wait = max(j.opts.Interval-j.opts.Clock.Now().Sub(start), 0)
-	}
+	j.loop.Stop()
+	j.loop = nil
 }
 
 // Selector picks the tables of a run; empty fields match everything.
