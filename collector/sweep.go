@@ -109,6 +109,7 @@ func (c *Collector) sweepTable(ctx context.Context, m *table.Meta, onlyFamily ui
 				return res, err
 			}
 			before := res.examined
+			busy := time.Now()
 			cands, next, err := c.scanBatch(m, cursor, hi, filters, now, onlyFamily, &res)
 			c.m.cellsExamined.Add(float64(res.examined - before))
 			if err != nil {
@@ -129,8 +130,10 @@ func (c *Collector) sweepTable(ctx context.Context, m *table.Meta, onlyFamily ui
 			if cursor != nil && c.opts.Pause > 0 {
 				// Pacing is about sharing the machine now, so it waits
 				// on the real clock, not the injected one that decides
-				// what is eligible.
-				t := time.NewTimer(c.opts.Pause)
+				// what is eligible: at least Pause, and long enough that
+				// the pass works at most a third of the time.
+				pause := max(c.opts.Pause, 2*time.Since(busy))
+				t := time.NewTimer(pause)
 				select {
 				case <-ctx.Done():
 					t.Stop()
