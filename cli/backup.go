@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"cloud.google.com/go/bigtable"
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -85,23 +87,18 @@ or an RFC 3339 time; the server deletes the backup once it has passed.`,
 			if err != nil {
 				return err
 			}
-			ctx, cancel := cf.context(cmd.Context())
-			defer cancel()
-			admin, err := cf.adminClient(ctx)
-			if err != nil {
+			return cf.withAdmin(cmd, func(ctx context.Context, admin *bigtable.AdminClient) error {
+				if err := admin.CreateBackup(ctx, tbl, cluster, id, exp); err != nil {
+					return fmt.Errorf("backup create %s %s: %w", tbl, id, err)
+				}
+				info, err := admin.BackupInfo(ctx, cluster, id)
+				if err != nil {
+					return fmt.Errorf("backup create %s %s: the backup is ready, but reading it back failed: %w", tbl, id, err)
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "backup %s of table %s ready: %s, version time %s, expires %s\n",
+					id, tbl, humanBytes(info.SizeBytes), formatTime(info.StartTime), formatTime(info.ExpireTime))
 				return err
-			}
-			defer admin.Close()
-			if err := admin.CreateBackup(ctx, tbl, cluster, id, exp); err != nil {
-				return fmt.Errorf("backup create %s %s: %w", tbl, id, err)
-			}
-			info, err := admin.BackupInfo(ctx, cluster, id)
-			if err != nil {
-				return fmt.Errorf("backup create %s %s: the backup is ready, but reading it back failed: %w", tbl, id, err)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "backup %s of table %s ready: %s, version time %s, expires %s\n",
-				id, tbl, humanBytes(info.SizeBytes), formatTime(info.StartTime), formatTime(info.ExpireTime))
-			return err
+			})
 		},
 	}
 	cmd.Flags().StringVar(&cluster, "cluster", defaultCluster, "cluster the backup belongs to")
@@ -119,27 +116,22 @@ in --cluster: id, source table, state, size, version (start) time and
 expire time.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := cf.context(cmd.Context())
-			defer cancel()
-			admin, err := cf.adminClient(ctx)
-			if err != nil {
-				return err
-			}
-			defer admin.Close()
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "BACKUP\tTABLE\tSTATE\tSIZE\tSTARTED\tEXPIRES")
-			it := admin.Backups(ctx, cluster)
-			for {
-				b, err := it.Next()
-				if err == iterator.Done {
-					break
+			return cf.withAdmin(cmd, func(ctx context.Context, admin *bigtable.AdminClient) error {
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "BACKUP\tTABLE\tSTATE\tSIZE\tSTARTED\tEXPIRES")
+				it := admin.Backups(ctx, cluster)
+				for {
+					b, err := it.Next()
+					if err == iterator.Done {
+						break
+					}
+					if err != nil {
+						return fmt.Errorf("backup list: %w", err)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", b.Name, b.SourceTable, b.State, humanBytes(b.SizeBytes), formatTime(b.StartTime), formatTime(b.ExpireTime))
 				}
-				if err != nil {
-					return fmt.Errorf("backup list: %w", err)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", b.Name, b.SourceTable, b.State, humanBytes(b.SizeBytes), formatTime(b.StartTime), formatTime(b.ExpireTime))
-			}
-			return tw.Flush()
+				return tw.Flush()
+			})
 		},
 	}
 	cmd.Flags().StringVar(&cluster, "cluster", "-", `cluster to list ("-": all)`)
@@ -160,18 +152,13 @@ the backup was taken, and in the future.`,
 			if err != nil {
 				return err
 			}
-			ctx, cancel := cf.context(cmd.Context())
-			defer cancel()
-			admin, err := cf.adminClient(ctx)
-			if err != nil {
+			return cf.withAdmin(cmd, func(ctx context.Context, admin *bigtable.AdminClient) error {
+				if err := admin.UpdateBackup(ctx, cluster, args[0], exp); err != nil {
+					return fmt.Errorf("backup update %s: %w", args[0], err)
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "backup %s now expires %s\n", args[0], formatTime(exp))
 				return err
-			}
-			defer admin.Close()
-			if err := admin.UpdateBackup(ctx, cluster, args[0], exp); err != nil {
-				return fmt.Errorf("backup update %s: %w", args[0], err)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "backup %s now expires %s\n", args[0], formatTime(exp))
-			return err
+			})
 		},
 	}
 	cmd.Flags().StringVar(&cluster, "cluster", defaultCluster, "cluster the backup belongs to")
@@ -186,18 +173,13 @@ func newBackupDeleteCmd(cf *connFlags) *cobra.Command {
 		Short: "Delete a backup",
 		Args:  exactArgs(1, "a backup id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := cf.context(cmd.Context())
-			defer cancel()
-			admin, err := cf.adminClient(ctx)
-			if err != nil {
+			return cf.withAdmin(cmd, func(ctx context.Context, admin *bigtable.AdminClient) error {
+				if err := admin.DeleteBackup(ctx, cluster, args[0]); err != nil {
+					return fmt.Errorf("backup delete %s: %w", args[0], err)
+				}
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "backup %s deleted\n", args[0])
 				return err
-			}
-			defer admin.Close()
-			if err := admin.DeleteBackup(ctx, cluster, args[0]); err != nil {
-				return fmt.Errorf("backup delete %s: %w", args[0], err)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "backup %s deleted\n", args[0])
-			return err
+			})
 		},
 	}
 	cmd.Flags().StringVar(&cluster, "cluster", defaultCluster, "cluster the backup belongs to")
@@ -245,24 +227,19 @@ nothing to act on.)`,
 			if err != nil || retention == "" {
 				return usagef("--retention %q: want drop, pause or apply", retention)
 			}
-			ctx, cancel := cf.context(cmd.Context())
-			defer cancel()
-			admin, err := cf.adminClient(ctx)
-			if err != nil {
+			return cf.withAdmin(cmd, func(ctx context.Context, admin *bigtable.AdminClient) error {
+				info, err := admin.BackupInfo(ctx, cluster, id)
+				if err != nil {
+					return fmt.Errorf("restore %s: %w", id, err)
+				}
+				rctx := metadata.AppendToOutgoingContext(ctx, server.MetaRestoreRetention, string(mode))
+				if err := admin.RestoreTable(rctx, tbl, cluster, id); err != nil {
+					return fmt.Errorf("restore %s into %s: %w", id, tbl, err)
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "restored backup %s (table %s as of %s, %s) into table %s\nretention %s: %s\n",
+					id, info.SourceTable, formatTime(info.StartTime), humanBytes(info.SizeBytes), tbl, mode, retentionNotes[mode])
 				return err
-			}
-			defer admin.Close()
-			info, err := admin.BackupInfo(ctx, cluster, id)
-			if err != nil {
-				return fmt.Errorf("restore %s: %w", id, err)
-			}
-			rctx := metadata.AppendToOutgoingContext(ctx, server.MetaRestoreRetention, string(mode))
-			if err := admin.RestoreTable(rctx, tbl, cluster, id); err != nil {
-				return fmt.Errorf("restore %s into %s: %w", id, tbl, err)
-			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "restored backup %s (table %s as of %s, %s) into table %s\nretention %s: %s\n",
-				id, info.SourceTable, formatTime(info.StartTime), humanBytes(info.SizeBytes), tbl, mode, retentionNotes[mode])
-			return err
+			})
 		},
 	}
 	cf.register(cmd)

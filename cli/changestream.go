@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"cloud.google.com/go/bigtable"
 	"context"
 	"errors"
 	"fmt"
@@ -123,17 +124,12 @@ func newChangeStreamCmd() *cobra.Command {
 			if retention < 24*time.Hour || retention > 7*24*time.Hour {
 				return usagef("--retention %v must be between 24h and 168h (1 to 7 days)", retention)
 			}
-			ctx, cancel := cf.context(cmd.Context())
-			defer cancel()
-			admin, err := cf.adminClient(ctx)
-			if err != nil {
-				return err
-			}
-			defer admin.Close()
-			if err := admin.UpdateTableWithChangeStream(ctx, args[0], retention); err != nil {
-				return fmt.Errorf("enable change stream of %s: %w", args[0], err)
-			}
-			return nil
+			return cf.withAdmin(cmd, func(ctx context.Context, admin *bigtable.AdminClient) error {
+				if err := admin.UpdateTableWithChangeStream(ctx, args[0], retention); err != nil {
+					return fmt.Errorf("enable change stream of %s: %w", args[0], err)
+				}
+				return nil
+			})
 		},
 	}
 	enable.Flags().DurationVar(&retention, "retention", 24*time.Hour, "how long records are kept (1 to 7 days)")
@@ -143,17 +139,12 @@ func newChangeStreamCmd() *cobra.Command {
 		Short: "Turn a table's change stream off and delete its records",
 		Args:  exactArgs(1, "a table name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := cf2.context(cmd.Context())
-			defer cancel()
-			admin, err := cf2.adminClient(ctx)
-			if err != nil {
-				return err
-			}
-			defer admin.Close()
-			if err := admin.UpdateTableDisableChangeStream(ctx, args[0]); err != nil {
-				return fmt.Errorf("disable change stream of %s: %w", args[0], err)
-			}
-			return nil
+			return cf2.withAdmin(cmd, func(ctx context.Context, admin *bigtable.AdminClient) error {
+				if err := admin.UpdateTableDisableChangeStream(ctx, args[0]); err != nil {
+					return fmt.Errorf("disable change stream of %s: %w", args[0], err)
+				}
+				return nil
+			})
 		},
 	}
 	cf.register(enable)

@@ -127,3 +127,16 @@ func (f *connFlags) adminClient(ctx context.Context) (*bigtable.AdminClient, err
 	}
 	return c, nil
 }
+
+// withAdmin runs fn with the command's context (bounded by --timeout) and a
+// connected admin client, and closes both afterwards.
+func (f *connFlags) withAdmin(cmd *cobra.Command, fn func(ctx context.Context, admin *bigtable.AdminClient) error) error {
+	ctx, cancel := f.context(cmd.Context())
+	defer cancel()
+	admin, err := f.adminClient(ctx)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	return fn(ctx, admin)
+}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"slices"
 
@@ -16,23 +17,18 @@ func newLsCmd() *cobra.Command {
 		Short: "List tables, one name per line",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := cf.context(cmd.Context())
-			defer cancel()
-			admin, err := cf.adminClient(ctx)
-			if err != nil {
-				return err
-			}
-			defer admin.Close()
-			names, err := admin.Tables(ctx)
-			if err != nil {
-				return fmt.Errorf("list tables on %s: %w", cf.endpoint(), err)
-			}
-			slices.Sort(names)
-			w := bufio.NewWriter(cmd.OutOrStdout())
-			for _, n := range names {
-				fmt.Fprintln(w, n)
-			}
-			return w.Flush()
+			return cf.withAdmin(cmd, func(ctx context.Context, admin *bigtable.AdminClient) error {
+				names, err := admin.Tables(ctx)
+				if err != nil {
+					return fmt.Errorf("list tables on %s: %w", cf.endpoint(), err)
+				}
+				slices.Sort(names)
+				w := bufio.NewWriter(cmd.OutOrStdout())
+				for _, n := range names {
+					fmt.Fprintln(w, n)
+				}
+				return w.Flush()
+			})
 		},
 	}
 	cf.register(cmd)
@@ -58,17 +54,12 @@ func newCreateTableCmd() *cobra.Command {
 				}
 				conf.ColumnFamilies[fam] = bigtable.Family{}
 			}
-			ctx, cancel := cf.context(cmd.Context())
-			defer cancel()
-			admin, err := cf.adminClient(ctx)
-			if err != nil {
-				return err
-			}
-			defer admin.Close()
-			if err := admin.CreateTableFromConf(ctx, conf); err != nil {
-				return fmt.Errorf("create table %q: %w", name, err)
-			}
-			return nil
+			return cf.withAdmin(cmd, func(ctx context.Context, admin *bigtable.AdminClient) error {
+				if err := admin.CreateTableFromConf(ctx, conf); err != nil {
+					return fmt.Errorf("create table %q: %w", name, err)
+				}
+				return nil
+			})
 		},
 	}
 	cf.register(cmd)
