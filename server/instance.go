@@ -306,6 +306,22 @@ func (a *instanceServer) DeleteCluster(ctx context.Context, req *adminpb.DeleteC
 	if _, err := a.cluster(inst, id); err != nil {
 		return nil, toStatus(err)
 	}
+	var users []string
+	if err := a.s.engine.InstanceMeta(kindAppProfile, inst, func(_, name string, v []byte) error {
+		p := &adminpb.AppProfile{}
+		if err := protojson.Unmarshal(v, p); err != nil {
+			return fmt.Errorf("ebbtable: app profile %s/%s: %w", inst, name, err)
+		}
+		if p.GetSingleClusterRouting().GetClusterId() == id {
+			users = append(users, name)
+		}
+		return nil
+	}); err != nil {
+		return nil, toStatus(err)
+	}
+	if len(users) > 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: cluster %s is the single-cluster route of app profiles %v; change or delete them first", req.GetName(), users)
+	}
 	if err := a.s.engine.DeleteInstanceMeta(kindCluster, inst, id); err != nil {
 		return nil, toStatus(err)
 	}

@@ -81,6 +81,16 @@ func TestInstanceClusters(t *testing.T) {
 	if len(cs) != 2 {
 		t.Fatalf("clusters after restart: %+v", cs)
 	}
+	if _, err := iac.CreateAppProfile(ctx, bigtable.ProfileConf{InstanceID: testInstance, ProfileID: "to-b",
+		RoutingConfig: &bigtable.SingleClusterRoutingConfig{ClusterID: "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := iac.DeleteCluster(ctx, testInstance, "b"); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("delete a routed-to cluster: %v", err)
+	}
+	if err := iac.DeleteAppProfile(ctx, testInstance, "to-b"); err != nil {
+		t.Fatal(err)
+	}
 	if err := iac.DeleteCluster(ctx, testInstance, "b"); err != nil {
 		t.Fatal(err)
 	}
