@@ -62,3 +62,45 @@ r2
 	r = cbt("ls")
 	wantOutput(t, "cbt ls after deletetable", r.stdout, "")
 }
+
+// TestCbtClustersAndProfiles drives cbt's instance admin commands: clusters
+// and app profiles are recorded and listed (no replication yet).
+func TestCbtClustersAndProfiles(t *testing.T) {
+	cbtPath, err := exec.LookPath("cbt")
+	if err != nil {
+		t.Skip("cbt is not on the PATH")
+	}
+	t.Parallel()
+	srv := startServer(t, t.TempDir())
+	env := []string{"BIGTABLE_EMULATOR_HOST=" + srv.addr, "TZ=UTC", "PATH=" + t.TempDir()}
+	cbt := func(args ...string) result {
+		t.Helper()
+		return run(t, env, cbtPath, append([]string{"-project", "p", "-instance", "i"}, args...)...).mustSucceed(t, "cbt "+args[0])
+	}
+	cbt("createtable", "t")
+	cbt("createcluster", "b", "zone-b", "1", "SSD")
+	cbt("updatecluster", "b", "num-nodes=3")
+	r := cbt("listclusters")
+	if !regexp.MustCompile(`(?m)^ebbtable\s+ebbtable-local\s+READY`).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^b\s+zone-b\s+READY \(3 serve nodes\)`).MatchString(r.stdout) {
+		t.Errorf("cbt listclusters:\n%s", r.stdout)
+	}
+	cbt("createappprofile", "i", "single", "one cluster", "route-to=b", "transactional-writes=true")
+	cbt("createappprofile", "i", "multi", "any cluster", "route-any")
+	r = cbt("getappprofile", "i", "single")
+	if !regexp.MustCompile(`allow_transactional_writes:\s*true`).MatchString(r.stdout) {
+		t.Errorf("cbt getappprofile single:\n%s", r.stdout)
+	}
+	r = cbt("listappprofile", "i")
+	for _, p := range []string{"default", "single", "multi"} {
+		if !regexp.MustCompile(`appProfiles/` + p + `\s`).MatchString(r.stdout) {
+			t.Errorf("cbt listappprofile lacks %s:\n%s", p, r.stdout)
+		}
+	}
+	cbt("deleteappprofile", "i", "single")
+	cbt("deletecluster", "b")
+	r = cbt("listclusters")
+	if regexp.MustCompile(`(?m)^b\s`).MatchString(r.stdout) {
+		t.Errorf("cluster b still listed:\n%s", r.stdout)
+	}
+}

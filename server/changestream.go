@@ -80,6 +80,9 @@ func (d *dataServer) GenerateInitialChangeStreamPartitions(req *btpb.GenerateIni
 	if err != nil {
 		return toStatus(err)
 	}
+	if err := d.s.inst.checkProfile(ref.instance, req.GetAppProfileId(), false); err != nil {
+		return err
+	}
 	if _, err := d.s.streamedTable(ref); err != nil {
 		return err
 	}
@@ -185,6 +188,9 @@ func (d *dataServer) ReadChangeStream(req *btpb.ReadChangeStreamRequest, stream 
 	ref, err := parseTable(req.GetTableName())
 	if err != nil {
 		return toStatus(err)
+	}
+	if err := d.s.inst.checkProfile(ref.instance, req.GetAppProfileId(), false); err != nil {
+		return err
 	}
 	m, err := d.s.streamedTable(ref)
 	if err != nil {

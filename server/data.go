@@ -92,6 +92,9 @@ func (d *dataServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_Re
 	if err != nil {
 		return toStatus(err)
 	}
+	if err := d.s.inst.checkProfile(ref.instance, req.GetAppProfileId(), false); err != nil {
+		return err
+	}
 	if req.GetMaterializedViewName() != "" {
 		return status.Error(codes.Unimplemented, "ebbtable: materialized views are not supported")
 	}
@@ -232,6 +235,9 @@ func (d *dataServer) SampleRowKeys(req *btpb.SampleRowKeysRequest, stream btpb.B
 	if err != nil {
 		return toStatus(err)
 	}
+	if err := d.s.inst.checkProfile(ref.instance, req.GetAppProfileId(), false); err != nil {
+		return err
+	}
 	samples, err := d.s.engine.SampleRowKeys(ref.instance, ref.table)
 	if err != nil {
 		return toStatus(err)
@@ -301,6 +307,9 @@ func (d *dataServer) MutateRow(ctx context.Context, req *btpb.MutateRowRequest) 
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	if err := d.s.inst.checkProfile(ref.instance, req.GetAppProfileId(), false); err != nil {
+		return nil, err
+	}
 	x, err := cellExpiry(ctx)
 	if err != nil {
 		return nil, toStatus(err)
@@ -323,6 +332,9 @@ func (d *dataServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtabl
 	ref, err := dataTable(req.GetTableName(), req.GetAuthorizedViewName())
 	if err != nil {
 		return toStatus(err)
+	}
+	if err := d.s.inst.checkProfile(ref.instance, req.GetAppProfileId(), false); err != nil {
+		return err
 	}
 	if len(req.GetEntries()) == 0 {
 		return status.Error(codes.InvalidArgument, "ebbtable: MutateRows needs at least one entry")
@@ -386,6 +398,9 @@ func (d *dataServer) CheckAndMutateRow(ctx context.Context, req *btpb.CheckAndMu
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	if err := d.s.inst.checkProfile(ref.instance, req.GetAppProfileId(), true); err != nil {
+		return nil, err
+	}
 	pred, err := d.compileFilter(req.GetPredicateFilter())
 	if err != nil {
 		return nil, toStatus(err)
@@ -414,6 +429,9 @@ func (d *dataServer) ReadModifyWriteRow(ctx context.Context, req *btpb.ReadModif
 	ref, err := dataTable(req.GetTableName(), req.GetAuthorizedViewName())
 	if err != nil {
 		return nil, toStatus(err)
+	}
+	if err := d.s.inst.checkProfile(ref.instance, req.GetAppProfileId(), true); err != nil {
+		return nil, err
 	}
 	var rules []table.RMWRule
 	for i, r := range req.GetRules() {

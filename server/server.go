@@ -94,6 +94,7 @@ type Server struct {
 	grpc      *grpc.Server
 	health    *health.Server
 	ops       *operations
+	inst      *instanceServer
 	http      *http.Server
 	collector *collector.Collector
 	backups   *backup.Manager
@@ -146,6 +147,8 @@ func New(opts Options) (*Server, error) {
 	)
 	btpb.RegisterBigtableServer(s.grpc, &dataServer{s: s})
 	adminpb.RegisterBigtableTableAdminServer(s.grpc, &adminServer{s: s})
+	s.inst = &instanceServer{s: s}
+	adminpb.RegisterBigtableInstanceAdminServer(s.grpc, s.inst)
 	longrunningpb.RegisterOperationsServer(s.grpc, s.ops)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	s.grpc.RegisterService(&ebbAdminDesc, &ebbAdmin{s: s})

@@ -1,0 +1,547 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Instance metadata kinds in the engine's metadata space (values are
+// protojson of adminpb.Cluster and adminpb.AppProfile).
+const (
+	kindCluster    = "cluster"
+	kindAppProfile = "appprofile"
+	// defaultProfile is the profile used when a request names none. It
+	// exists in every instance unless the user stores one of that name.
+	defaultProfile = "default"
+	// localZone is the location reported for clusters: ebbtable has no zones.
+	localZone = "ebbtable-local"
+)
+
+// instanceServer serves google.bigtable.admin.v2.BigtableInstanceAdmin.
+// Instances are implicit: one per projects/P/instances/I seen in a table,
+// cluster or app profile. Every instance has this process's cluster
+// (Options.ClusterID); CreateCluster records further clusters durably but
+// does not start them (see README "Clusters and app profiles").
+type instanceServer struct {
+	adminpb.UnimplementedBigtableInstanceAdminServer
+	s  *Server
+	mu sync.Mutex // serialises read-modify-write of instance metadata
+}
+
+func (a *instanceServer) localCluster(inst string) *adminpb.Cluster {
+	return &adminpb.Cluster{
+		Name:               inst + "/clusters/" + a.s.opts.ClusterID,
+		Location:           "projects/" + projectOf(inst) + "/locations/" + localZone,
+		State:              adminpb.Cluster_READY,
+		ServeNodes:         1,
+		DefaultStorageType: adminpb.StorageType_SSD,
+	}
+}
+
+func projectOf(inst string) string {
+	p := strings.Split(inst, "/")
+	if len(p) > 1 {
+		return p[1]
+	}
+	return ""
+}
+
+// clusters returns the instance's clusters: the local one and those stored.
+func (a *instanceServer) clusters(inst string) ([]*adminpb.Cluster, error) {
+	out := []*adminpb.Cluster{a.localCluster(inst)}
+	err := a.s.engine.InstanceMeta(kindCluster, inst, func(_, name string, v []byte) error {
+		if name == a.s.opts.ClusterID {
+			return nil
+		}
+		c := &adminpb.Cluster{}
+		if err := protojson.Unmarshal(v, c); err != nil {
+			return fmt.Errorf("ebbtable: cluster %s/%s: %w", inst, name, err)
+		}
+		out = append(out, c)
+		return nil
+	})
+	return out, err
+}
+
+func (a *instanceServer) cluster(inst, id string) (*adminpb.Cluster, error) {
+	cs, err := a.clusters(inst)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cs {
+		if c.GetName() == inst+"/clusters/"+id {
+			return c, nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "ebbtable: cluster %s/clusters/%s not found", inst, id)
+}
+
+// instances lists every instance name this server knows.
+func (a *instanceServer) instances() ([]string, error) {
+	seen := map[string]bool{}
+	for _, m := range a.s.engine.Tables("") {
+		seen[m.Instance] = true
+	}
+	for _, kind := range []string{kindCluster, kindAppProfile} {
+		if err := a.s.engine.InstanceMeta(kind, "", func(inst, _ string, _ []byte) error {
+			seen[inst] = true
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	var out []string
+	for k := range seen {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func instanceProto(name string) *adminpb.Instance {
+	p := strings.Split(name, "/")
+	return &adminpb.Instance{Name: name, DisplayName: p[len(p)-1], State: adminpb.Instance_READY, Type: adminpb.Instance_PRODUCTION}
+}
+
+func (a *instanceServer) GetInstance(ctx context.Context, req *adminpb.GetInstanceRequest) (*adminpb.Instance, error) {
+	inst, err := parseInstance(req.GetName())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	// Every well-formed instance exists: ebbtable serves any instance a
+	// client names, as the emulator does.
+	return instanceProto(inst), nil
+}
+
+func (a *instanceServer) ListInstances(ctx context.Context, req *adminpb.ListInstancesRequest) (*adminpb.ListInstancesResponse, error) {
+	names, err := a.instances()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &adminpb.ListInstancesResponse{}
+	for _, n := range names {
+		if req.GetParent() == "" || strings.HasPrefix(n, req.GetParent()+"/") {
+			resp.Instances = append(resp.Instances, instanceProto(n))
+		}
+	}
+	return resp, nil
+}
+
+// splitChild parses "<instance>/<coll>/<id>".
+func splitChild(name, coll string) (inst, id string, err error) {
+	i := strings.Index(name, "/"+coll+"/")
+	if i < 0 {
+		return "", "", fmt.Errorf("%w: %q is not a %s name (projects/P/instances/I/%s/ID)", errInvalid, name, coll, coll)
+	}
+	inst, err = parseInstance(name[:i])
+	if err != nil {
+		return "", "", err
+	}
+	id = name[i+len(coll)+2:]
+	if id == "" || strings.Contains(id, "/") {
+		return "", "", fmt.Errorf("%w: %q is not a %s name", errInvalid, name, coll)
+	}
+	return inst, id, nil
+}
+
+func (a *instanceServer) ListClusters(ctx context.Context, req *adminpb.ListClustersRequest) (*adminpb.ListClustersResponse, error) {
+	var insts []string
+	if strings.HasSuffix(req.GetParent(), "/instances/-") {
+		all, err := a.instances()
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		insts = all
+	} else {
+		inst, err := parseInstance(req.GetParent())
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		insts = []string{inst}
+	}
+	resp := &adminpb.ListClustersResponse{}
+	for _, inst := range insts {
+		cs, err := a.clusters(inst)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		resp.Clusters = append(resp.Clusters, cs...)
+	}
+	return resp, nil
+}
+
+func (a *instanceServer) GetCluster(ctx context.Context, req *adminpb.GetClusterRequest) (*adminpb.Cluster, error) {
+	inst, id, err := splitChild(req.GetName(), "clusters")
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	c, err := a.cluster(inst, id)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return c, nil
+}
+
+func (a *instanceServer) putCluster(inst, id string, c *adminpb.Cluster) error {
+	v, err := protojson.Marshal(c)
+	if err != nil {
+		return err
+	}
+	return a.s.engine.PutInstanceMeta(kindCluster, inst, id, v)
+}
+
+// CreateCluster records the cluster durably and returns a finished
+// operation. The cluster is listed as READY; no process serves it until one
+// is started with that --cluster-id (replication is not implemented yet).
+func (a *instanceServer) CreateCluster(ctx context.Context, req *adminpb.CreateClusterRequest) (*longrunningpb.Operation, error) {
+	inst, err := parseInstance(req.GetParent())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	id := req.GetClusterId()
+	if id == "" || strings.Contains(id, "/") {
+		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: invalid cluster id %q", id)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, err := a.cluster(inst, id); err == nil {
+		return nil, status.Errorf(codes.AlreadyExists, "ebbtable: cluster %s/clusters/%s already exists", inst, id)
+	}
+	c := proto.Clone(req.GetCluster()).(*adminpb.Cluster)
+	if c == nil {
+		c = &adminpb.Cluster{}
+	}
+	c.Name = inst + "/clusters/" + id
+	c.State = adminpb.Cluster_READY
+	if c.GetLocation() == "" {
+		c.Location = "projects/" + projectOf(inst) + "/locations/" + localZone
+	}
+	if err := a.putCluster(inst, id, c); err != nil {
+		return nil, toStatus(err)
+	}
+	now := timestamppb.New(a.s.opts.Clock.Now())
+	return a.s.ops.done(c.Name, c, &adminpb.CreateClusterMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
+}
+
+func (a *instanceServer) UpdateCluster(ctx context.Context, req *adminpb.Cluster) (*longrunningpb.Operation, error) {
+	inst, id, err := splitChild(req.GetName(), "clusters")
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, err := a.cluster(inst, id)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	c.ServeNodes = req.GetServeNodes()
+	if id != a.s.opts.ClusterID {
+		if err := a.putCluster(inst, id, c); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	now := timestamppb.New(a.s.opts.Clock.Now())
+	return a.s.ops.done(c.Name, c, &adminpb.UpdateClusterMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
+}
+
+// PartialUpdateCluster applies serve_nodes and the autoscaling config (the
+// official client's UpdateCluster and SetAutoscaling use it). ebbtable has no
+// nodes; the values are recorded and reported back.
+func (a *instanceServer) PartialUpdateCluster(ctx context.Context, req *adminpb.PartialUpdateClusterRequest) (*longrunningpb.Operation, error) {
+	inst, id, err := splitChild(req.GetCluster().GetName(), "clusters")
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c, err := a.cluster(inst, id)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	for _, path := range req.GetUpdateMask().GetPaths() {
+		switch path {
+		case "serve_nodes":
+			c.ServeNodes = req.GetCluster().GetServeNodes()
+		case "cluster_config.cluster_autoscaling_config":
+			c.Config = req.GetCluster().GetConfig()
+		default:
+			if !strings.HasPrefix(path, "cluster_config.cluster_autoscaling_config.") {
+				return nil, status.Errorf(codes.InvalidArgument, "ebbtable: cannot update cluster field %q", path)
+			}
+			c.Config = req.GetCluster().GetConfig()
+		}
+	}
+	if id != a.s.opts.ClusterID {
+		if err := a.putCluster(inst, id, c); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	now := timestamppb.New(a.s.opts.Clock.Now())
+	return a.s.ops.done(c.Name, c, &adminpb.PartialUpdateClusterMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
+}
+
+func (a *instanceServer) DeleteCluster(ctx context.Context, req *adminpb.DeleteClusterRequest) (*emptypb.Empty, error) {
+	inst, id, err := splitChild(req.GetName(), "clusters")
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if id == a.s.opts.ClusterID {
+		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: cluster %s is served by this process and cannot be deleted through it", req.GetName())
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, err := a.cluster(inst, id); err != nil {
+		return nil, toStatus(err)
+	}
+	var users []string
+	if err := a.s.engine.InstanceMeta(kindAppProfile, inst, func(_, name string, v []byte) error {
+		p := &adminpb.AppProfile{}
+		if err := protojson.Unmarshal(v, p); err != nil {
+			return fmt.Errorf("ebbtable: app profile %s/%s: %w", inst, name, err)
+		}
+		if p.GetSingleClusterRouting().GetClusterId() == id {
+			users = append(users, name)
+		}
+		return nil
+	}); err != nil {
+		return nil, toStatus(err)
+	}
+	if len(users) > 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: cluster %s is the single-cluster route of app profiles %v; change or delete them first", req.GetName(), users)
+	}
+	if err := a.s.engine.DeleteInstanceMeta(kindCluster, inst, id); err != nil {
+		return nil, toStatus(err)
+	}
+	return &emptypb.Empty{}, nil
+}
+
+// ---- app profiles ----
+
+func (a *instanceServer) defaultAppProfile(inst string) *adminpb.AppProfile {
+	return &adminpb.AppProfile{
+		Name:          inst + "/appProfiles/" + defaultProfile,
+		Description:   "implicit default: single-cluster routing to this process's cluster, transactional writes allowed (as for a one-cluster Bigtable instance)",
+		RoutingPolicy: &adminpb.AppProfile_SingleClusterRouting_{SingleClusterRouting: &adminpb.AppProfile_SingleClusterRouting{ClusterId: a.s.opts.ClusterID, AllowTransactionalWrites: true}},
+	}
+}
+
+// profile returns the stored profile, the implicit default, or NotFound.
+func (a *instanceServer) profile(inst, id string) (*adminpb.AppProfile, error) {
+	var found *adminpb.AppProfile
+	err := a.s.engine.InstanceMeta(kindAppProfile, inst, func(_, name string, v []byte) error {
+		if name != id {
+			return nil
+		}
+		p := &adminpb.AppProfile{}
+		if err := protojson.Unmarshal(v, p); err != nil {
+			return fmt.Errorf("ebbtable: app profile %s/%s: %w", inst, name, err)
+		}
+		found = p
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if found == nil && id == defaultProfile {
+		found = a.defaultAppProfile(inst)
+	}
+	if found == nil {
+		return nil, status.Errorf(codes.NotFound, "ebbtable: app profile %s/appProfiles/%s not found", inst, id)
+	}
+	return found, nil
+}
+
+// checkRouting validates a profile's routing policy against the instance's
+// clusters.
+func (a *instanceServer) checkRouting(inst string, p *adminpb.AppProfile) error {
+	switch r := p.GetRoutingPolicy().(type) {
+	case *adminpb.AppProfile_SingleClusterRouting_:
+		if _, err := a.cluster(inst, r.SingleClusterRouting.GetClusterId()); err != nil {
+			return status.Errorf(codes.InvalidArgument, "ebbtable: single-cluster routing names unknown cluster %q", r.SingleClusterRouting.GetClusterId())
+		}
+	case *adminpb.AppProfile_MultiClusterRoutingUseAny_:
+		for _, id := range r.MultiClusterRoutingUseAny.GetClusterIds() {
+			if _, err := a.cluster(inst, id); err != nil {
+				return status.Errorf(codes.InvalidArgument, "ebbtable: multi-cluster routing names unknown cluster %q", id)
+			}
+		}
+	case nil:
+		return status.Errorf(codes.InvalidArgument, "ebbtable: app profile needs a routing policy")
+	}
+	return nil
+}
+
+func (a *instanceServer) putProfile(inst, id string, p *adminpb.AppProfile) error {
+	p.Etag = fmt.Sprintf("%d", a.s.opts.Clock.Now().UnixNano())
+	v, err := protojson.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return a.s.engine.PutInstanceMeta(kindAppProfile, inst, id, v)
+}
+
+func (a *instanceServer) CreateAppProfile(ctx context.Context, req *adminpb.CreateAppProfileRequest) (*adminpb.AppProfile, error) {
+	inst, err := parseInstance(req.GetParent())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	id := req.GetAppProfileId()
+	if id == "" || strings.Contains(id, "/") {
+		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: invalid app profile id %q", id)
+	}
+	p := proto.Clone(req.GetAppProfile()).(*adminpb.AppProfile)
+	if p == nil {
+		p = &adminpb.AppProfile{}
+	}
+	p.Name = inst + "/appProfiles/" + id
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, err := a.profile(inst, id); err == nil {
+		return nil, status.Errorf(codes.AlreadyExists, "ebbtable: app profile %s already exists", p.Name)
+	}
+	if err := a.checkRouting(inst, p); err != nil {
+		return nil, err
+	}
+	if err := a.putProfile(inst, id, p); err != nil {
+		return nil, toStatus(err)
+	}
+	return p, nil
+}
+
+func (a *instanceServer) GetAppProfile(ctx context.Context, req *adminpb.GetAppProfileRequest) (*adminpb.AppProfile, error) {
+	inst, id, err := splitChild(req.GetName(), "appProfiles")
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	p, err := a.profile(inst, id)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return p, nil
+}
+
+func (a *instanceServer) ListAppProfiles(ctx context.Context, req *adminpb.ListAppProfilesRequest) (*adminpb.ListAppProfilesResponse, error) {
+	inst, err := parseInstance(req.GetParent())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &adminpb.ListAppProfilesResponse{}
+	hasDefault := false
+	err = a.s.engine.InstanceMeta(kindAppProfile, inst, func(_, name string, v []byte) error {
+		p := &adminpb.AppProfile{}
+		if err := protojson.Unmarshal(v, p); err != nil {
+			return fmt.Errorf("ebbtable: app profile %s/%s: %w", inst, name, err)
+		}
+		hasDefault = hasDefault || name == defaultProfile
+		resp.AppProfiles = append(resp.AppProfiles, p)
+		return nil
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if !hasDefault {
+		resp.AppProfiles = append([]*adminpb.AppProfile{a.defaultAppProfile(inst)}, resp.AppProfiles...)
+	}
+	return resp, nil
+}
+
+func (a *instanceServer) UpdateAppProfile(ctx context.Context, req *adminpb.UpdateAppProfileRequest) (*longrunningpb.Operation, error) {
+	inst, id, err := splitChild(req.GetAppProfile().GetName(), "appProfiles")
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p, err := a.profile(inst, id)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	paths := req.GetUpdateMask().GetPaths()
+	if len(paths) == 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: UpdateAppProfile needs an update_mask")
+	}
+	in := req.GetAppProfile()
+	for _, path := range paths {
+		switch path {
+		case "description":
+			p.Description = in.GetDescription()
+		case "multi_cluster_routing_use_any", "single_cluster_routing":
+			p.RoutingPolicy = in.GetRoutingPolicy()
+		case "priority", "standard_isolation", "data_boost_isolation_read_only":
+			p.Isolation = in.GetIsolation()
+		default:
+			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: cannot update app profile field %q", path)
+		}
+	}
+	if err := a.checkRouting(inst, p); err != nil {
+		return nil, err
+	}
+	if err := a.putProfile(inst, id, p); err != nil {
+		return nil, toStatus(err)
+	}
+	return a.s.ops.done(p.Name, p, &adminpb.UpdateAppProfileMetadata{})
+}
+
+func (a *instanceServer) DeleteAppProfile(ctx context.Context, req *adminpb.DeleteAppProfileRequest) (*emptypb.Empty, error) {
+	inst, id, err := splitChild(req.GetName(), "appProfiles")
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, err := a.profile(inst, id); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := a.s.engine.DeleteInstanceMeta(kindAppProfile, inst, id); err != nil {
+		return nil, toStatus(err)
+	}
+	return &emptypb.Empty{}, nil
+}
+
+// checkProfile resolves a data request's app profile. An empty id means
+// the instance's default profile. An id that names no profile is NotFound.
+// A transactional request (CheckAndMutateRow, ReadModifyWriteRow) through a
+// single-cluster profile without allow_transactional_writes is refused with
+// FailedPrecondition, as Bigtable does; so is one through a multi-cluster
+// profile (Bigtable allows single-row transactions only with single-cluster
+// routing).
+func (a *instanceServer) checkProfile(inst, id string, transactional bool) error {
+	if id == "" {
+		if !transactional {
+			return nil // the default profile serves every non-transactional call
+		}
+		id = defaultProfile
+	}
+	p, err := a.profile(inst, id)
+	if err != nil {
+		var st interface{ GRPCStatus() *status.Status }
+		if errors.As(err, &st) {
+			return err
+		}
+		return toStatus(err)
+	}
+	if !transactional {
+		return nil
+	}
+	sc, ok := p.GetRoutingPolicy().(*adminpb.AppProfile_SingleClusterRouting_)
+	if !ok {
+		return status.Errorf(codes.FailedPrecondition, "ebbtable: app profile %s uses multi-cluster routing; transactional writes (CheckAndMutateRow, ReadModifyWriteRow) need single-cluster routing with allow_transactional_writes", p.GetName())
+	}
+	if !sc.SingleClusterRouting.GetAllowTransactionalWrites() {
+		return status.Errorf(codes.FailedPrecondition, "ebbtable: app profile %s does not allow transactional writes (CheckAndMutateRow, ReadModifyWriteRow); enable allow_transactional_writes on its single-cluster routing", p.GetName())
+	}
+	return nil
+}
