@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/spf13/cobra"
 	"io"
 	"strings"
 	"time"
@@ -109,4 +110,20 @@ func plural(n int64, one string) string {
 		return "1 " + one
 	}
 	return fmt.Sprintf("%d %ss", n, one)
+}
+
+// adminReport calls one of ebbtable's admin methods for cmd and prints the
+// answer: unchanged as JSON with --json, else laid out by print. Errors
+// are prefixed with what.
+func (f *connFlags) adminReport(cmd *cobra.Command, method string, req map[string]any, what string, asJSON bool, print func(io.Writer, fields) error) error {
+	ctx, cancel := f.context(cmd.Context())
+	defer cancel()
+	resp, err := f.callEbbAdmin(ctx, method, req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if asJSON {
+		return printJSON(cmd.OutOrStdout(), resp)
+	}
+	return print(cmd.OutOrStdout(), fields(resp.GetFields()))
 }

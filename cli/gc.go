@@ -164,16 +164,7 @@ and estimated disk bytes. "-" marks figures a table does not have yet.
 --json prints the server's answer unchanged, as JSON.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := cf.context(cmd.Context())
-			defer cancel()
-			resp, err := cf.callEbbAdmin(ctx, server.MethodGCStatus, nil)
-			if err != nil {
-				return fmt.Errorf("gc status: %w", err)
-			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), resp)
-			}
-			return printGCStatus(cmd.OutOrStdout(), fields(resp.GetFields()))
+			return cf.adminReport(cmd, server.MethodGCStatus, nil, "gc status", asJSON, printGCStatus)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the server's answer as JSON")

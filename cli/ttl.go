@@ -218,16 +218,7 @@ been deleted) and its age, the rows the last run deleted, the undeletable
 rows and the smallest undeletable timestamp. "-" marks what is not known yet.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := cf.context(cmd.Context())
-			defer cancel()
-			resp, err := cf.callEbbAdmin(ctx, server.MethodTTLStatus, nil)
-			if err != nil {
-				return fmt.Errorf("ttl status: %w", err)
-			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), resp)
-			}
-			return printTTLStatus(cmd.OutOrStdout(), fields(resp.GetFields()))
+			return cf.adminReport(cmd, server.MethodTTLStatus, nil, "ttl status", asJSON, printTTLStatus)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the server's answer as JSON")

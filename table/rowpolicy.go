@@ -55,70 +55,46 @@ const (
 // add, and a replace or drop where there is none, fail with
 // ErrPrecondition (as Spanner's FAILED_PRECONDITION for schema changes).
 func (e *Engine) SetRowPolicy(instance, name string, change PolicyChange, p RowPolicy) (*Meta, error) {
-	if err := e.enter(); err != nil {
-		return nil, err
-	}
-	defer e.leave()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	old, ok := e.tables[catalogKey(instance, name)]
-	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, name)
-	}
-	m := old.clone()
-	switch change {
-	case PolicyAdd, PolicyReplace:
-		if change == PolicyAdd && old.RowPolicy != nil {
-			return nil, fmt.Errorf("%w: table %s already has a row deletion policy; replace it or drop it first", ErrPrecondition, name)
+	return e.updateMeta(instance, name, func(m *Meta) error {
+		switch change {
+		case PolicyAdd, PolicyReplace:
+			if change == PolicyAdd && m.RowPolicy != nil {
+				return fmt.Errorf("%w: table %s already has a row deletion policy; replace it or drop it first", ErrPrecondition, name)
+			}
+			if change == PolicyReplace && m.RowPolicy == nil {
+				return fmt.Errorf("%w: table %s has no row deletion policy to replace; add one", ErrPrecondition, name)
+			}
+			if _, ok := m.Family(p.Family); !ok {
+				return fmt.Errorf("%w: %q in table %s (the row deletion policy's column)", ErrFamilyNotFound, p.Family, name)
+			}
+			if p.Days < 0 {
+				return fmt.Errorf("%w: row deletion policy interval must not be negative", ErrInvalid)
+			}
+			p.Qualifier = bytes.Clone(p.Qualifier)
+			m.RowPolicy = &p
+		case PolicyDrop:
+			if m.RowPolicy == nil {
+				return fmt.Errorf("%w: table %s has no row deletion policy to drop", ErrPrecondition, name)
+			}
+			m.RowPolicy = nil
+		default:
+			return fmt.Errorf("%w: unknown policy change %d", ErrInvalid, change)
 		}
-		if change == PolicyReplace && old.RowPolicy == nil {
-			return nil, fmt.Errorf("%w: table %s has no row deletion policy to replace; add one", ErrPrecondition, name)
-		}
-		if _, ok := m.Family(p.Family); !ok {
-			return nil, fmt.Errorf("%w: %q in table %s (the row deletion policy's column)", ErrFamilyNotFound, p.Family, name)
-		}
-		if p.Days < 0 {
-			return nil, fmt.Errorf("%w: row deletion policy interval must not be negative", ErrInvalid)
-		}
-		p.Qualifier = bytes.Clone(p.Qualifier)
-		m.RowPolicy = &p
-	case PolicyDrop:
-		if old.RowPolicy == nil {
-			return nil, fmt.Errorf("%w: table %s has no row deletion policy to drop", ErrPrecondition, name)
-		}
-		m.RowPolicy = nil
-	default:
-		return nil, fmt.Errorf("%w: unknown policy change %d", ErrInvalid, change)
-	}
-	if err := e.saveMetaLocked(m); err != nil {
-		return nil, err
-	}
-	return m, nil
+		return nil
+	})
 }
 
 // SetInterleaveSeparator declares that rows whose key is another row's key
 // followed by sep are that row's interleaved children, deleted with it by
 // the row deletion job. An empty sep removes the declaration.
 func (e *Engine) SetInterleaveSeparator(instance, name string, sep []byte) (*Meta, error) {
-	if err := e.enter(); err != nil {
-		return nil, err
-	}
-	defer e.leave()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	old, ok := e.tables[catalogKey(instance, name)]
-	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, name)
-	}
-	m := old.clone()
-	m.InterleaveSeparator = bytes.Clone(sep)
-	if len(sep) == 0 {
+	return e.updateMeta(instance, name, func(m *Meta) error {
 		m.InterleaveSeparator = nil
-	}
-	if err := e.saveMetaLocked(m); err != nil {
-		return nil, err
-	}
-	return m, nil
+		if len(sep) > 0 {
+			m.InterleaveSeparator = bytes.Clone(sep)
+		}
+		return nil
+	})
 }
 
 // RowExpiry tells whether a row of a table with a row deletion policy is
