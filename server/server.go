@@ -95,6 +95,7 @@ type Server struct {
 	health    *health.Server
 	ops       *operations
 	inst      *instanceServer
+	peers     *peerSet
 	http      *http.Server
 	collector *collector.Collector
 	backups   *backup.Manager
@@ -148,6 +149,11 @@ func New(opts Options) (*Server, error) {
 	btpb.RegisterBigtableServer(s.grpc, &dataServer{s: s})
 	adminpb.RegisterBigtableTableAdminServer(s.grpc, &adminServer{s: s})
 	s.inst = &instanceServer{s: s}
+	s.peers = newPeerSet(s)
+	if err := s.peers.load(); err != nil {
+		eng.Close()
+		return nil, err
+	}
 	adminpb.RegisterBigtableInstanceAdminServer(s.grpc, s.inst)
 	longrunningpb.RegisterOperationsServer(s.grpc, s.ops)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -234,6 +240,7 @@ func (s *Server) Close() error {
 	s.collector.Stop()
 	s.backups.Stop()
 	s.ttl.Stop()
+	s.peers.close()
 	return s.engine.Close()
 }
 

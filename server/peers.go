@@ -1,0 +1,194 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Peers are the other clusters of this process's instance: other ebbtable
+// processes, each serving one cluster, that replicate with this one. The
+// registry is durable (engine metadata, kind "peer") and process-wide: a
+// peer is a cluster of every instance this process serves.
+const kindPeer = "peer"
+
+// peerInstance is the instance field of peer entries in the engine's
+// instance metadata (peers belong to the process, not to one instance).
+const peerInstance = "-"
+
+// peerHealthyWithin is how recent the last successful exchange with a peer
+// must be for routing to count it as available.
+const peerHealthyWithin = 3 * time.Second
+
+// peerInfo is what is stored about a peer.
+type peerInfo struct {
+	ID   string `json:"id"`
+	Addr string `json:"addr"`
+	// Ready is set once the peer finished copying the instance's data.
+	Ready bool `json:"ready"`
+}
+
+// peer is a known peer with its connection and link state.
+type peer struct {
+	info peerInfo
+	conn *grpc.ClientConn
+	// lastContact is when a call to the peer last succeeded.
+	lastContact time.Time
+	lastErr     error
+}
+
+// peerSet is the registry of peers.
+type peerSet struct {
+	s  *Server
+	mu sync.Mutex
+	m  map[string]*peer
+	// onAdd is called (without mu) for a peer added after load.
+	onAdd func(peerInfo)
+}
+
+func newPeerSet(s *Server) *peerSet { return &peerSet{s: s, m: map[string]*peer{}} }
+
+// load reads the stored peers.
+func (ps *peerSet) load() error {
+	return ps.s.engine.InstanceMeta(kindPeer, peerInstance, func(_, id string, v []byte) error {
+		var pi peerInfo
+		if err := json.Unmarshal(v, &pi); err != nil {
+			return fmt.Errorf("ebbtable: peer %s: %w", id, err)
+		}
+		ps.mu.Lock()
+		ps.m[pi.ID] = &peer{info: pi}
+		ps.mu.Unlock()
+		return nil
+	})
+}
+
+// add stores a peer (or updates its address and readiness) durably.
+func (ps *peerSet) add(pi peerInfo) error {
+	if pi.ID == "" || pi.ID == ps.s.opts.ClusterID {
+		return fmt.Errorf("%w: peer cluster id %q", errInvalid, pi.ID)
+	}
+	v, err := json.Marshal(pi)
+	if err != nil {
+		return err
+	}
+	if err := ps.s.engine.PutInstanceMeta(kindPeer, peerInstance, pi.ID, v); err != nil {
+		return err
+	}
+	ps.mu.Lock()
+	p, existed := ps.m[pi.ID]
+	if !existed {
+		p = &peer{}
+		ps.m[pi.ID] = p
+	}
+	if p.info.Addr != pi.Addr && p.conn != nil {
+		p.conn.Close()
+		p.conn = nil
+	}
+	p.info = pi
+	onAdd := ps.onAdd
+	ps.mu.Unlock()
+	if !existed && onAdd != nil {
+		onAdd(pi)
+	}
+	return nil
+}
+
+// remove forgets a peer.
+func (ps *peerSet) remove(id string) error {
+	if err := ps.s.engine.DeleteInstanceMeta(kindPeer, peerInstance, id); err != nil {
+		return err
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if p, ok := ps.m[id]; ok {
+		if p.conn != nil {
+			p.conn.Close()
+		}
+		delete(ps.m, id)
+	}
+	return nil
+}
+
+// list returns the known peers, sorted by id.
+func (ps *peerSet) list() []peerInfo {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	out := make([]peerInfo, 0, len(ps.m))
+	for _, p := range ps.m {
+		out = append(out, p.info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// get returns one peer's info.
+func (ps *peerSet) get(id string) (peerInfo, bool) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p, ok := ps.m[id]
+	if !ok {
+		return peerInfo{}, false
+	}
+	return p.info, true
+}
+
+// conn returns a (shared, lazily dialled) connection to a peer.
+func (ps *peerSet) conn(id string) (*grpc.ClientConn, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p, ok := ps.m[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: cluster %q is not a known peer", errNotFound, id)
+	}
+	if p.conn == nil {
+		c, err := grpc.NewClient("passthrough:///"+p.info.Addr,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(ps.s.opts.MaxMessageBytes), grpc.MaxCallSendMsgSize(ps.s.opts.MaxMessageBytes)))
+		if err != nil {
+			return nil, err
+		}
+		p.conn = c
+	}
+	return p.conn, nil
+}
+
+// contact records the outcome of a call to a peer.
+func (ps *peerSet) contact(id string, err error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if p, ok := ps.m[id]; ok {
+		p.lastErr = err
+		if err == nil {
+			p.lastContact = ps.s.opts.Clock.Now()
+		}
+	}
+}
+
+// healthy says whether a peer answered within peerHealthyWithin and has
+// finished its initial copy.
+func (ps *peerSet) healthy(id string) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p, ok := ps.m[id]
+	if !ok || !p.info.Ready || p.lastContact.IsZero() {
+		return false
+	}
+	return ps.s.opts.Clock.Now().Sub(p.lastContact) <= peerHealthyWithin
+}
+
+// close closes every peer connection.
+func (ps *peerSet) close() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, p := range ps.m {
+		if p.conn != nil {
+			p.conn.Close()
+			p.conn = nil
+		}
+	}
+}
