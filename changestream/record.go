@@ -85,6 +85,8 @@ type Mod struct {
 	// StartTS and EndTS bound DeleteFromColumn to [StartTS, EndTS); EndTS 0
 	// means no upper bound.
 	StartTS, EndTS int64
+	// ExpireAt is a SetCell's native cell expiry, microseconds (0 = none).
+	ExpireAt int64
 }
 
 // Record is one recorded change to one row: one transaction's effect on it.
@@ -106,6 +108,13 @@ var ErrCorrupt = errors.New("ebbtable: corrupt change-stream record")
 // encodingVersion is the first byte of every encoded record.
 const encodingVersion = 1
 
+// Record flags: a system transaction; mods carry an expiry each (records
+// written before expiries were recorded lack the field).
+const (
+	flagSystem   byte = 1 << 0
+	flagExpiries byte = 1 << 1
+)
+
 // Encode writes a record's value (everything but its position, which the key
 // holds): version, type, flags, then length-prefixed strings and the mods.
 func (r *Record) Encode() []byte {
@@ -116,7 +125,12 @@ func (r *Record) Encode() []byte {
 	b := make([]byte, 0, n)
 	var flags byte
 	if r.IsSystem {
-		flags |= 1
+		flags |= flagSystem
+	}
+	for _, m := range r.Mods {
+		if m.ExpireAt != 0 {
+			flags |= flagExpiries
+		}
 	}
 	b = append(b, encodingVersion, byte(r.Type), flags)
 	b = appendBytes(b, []byte(r.Reason))
@@ -132,6 +146,9 @@ func (r *Record) Encode() []byte {
 		b = appendBytes(b, m.Value)
 		b = binary.AppendVarint(b, m.StartTS)
 		b = binary.AppendVarint(b, m.EndTS)
+		if flags&flagExpiries != 0 {
+			b = binary.AppendVarint(b, m.ExpireAt)
+		}
 	}
 	return b
 }
@@ -211,7 +228,7 @@ func Decode(v []byte) (Record, error) {
 	}
 	r.Type = Type(d.byte())
 	flags := d.byte()
-	r.IsSystem = flags&1 != 0
+	r.IsSystem = flags&flagSystem != 0
 	r.Reason = string(d.bytes())
 	r.TransactionTag = string(d.bytes())
 	r.SourceCluster = string(d.bytes())
@@ -229,9 +246,12 @@ func Decode(v []byte) (Record, error) {
 		m.Value = d.bytes()
 		m.StartTS = d.varint()
 		m.EndTS = d.varint()
+		if flags&flagExpiries != 0 {
+			m.ExpireAt = d.varint()
+		}
 		r.Mods = append(r.Mods, m)
 	}
-	if d.err == nil && (len(d.b) != 0 || flags&^1 != 0) {
+	if d.err == nil && (len(d.b) != 0 || flags&^(flagSystem|flagExpiries) != 0) {
 		d.fail()
 	}
 	if d.err != nil {

@@ -16,6 +16,10 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			{Kind: DeleteFromRow},
 		}},
 		{Type: GarbageCollection, Reason: ReasonGCAge, TransactionTag: TagGarbageCollection, IsSystem: true, RowKey: []byte{0xff, 0}},
+		{Type: User, Reason: ReasonUser, SourceCluster: "b", RowKey: []byte("r2"), Mods: []Mod{
+			{Kind: SetCell, Family: "cf", Qualifier: []byte("q"), Timestamp: 2000, Value: []byte("v"), ExpireAt: 9000},
+			{Kind: DeleteFromRow},
+		}},
 	}
 	for _, r := range recs {
 		got, err := Decode(r.Encode())

@@ -225,12 +225,20 @@ func (c *Collector) BeforeRuleChange(old *table.Meta, f table.Family, next gcrul
 }
 
 // trimChanges drops a table's change-stream records older than its
-// retention.
+// retention. While the engine replicates, every table keeps its records
+// for at least table.ReplicationRetention, for peers to pull.
 func (c *Collector) trimChanges(m *table.Meta) error {
-	if m.ChangeStream == nil {
+	var keep time.Duration
+	if m.ChangeStream != nil {
+		keep = m.ChangeStream.Retention
+	}
+	if _, ok := c.eng.Replicating(); ok {
+		keep = max(keep, table.ReplicationRetention)
+	}
+	if keep == 0 {
 		return nil
 	}
-	cutoff := clock.Micros(c.opts.Clock.Now()) - m.ChangeStream.Retention.Microseconds()
+	cutoff := clock.Micros(c.opts.Clock.Now()) - keep.Microseconds()
 	n, err := c.eng.TrimChanges(m, cutoff)
 	if err != nil {
 		return err

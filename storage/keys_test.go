@@ -180,3 +180,32 @@ func TestWithTableIDAndCellFamilyID(t *testing.T) {
 		t.Error("CellFamilyID accepted a short key")
 	}
 }
+
+func TestStampedValueRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		data []byte
+		exp  int64
+		st   Stamp
+	}{
+		{[]byte("v"), 0, Stamp{}},
+		{[]byte("v"), 5000, Stamp{}},
+		{[]byte("value"), 0, Stamp{Commit: 1234, Cluster: "a"}},
+		{nil, 99000, Stamp{Commit: 1 << 50, Cluster: "cluster-b"}},
+	} {
+		v := EncodeStamped(tc.data, tc.exp, tc.st)
+		data, exp, st, err := DecodeStamped(v)
+		if err != nil || string(data) != string(tc.data) || exp != tc.exp || st != tc.st {
+			t.Errorf("%+v: got %q %d %+v %v", tc, data, exp, st, err)
+		}
+		d2, e2, err := DecodeValue(v)
+		if err != nil || string(d2) != string(tc.data) || e2 != tc.exp || ValueExpiry(v) != tc.exp {
+			t.Errorf("%+v: DecodeValue %q %d %v", tc, d2, e2, err)
+		}
+	}
+	if _, _, _, err := DecodeStamped([]byte{flagStamp, 0, 0, 0, 0, 0, 0, 0, 1, 5, 'a'}); err == nil {
+		t.Error("short stamp decoded")
+	}
+	if !(Stamp{1, "b"}).Less(Stamp{2, "a"}) || !(Stamp{2, "a"}).Less(Stamp{2, "b"}) || (Stamp{2, "b"}).Less(Stamp{2, "b"}) {
+		t.Error("stamp order")
+	}
+}

@@ -6,12 +6,85 @@ import (
 )
 
 // A stored cell value starts with a one-byte header of flags; flagExpiry
-// means eight bytes of expiry time (microseconds, big-endian) follow. The
-// cell's data is the rest.
+// means eight bytes of expiry time (microseconds, big-endian) follow;
+// flagStamp means a replication stamp follows that: eight bytes of origin
+// commit time (microseconds, big-endian), one byte of length and the origin
+// cluster's id. The cell's data is the rest.
 const (
 	flagExpiry byte = 1 << 0
-	knownFlags      = flagExpiry
+	flagStamp  byte = 1 << 1
+	knownFlags      = flagExpiry | flagStamp
 )
+
+// Stamp is a cell's replication stamp: when, and on which cluster, the
+// write that produced it committed. Between clusters the greater stamp wins
+// (commit time, then cluster id). The zero Stamp, on cells written before
+// replication began, is older than every other.
+type Stamp struct {
+	Commit  int64
+	Cluster string
+}
+
+// Less orders stamps: by commit time, ties broken by cluster id.
+func (s Stamp) Less(o Stamp) bool {
+	if s.Commit != o.Commit {
+		return s.Commit < o.Commit
+	}
+	return s.Cluster < o.Cluster
+}
+
+// IsZero says whether the stamp is unset.
+func (s Stamp) IsZero() bool { return s.Commit == 0 && s.Cluster == "" }
+
+// EncodeStamped builds a stored value carrying a replication stamp (a zero
+// stamp is left out, as EncodeValue does).
+func EncodeStamped(data []byte, expireAt int64, st Stamp) []byte {
+	if st.IsZero() {
+		return EncodeValue(data, expireAt)
+	}
+	id := st.Cluster[:min(len(st.Cluster), 255)]
+	n := 1 + 9 + len(id) + len(data)
+	if expireAt != 0 {
+		n += 8
+	}
+	v := make([]byte, 0, n)
+	flags := flagStamp
+	if expireAt != 0 {
+		flags |= flagExpiry
+	}
+	v = append(v, flags)
+	if expireAt != 0 {
+		v = binary.BigEndian.AppendUint64(v, uint64(expireAt))
+	}
+	v = binary.BigEndian.AppendUint64(v, uint64(st.Commit))
+	v = append(v, byte(len(id)))
+	v = append(v, id...)
+	return append(v, data...)
+}
+
+// DecodeStamped splits a stored value into data (aliasing v), expiry and
+// replication stamp.
+func DecodeStamped(v []byte) (data []byte, expireAt int64, st Stamp, err error) {
+	if len(v) == 0 || v[0]&^knownFlags != 0 {
+		return nil, 0, Stamp{}, fmt.Errorf("%w: value header %x", ErrCorruptKey, v[:min(len(v), 1)])
+	}
+	flags, rest := v[0], v[1:]
+	if flags&flagExpiry != 0 {
+		if len(rest) < 8 {
+			return nil, 0, Stamp{}, fmt.Errorf("%w: short expiry header", ErrCorruptKey)
+		}
+		expireAt, rest = int64(binary.BigEndian.Uint64(rest)), rest[8:]
+	}
+	if flags&flagStamp != 0 {
+		if len(rest) < 9 || len(rest) < 9+int(rest[8]) {
+			return nil, 0, Stamp{}, fmt.Errorf("%w: short stamp header", ErrCorruptKey)
+		}
+		st.Commit = int64(binary.BigEndian.Uint64(rest))
+		n := int(rest[8])
+		st.Cluster, rest = string(rest[9:9+n]), rest[9+n:]
+	}
+	return rest, expireAt, st, nil
+}
 
 // EncodeValue builds a stored value from cell data and an optional expiry
 // (0 = none).
@@ -30,16 +103,14 @@ func EncodeValue(data []byte, expireAt int64) []byte {
 
 // DecodeValue splits a stored value into cell data (aliasing v) and expiry.
 func DecodeValue(v []byte) (data []byte, expireAt int64, err error) {
-	if len(v) == 0 || v[0]&^knownFlags != 0 {
-		return nil, 0, fmt.Errorf("%w: value header %x", ErrCorruptKey, v[:min(len(v), 1)])
+	if len(v) > 0 && v[0] == 0 {
+		return v[1:], 0, nil // the common case: no header fields
 	}
-	if v[0]&flagExpiry != 0 {
-		if len(v) < 9 {
-			return nil, 0, fmt.Errorf("%w: short expiry header", ErrCorruptKey)
-		}
+	if len(v) >= 9 && v[0] == flagExpiry {
 		return v[9:], int64(binary.BigEndian.Uint64(v[1:9])), nil
 	}
-	return v[1:], 0, nil
+	data, expireAt, _, err = DecodeStamped(v)
+	return data, expireAt, err
 }
 
 // ValueExpiry reads only the expiry of a stored value (0 = none).

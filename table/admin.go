@@ -32,6 +32,9 @@ type TableSpec struct {
 	// ChangeStreamRetention, when not zero, turns the table's change
 	// stream on with this retention.
 	ChangeStreamRetention time.Duration
+	// Stamp, when set, is the schema stamp of a table created on a peer
+	// cluster; zero means now, here.
+	Stamp storage.Stamp
 }
 
 var (
@@ -69,7 +72,10 @@ func (e *Engine) CreateTable(instance, name string, spec TableSpec) (*Meta, erro
 	if err := validTableName(name); err != nil {
 		return nil, err
 	}
-	m := &Meta{Instance: instance, Name: name, CreatedMicros: e.nowMicros(), DeletionProtection: spec.DeletionProtection}
+	m := &Meta{Instance: instance, Name: name, CreatedMicros: e.nowMicros(), DeletionProtection: spec.DeletionProtection, Stamp: spec.Stamp}
+	if m.Stamp.IsZero() {
+		m.Stamp = e.schemaStamp()
+	}
 	seen := map[string]bool{}
 	for _, f := range spec.Families {
 		if err := validFamilyName(f.Name); err != nil {
@@ -149,6 +155,12 @@ func (e *Engine) CreateTable(instance, name string, spec TableSpec) (*Meta, erro
 
 // DeleteTable drops a table and all its cells.
 func (e *Engine) DeleteTable(instance, name string) error {
+	return e.DeleteTableAt(instance, name, storage.Stamp{})
+}
+
+// DeleteTableAt drops a table as DeleteTable does; while replicating it
+// leaves a marker stamped st (zero: now, here) so peers drop it too.
+func (e *Engine) DeleteTableAt(instance, name string, st storage.Stamp) error {
 	if err := e.enter(); err != nil {
 		return err
 	}
@@ -173,6 +185,14 @@ func (e *Engine) DeleteTable(instance, name string) error {
 	// The change stream goes with the table.
 	if err := b.DeleteRange(changestream.TableStart(m.ID), changestream.TableEnd(m.ID), nil); err != nil {
 		return err
+	}
+	if _, ok := e.Replicating(); ok {
+		if st.IsZero() {
+			st = e.schemaStamp()
+		}
+		if err := putDropMarker(b, instance, name, st); err != nil {
+			return err
+		}
 	}
 	if err := e.commit(b); err != nil {
 		return err
@@ -215,6 +235,12 @@ func (e *Engine) SetSchemaHook(h SchemaHook) {
 // ModifyFamilies applies all mods atomically: either every one takes effect
 // or none does.
 func (e *Engine) ModifyFamilies(instance, name string, mods []FamilyMod) (*Meta, error) {
+	return e.ModifyFamiliesAt(instance, name, mods, storage.Stamp{})
+}
+
+// ModifyFamiliesAt is ModifyFamilies with the schema stamp of a change
+// made on a peer cluster (zero: now, here).
+func (e *Engine) ModifyFamiliesAt(instance, name string, mods []FamilyMod, st storage.Stamp) (*Meta, error) {
 	if err := e.enter(); err != nil {
 		return nil, err
 	}
@@ -298,6 +324,10 @@ func (e *Engine) ModifyFamilies(instance, name string, mods []FamilyMod) (*Meta,
 			}
 			m.Families = kept
 		}
+	}
+	m.Stamp = st
+	if m.Stamp.IsZero() {
+		m.Stamp = e.schemaStamp()
 	}
 	if err := e.saveMetaLocked(m); err != nil {
 		return nil, err

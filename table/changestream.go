@@ -68,8 +68,12 @@ func (e *Engine) SetChangeStream(instance, name string, retention time.Duration)
 	switch {
 	case retention == 0:
 		m.ChangeStream = nil
-		if err := b.DeleteRange(changestream.TableStart(m.ID), changestream.TableEnd(m.ID), nil); err != nil {
-			return nil, err
+		// While replicating, peers still need the records; trimming
+		// removes them once replication's retention passes.
+		if _, repl := e.Replicating(); !repl {
+			if err := b.DeleteRange(changestream.TableStart(m.ID), changestream.TableEnd(m.ID), nil); err != nil {
+				return nil, err
+			}
 		}
 	case m.ChangeStream != nil:
 		m.ChangeStream = &ChangeStream{Retention: retention, EnabledMicros: m.ChangeStream.EnabledMicros}
@@ -98,6 +102,9 @@ func (e *Engine) SetChangeStream(instance, name string, retention time.Duration)
 // streaming says whether a table has a change stream now. Callers hold the
 // row locks of what they write, so the answer holds until they commit.
 func (e *Engine) streaming(tableID uint64) bool {
+	if e.replCluster.Load() != nil {
+		return true // peers pull every table's records
+	}
 	_, ok := e.streams.Load(tableID)
 	return ok
 }
@@ -234,7 +241,7 @@ func (e *Engine) dropRowRecords(lo, hi []byte) ([]changestream.Record, error) {
 func modOf(p prepared) changestream.Mod {
 	switch p.Kind {
 	case SetCell, AddToCell, MergeToCell:
-		return changestream.Mod{Kind: changestream.SetCell, Family: p.Family, Qualifier: p.Qualifier, Timestamp: p.Timestamp, Value: p.Value}
+		return changestream.Mod{Kind: changestream.SetCell, Family: p.Family, Qualifier: p.Qualifier, Timestamp: p.Timestamp, Value: p.Value, ExpireAt: p.ExpireAt}
 	case DeleteFromColumn:
 		return changestream.Mod{Kind: changestream.DeleteFromColumn, Family: p.Family, Qualifier: p.Qualifier, StartTS: p.StartTS, EndTS: p.EndTS}
 	case DeleteFromFamily:

@@ -59,6 +59,14 @@ func (s *commitSeq) closed(now int64) int64 {
 	return c
 }
 
+// observe raises the sequence to a commit timestamp seen elsewhere (a
+// peer's), so later timestamps follow it: a hybrid logical clock.
+func (s *commitSeq) observe(ts int64) {
+	s.mu.Lock()
+	s.last = max(s.last, ts)
+	s.mu.Unlock()
+}
+
 // changed returns a channel closed at the next end.
 func (s *commitSeq) changed() <-chan struct{} {
 	s.mu.Lock()

@@ -113,6 +113,9 @@ type Engine struct {
 	// beforeRecordedCommit, set by tests, runs between taking a commit
 	// timestamp and committing: a slow commit.
 	beforeRecordedCommit func([]changestream.Record)
+	// replCluster holds this cluster's id while the engine replicates (see
+	// replica.go); writers read it under their row locks.
+	replCluster atomic.Pointer[string]
 
 	seed     maphash.Seed
 	rowLocks [rowLockStripes]sync.Mutex
@@ -311,10 +314,21 @@ func (e *Engine) Tables(instance string) []*Meta {
 // in flight (below the stream's closed timestamp) until it is durable, so a
 // change-stream reader never returns a record a crash could take back.
 func (e *Engine) commitVisible(b *pebble.Batch, m *Meta, recs []changestream.Record) (func() error, error) {
-	var ts int64
-	recorded := m.ChangeStream != nil && len(recs) > 0
+	return e.commitVisibleAt(b, m, recs, 0)
+}
+
+// commitVisibleAt is commitVisible with a commit timestamp already taken
+// (ts, from writeStamp; 0 for none), which it ends.
+func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, recs []changestream.Record, ts int64) (func() error, error) {
+	recorded := len(recs) > 0 && (ts != 0 || m.ChangeStream != nil)
+	if !recorded && ts != 0 {
+		e.seq.end(ts)
+		ts = 0
+	}
 	if recorded {
-		ts = e.seq.begin(e.nowMicros())
+		if ts == 0 {
+			ts = e.seq.begin(e.nowMicros())
+		}
 		if e.beforeRecordedCommit != nil {
 			e.beforeRecordedCommit(recs)
 		}

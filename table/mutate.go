@@ -205,9 +205,11 @@ func (e *Engine) applyLocked(m *Meta, row []byte, ps []prepared) (wait func() er
 		b = e.store.NewBatch()
 	}
 	rec := e.userRecord(m, row)
+	stamp := e.writeStamp()
 	for _, p := range ps {
-		written, err := e.applyOne(b, m, row, p)
+		written, err := e.applyOne(b, m, row, p, stamp)
 		if err != nil {
+			e.endStamp(stamp)
 			b.Close()
 			return nil, err
 		}
@@ -219,7 +221,7 @@ func (e *Engine) applyLocked(m *Meta, row []byte, ps []prepared) (wait func() er
 	if rec != nil {
 		recs = []changestream.Record{*rec}
 	}
-	return e.commitVisible(b, m, recs)
+	return e.commitVisibleAt(b, m, recs, stamp.Commit)
 }
 
 // modWritten is the record of one applied mutation: aggregate inputs are
@@ -233,12 +235,18 @@ func modWritten(p prepared, written []byte) changestream.Mod {
 }
 
 // applyOne adds one mutation to the batch and returns the value it wrote
-// (for SetCell and the aggregates).
-func (e *Engine) applyOne(b *pebble.Batch, m *Meta, row []byte, p prepared) ([]byte, error) {
+// (for SetCell and the aggregates). While replicating, stamp is the write's
+// replication stamp: cells carry it and deletes leave a tombstone.
+func (e *Engine) applyOne(b *pebble.Batch, m *Meta, row []byte, p prepared, stamp storage.Stamp) ([]byte, error) {
+	if !stamp.IsZero() && (p.Kind == DeleteFromColumn || p.Kind == DeleteFromFamily || p.Kind == DeleteFromRow) {
+		if err := addTombstone(b, m.ID, row, stamp, spanOf(p)); err != nil {
+			return nil, err
+		}
+	}
 	switch p.Kind {
 	case SetCell:
 		k := storage.CellKey(m.ID, row, p.familyID, p.Qualifier, p.Timestamp)
-		return p.Value, b.Set(k, storage.EncodeValue(p.Value, p.ExpireAt), nil)
+		return p.Value, b.Set(k, storage.EncodeStamped(p.Value, p.ExpireAt, stamp), nil)
 	case AddToCell, MergeToCell:
 		k := storage.CellKey(m.ID, row, p.familyID, p.Qualifier, p.Timestamp)
 		in := p.Value
@@ -257,7 +265,7 @@ func (e *Engine) applyOne(b *pebble.Batch, m *Meta, row []byte, p prepared) ([]b
 			}
 			closer.Close()
 		}
-		return in, b.Set(k, storage.EncodeValue(in, p.ExpireAt), nil)
+		return in, b.Set(k, storage.EncodeStamped(in, p.ExpireAt, stamp), nil)
 	case DeleteFromColumn:
 		prefix := storage.ColumnPrefix(m.ID, row, p.familyID, p.Qualifier)
 		lo, hi := prefix, storage.PrefixEnd(prefix)
@@ -381,14 +389,16 @@ func (e *Engine) MutateRows(instance, table string, entries []RowMutation) ([]er
 		b = e.store.NewBatch()
 	}
 	var recs []changestream.Record
+	stamp := e.writeStamp()
 	for i, ps := range preps {
 		if ps == nil {
 			continue
 		}
 		rec := e.userRecord(m, entries[i].Row)
 		for _, p := range ps {
-			written, err := e.applyOne(b, m, entries[i].Row, p)
+			written, err := e.applyOne(b, m, entries[i].Row, p, stamp)
 			if err != nil {
+				e.endStamp(stamp)
 				unlock()
 				b.Close()
 				return nil, err
@@ -401,7 +411,7 @@ func (e *Engine) MutateRows(instance, table string, entries []RowMutation) ([]er
 			recs = append(recs, *rec)
 		}
 	}
-	wait, err := e.commitVisible(b, m, recs)
+	wait, err := e.commitVisibleAt(b, m, recs, stamp.Commit)
 	unlock()
 	if err != nil {
 		return nil, err

@@ -72,6 +72,9 @@ type Meta struct {
 	// interleaved children of row parent, deleted with it by the row
 	// deletion job.
 	InterleaveSeparator []byte `json:"interleave_separator,omitempty"`
+	// Stamp is when (and on which cluster) the table was created or its
+	// families last changed: between clusters the newer schema wins.
+	Stamp storage.Stamp `json:"stamp,omitzero"`
 }
 
 // Family returns the family with the given name.
