@@ -66,6 +66,11 @@ var ebbAdminDesc = grpc.ServiceDesc{
 		unaryStruct("GcPlan", (*ebbAdmin).gcPlan),
 		unaryStruct("GcStatus", (*ebbAdmin).gcStatus),
 		unaryStruct("SetFamilyOptions", (*ebbAdmin).setFamilyOptions),
+		unaryStruct("Join", (*ebbAdmin).join),
+		unaryStruct("Ready", (*ebbAdmin).ready),
+		unaryStruct("Pull", (*ebbAdmin).pull),
+		unaryStruct("ReplicationStatus", (*ebbAdmin).replicationStatus),
+		unaryStruct("ReplicationLink", (*ebbAdmin).replicationLink),
 	},
 	Streams: []grpc.StreamDesc{{
 		StreamName:    "Watch",
@@ -76,6 +81,16 @@ var ebbAdminDesc = grpc.ServiceDesc{
 				return err
 			}
 			return srv.(*ebbAdmin).watch(in, stream)
+		},
+	}, {
+		StreamName:    "Snapshot",
+		ServerStreams: true,
+		Handler: func(srv any, stream grpc.ServerStream) error {
+			in := new(structpb.Struct)
+			if err := stream.RecvMsg(in); err != nil {
+				return err
+			}
+			return srv.(*ebbAdmin).snapshot(in, stream)
 		},
 	}, {
 		StreamName:    "Replicate",

@@ -328,6 +328,23 @@ func (a *instanceServer) DeleteCluster(ctx context.Context, req *adminpb.DeleteC
 	return &emptypb.Empty{}, nil
 }
 
+// peerReady marks stored clusters with a joined peer's id READY.
+func (a *instanceServer) peerReady(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_ = a.s.engine.InstanceMeta(kindCluster, "", func(inst, name string, v []byte) error {
+		if name != id {
+			return nil
+		}
+		c := &adminpb.Cluster{}
+		if err := protojson.Unmarshal(v, c); err != nil || c.State == adminpb.Cluster_READY {
+			return nil
+		}
+		c.State = adminpb.Cluster_READY
+		return a.putCluster(inst, id, c)
+	})
+}
+
 // ---- app profiles ----
 
 func (a *instanceServer) defaultAppProfile(inst string) *adminpb.AppProfile {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Peers are the other clusters of this process's instance: other ebbtable
@@ -146,9 +145,7 @@ func (ps *peerSet) conn(id string) (*grpc.ClientConn, error) {
 		return nil, fmt.Errorf("%w: cluster %q is not a known peer", errNotFound, id)
 	}
 	if p.conn == nil {
-		c, err := grpc.NewClient("passthrough:///"+p.info.Addr,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(ps.s.opts.MaxMessageBytes), grpc.MaxCallSendMsgSize(ps.s.opts.MaxMessageBytes)))
+		c, err := grpc.NewClient("passthrough:///"+p.info.Addr, peerDialOptions(ps.s.opts.MaxMessageBytes)...)
 		if err != nil {
 			return nil, err
 		}

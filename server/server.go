@@ -37,6 +37,12 @@ type Options struct {
 	HTTPAddr string
 	// ClusterID names this cluster in replication views. Default "ebbtable".
 	ClusterID string
+	// Join, when set, is the address of a running cluster of the instance
+	// this process joins as a further cluster (see README "Replication").
+	Join string
+	// AdvertiseAddr is the address peers reach this process at; default
+	// the listen address.
+	AdvertiseAddr string
 	// Visibility of GC-eligible cells to readers.
 	Visibility table.Visibility
 	// Clock; nil means the real clock.
@@ -96,6 +102,7 @@ type Server struct {
 	ops       *operations
 	inst      *instanceServer
 	peers     *peerSet
+	repl      *replication
 	http      *http.Server
 	collector *collector.Collector
 	backups   *backup.Manager
@@ -154,6 +161,14 @@ func New(opts Options) (*Server, error) {
 		eng.Close()
 		return nil, err
 	}
+	s.repl = newReplication(s)
+	s.peers.onAdd = func(p peerInfo) { s.repl.start(p.ID) }
+	if len(s.peers.list()) > 0 {
+		if err := eng.SetReplicating(opts.ClusterID); err != nil {
+			eng.Close()
+			return nil, err
+		}
+	}
 	adminpb.RegisterBigtableInstanceAdminServer(s.grpc, s.inst)
 	longrunningpb.RegisterOperationsServer(s.grpc, s.ops)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -174,6 +189,12 @@ func (s *Server) Start() error {
 		return fmt.Errorf("ebbtable: listen on %s: %w", s.opts.Addr, err)
 	}
 	s.lis = lis
+	if s.opts.Join != "" {
+		if err := s.joinCluster(s.opts.Join); err != nil {
+			lis.Close()
+			return err
+		}
+	}
 	if s.opts.HTTPAddr != "off" {
 		hlis, err := net.Listen("tcp", s.opts.HTTPAddr)
 		if err != nil {
@@ -200,6 +221,9 @@ func (s *Server) Start() error {
 	s.collector.Start()
 	s.backups.Start()
 	s.ttl.Start()
+	for _, p := range s.peers.list() {
+		s.repl.start(p.ID)
+	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	return nil
 }
@@ -240,6 +264,7 @@ func (s *Server) Close() error {
 	s.collector.Stop()
 	s.backups.Stop()
 	s.ttl.Stop()
+	s.repl.wg.Wait()
 	s.peers.close()
 	return s.engine.Close()
 }

@@ -180,6 +180,19 @@ func (e *Engine) ReadChanges(m *Meta, lower []byte, limit int) (ChangeBatch, err
 	return ChangeBatch{Records: recs, Closed: closed, Full: limit > 0 && len(recs) >= limit}, nil
 }
 
+// ReadChangesUntil is ReadChanges at a closed timestamp the caller took
+// earlier (ClosedTimestamp), so several tables can be read at one.
+func (e *Engine) ReadChangesUntil(m *Meta, lower []byte, closed int64, limit int) (ChangeBatch, error) {
+	if err := e.checkOpen(); err != nil {
+		return ChangeBatch{}, err
+	}
+	recs, err := changestream.Read(e.store, m.ID, lower, closed, limit)
+	if err != nil {
+		return ChangeBatch{}, err
+	}
+	return ChangeBatch{Records: recs, Closed: closed, Full: limit > 0 && len(recs) >= limit}, nil
+}
+
 // ChangesNotify returns a channel closed when the next recorded commit ends.
 func (e *Engine) ChangesNotify() <-chan struct{} { return e.seq.changed() }
 

@@ -1,0 +1,200 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"github.com/ebbtable/ebbtable/clock"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// cluster is one in-process ebbtable cluster of a replication test, with
+// official clients of its own.
+type cluster struct {
+	srv    *Server
+	client *bigtable.Client
+	admin  *bigtable.AdminClient
+}
+
+// startCluster starts a cluster with the real clock (replication runs
+// between processes in real time); join is a peer's address or "".
+func startCluster(t *testing.T, id, join, dir string) *cluster {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	srv, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: dir, Clock: clock.Real{}, ClusterID: id, Join: join})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		srv.Close()
+		t.Fatal(err)
+	}
+	c := &cluster{srv: srv}
+	c.client, c.admin = officialClients(t, srv.Addr(), "")
+	t.Cleanup(func() { c.stop() })
+	return c
+}
+
+func (c *cluster) stop() {
+	if c.srv == nil {
+		return
+	}
+	c.client.Close()
+	c.admin.Close()
+	c.srv.Close()
+	c.srv = nil
+}
+
+// officialClients connects the official data and admin clients to addr,
+// with an app profile ("" for the default).
+func officialClients(t *testing.T, addr, profile string) (*bigtable.Client, *bigtable.AdminClient) {
+	t.Helper()
+	ctx := context.Background()
+	dial := func() *grpc.ClientConn {
+		conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	client, err := bigtable.NewClientWithConfig(ctx, testProject, testInstance,
+		bigtable.ClientConfig{AppProfile: profile, MetricsProvider: bigtable.NoopMetricsProvider{}}, option.WithGRPCConn(dial()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := bigtable.NewAdminClient(ctx, testProject, testInstance, option.WithGRPCConn(dial()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client, admin
+}
+
+// dumpTable lists every cell of a table, sorted: a full-table checksum.
+func dumpTable(t *testing.T, c *cluster, name string) string {
+	t.Helper()
+	var lines []string
+	err := c.client.Open(name).ReadRows(context.Background(), bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
+		for fam, items := range r {
+			for _, it := range items {
+				lines = append(lines, fmt.Sprintf("%s %s %s %d %s", it.Row, fam, it.Column, it.Timestamp, it.Value))
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+// eventually retries cond for up to 20 s.
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok, detail := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never happened: %s", what, detail)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func converged(t *testing.T, name string, cs ...*cluster) func() (bool, string) {
+	return func() (bool, string) {
+		first := dumpTable(t, cs[0], name)
+		for _, c := range cs[1:] {
+			if d := dumpTable(t, c, name); d != first {
+				return false, fmt.Sprintf("\n%s:\n%s\n%s:\n%s", cs[0].srv.opts.ClusterID, first, c.srv.opts.ClusterID, d)
+			}
+		}
+		return true, ""
+	}
+}
+
+func apply(t *testing.T, c *cluster, tbl, row, fam, col string, ts bigtable.Timestamp, val string) {
+	t.Helper()
+	m := bigtable.NewMutation()
+	m.Set(fam, col, ts, []byte(val))
+	if err := c.client.Open(tbl).Apply(context.Background(), row, m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestJoinCopiesThenReplicatesBothWays: a cluster joining copies the data
+// written before it joined, then writes, deletes and new tables flow both
+// ways; concurrent writes to one cell converge.
+func TestJoinCopiesThenReplicatesBothWays(t *testing.T) {
+	ctx := context.Background()
+	a := startCluster(t, "a", "", "")
+	if err := a.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", ColumnFamilies: map[string]bigtable.Family{"f": {GCPolicy: bigtable.NoGcPolicy()}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		apply(t, a, "t", fmt.Sprintf("before-%02d", i), "f", "c", 1000, "v")
+	}
+	b := startCluster(t, "b", a.srv.Addr(), "")
+	// The copy is complete before b serves.
+	if got := strings.Count(dumpTable(t, b, "t"), "\n") + 1; got != 50 {
+		t.Fatalf("b has %d cells after joining, want 50", got)
+	}
+	apply(t, a, "t", "from-a", "f", "c", 2000, "a")
+	apply(t, b, "t", "from-b", "f", "c", 2000, "b")
+	del := bigtable.NewMutation()
+	del.DeleteRow()
+	if err := b.client.Open("t").Apply(ctx, "before-00", del); err != nil {
+		t.Fatal(err)
+	}
+	// The same cell written on both: one value wins everywhere.
+	apply(t, a, "t", "both", "f", "c", 3000, "a")
+	apply(t, b, "t", "both", "f", "c", 3000, "b")
+	eventually(t, "convergence", converged(t, "t", a, b))
+	d := dumpTable(t, a, "t")
+	for _, want := range []string{"from-a f f:c 2000 a", "from-b f f:c 2000 b"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("missing %q in\n%s", want, d)
+		}
+	}
+	if strings.Contains(d, "before-00 ") {
+		t.Errorf("deleted row still there:\n%s", d)
+	}
+
+	// A table created on b, with a family added later, reaches a.
+	if err := b.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "u", ColumnFamilies: map[string]bigtable.Family{"g": {GCPolicy: bigtable.MaxVersionsPolicy(1)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.admin.CreateColumnFamily(ctx, "u", "h"); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, b, "u", "r", "h", "c", 1000, "x")
+	eventually(t, "table u on a", converged(t, "u", a, b))
+	info, err := a.admin.TableInfo(ctx, "u")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.FamilyInfos) != 2 {
+		t.Fatalf("a's families of u: %+v", info.FamilyInfos)
+	}
+	// Deleting it on a deletes it on b.
+	if err := a.admin.DeleteTable(ctx, "u"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "table u dropped on b", func() (bool, string) {
+		_, err := b.admin.TableInfo(ctx, "u")
+		return err != nil, fmt.Sprint(err)
+	})
+}
