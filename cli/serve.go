@@ -26,6 +26,8 @@ type serveFlags struct {
 	httpAddr   string
 	visibility string
 	clusterID  string
+	join       string
+	advertise  string
 
 	gcInterval   time.Duration
 	gcBatchCells int
@@ -54,8 +56,16 @@ gracefully; a second signal kills it.
 The garbage collector starts a pass every --gc-interval (a fixed cadence,
 however long a pass runs); 'ebbtable gc run' starts one at once. A pass
 deletes at most --gc-batch-cells cells per batch (examining up to twice as
-many) and waits --gc-pause between batches.`,
+many) and waits --gc-pause between batches.
+
+Several processes form one instance, each serving one cluster: start the
+first with --cluster-id A, then each further one with its own --cluster-id
+and --join HOST:PORT of a running cluster. A joining process copies the
+instance's data before it serves (so it prints its "running" line only
+then), and replicates with every cluster from then on. Its data directory is
+its own: a process that joined once rejoins by itself on restart.`,
 		Example: `  ebbtable serve --data /var/lib/ebbtable
+  ebbtable serve --cluster-id b --addr 127.0.0.1:9002 --data ./b --join 127.0.0.1:8086
   ebbtable serve --addr 127.0.0.1:0 --http-addr off --data /tmp/ebb
   ebbtable serve --gc-interval 10m --gc-batch-cells 500 --gc-pause 5ms`,
 		Args: cobra.NoArgs,
@@ -74,7 +84,9 @@ many) and waits --gc-pause between batches.`,
 	fl.StringVar(&f.dataDir, "data", "./ebbtable-data", "data directory (created if missing)")
 	fl.StringVar(&f.httpAddr, "http-addr", "localhost:8087", `metrics and health address, HOST:PORT, or "off" to disable`)
 	fl.StringVar(&f.visibility, "gc-visibility", "hidden", "cells a GC rule makes eligible: hidden at once, or readable until-collected")
-	fl.StringVar(&f.clusterID, "cluster-id", "ebbtable", "cluster name reported in replication views")
+	fl.StringVar(&f.clusterID, "cluster-id", "ebbtable", "this process's cluster id in the instance (each replicating process needs its own)")
+	fl.StringVar(&f.join, "join", "", "HOST:PORT of a running cluster: join its instance as a further cluster, copying its data before serving")
+	fl.StringVar(&f.advertise, "advertise-addr", "", "HOST:PORT peers reach this process at (default: the listen address)")
 	fl.DurationVar(&f.gcInterval, "gc-interval", time.Minute, "start a garbage-collection pass this often")
 	fl.IntVar(&f.gcBatchCells, "gc-batch-cells", 1000, "most cells the garbage collector deletes in one batch")
 	fl.DurationVar(&f.gcPause, "gc-pause", time.Millisecond, "pause between the garbage collector's batches, so foreground reads keep their latency (0: none)")
@@ -107,6 +119,14 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 	if f.clusterID == "" {
 		return server.Options{}, usagef("--cluster-id must not be empty")
 	}
+	for name, v := range map[string]string{"--join": f.join, "--advertise-addr": f.advertise} {
+		if v == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			return server.Options{}, usagef("%s %q: want HOST:PORT: %w", name, v, err)
+		}
+	}
 	vis, err := table.ParseVisibility(f.visibility)
 	if err != nil {
 		return server.Options{}, usageError{err}
@@ -122,13 +142,15 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 		return server.Options{}, usagef("--ttl-batch-size %d must be between 1 and %d", f.ttlBatchSize, maxBatchCells)
 	}
 	return server.Options{
-		TTL:        rowttl.Options{Interval: f.ttlInterval, BatchRows: f.ttlBatchSize},
-		Addr:       addr,
-		DataDir:    f.dataDir,
-		HTTPAddr:   f.httpAddr,
-		ClusterID:  f.clusterID,
-		Visibility: vis,
-		GC:         gc,
+		TTL:           rowttl.Options{Interval: f.ttlInterval, BatchRows: f.ttlBatchSize},
+		Addr:          addr,
+		DataDir:       f.dataDir,
+		HTTPAddr:      f.httpAddr,
+		ClusterID:     f.clusterID,
+		Join:          f.join,
+		AdvertiseAddr: f.advertise,
+		Visibility:    vis,
+		GC:            gc,
 	}, nil
 }
 

@@ -274,31 +274,4 @@ func (a *adminServer) DropRowRange(ctx context.Context, req *adminpb.DropRowRang
 	return &emptypb.Empty{}, nil
 }
 
-// GenerateConsistencyToken returns a token for CheckConsistency. With one
-// cluster every acknowledged write is already everywhere.
-func (a *adminServer) GenerateConsistencyToken(ctx context.Context, req *adminpb.GenerateConsistencyTokenRequest) (*adminpb.GenerateConsistencyTokenResponse, error) {
-	ref, err := parseTable(req.GetName())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if _, err := a.s.engine.Table(ref.instance, ref.table); err != nil {
-		return nil, toStatus(err)
-	}
-	return &adminpb.GenerateConsistencyTokenResponse{ConsistencyToken: strconv.FormatInt(a.s.opts.Clock.Now().UnixNano(), 10)}, nil
-}
 
-// CheckConsistency reports whether the writes before a token have reached
-// every cluster.
-func (a *adminServer) CheckConsistency(ctx context.Context, req *adminpb.CheckConsistencyRequest) (*adminpb.CheckConsistencyResponse, error) {
-	ref, err := parseTable(req.GetName())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if _, err := a.s.engine.Table(ref.instance, ref.table); err != nil {
-		return nil, toStatus(err)
-	}
-	if _, err := strconv.ParseInt(req.GetConsistencyToken(), 10, 64); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: %q is not a consistency token from this server", req.GetConsistencyToken())
-	}
-	return &adminpb.CheckConsistencyResponse{Consistent: true}, nil
-}

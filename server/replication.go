@@ -267,6 +267,9 @@ func (r *replication) pullOnce(id string) error {
 	if err != nil {
 		return err
 	}
+	if r.isPaused(id) {
+		return nil // paused while the pull waited: drop what it brought
+	}
 	f := out.GetFields()
 	if got := f["cluster"].GetStringValue(); got != id {
 		return fmt.Errorf("ebbtable: peer at %s is cluster %q, not %q", s.peerAddr(id), got, id)
@@ -477,10 +480,18 @@ func (a *ebbAdmin) pull(ctx context.Context, in *structpb.Struct) (*structpb.Str
 	if caller == "" || caller == s.opts.ClusterID {
 		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: pull needs the calling cluster's id (got %q)", caller)
 	}
-	if _, ok := s.peers.get(caller); !ok {
+	p, ok := s.peers.get(caller)
+	if !ok {
 		// A cluster pulls only after joining; one this process forgot
 		// (deleted) must join again.
 		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: cluster %q has not joined cluster %q", caller, s.opts.ClusterID)
+	}
+	if addr := str(in, "addr"); addr != "" && addr != p.Addr {
+		// The peer restarted on another address.
+		p.Addr = addr
+		if err := s.peers.add(p); err != nil {
+			return nil, toStatus(err)
+		}
 	}
 	limit := int(in.GetFields()["limit"].GetNumberValue())
 	if limit <= 0 {

@@ -198,3 +198,52 @@ func TestJoinCopiesThenReplicatesBothWays(t *testing.T) {
 		return err != nil, fmt.Sprint(err)
 	})
 }
+
+// TestWaitForReplication: a write on a is readable on b once the official
+// client's WaitForReplication returns; with the link from a paused, the
+// check says no and b's delay behind a grows, and after resuming it falls.
+func TestWaitForReplication(t *testing.T) {
+	ctx := context.Background()
+	a := startCluster(t, "a", "", "")
+	if err := a.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", ColumnFamilies: map[string]bigtable.Family{"f": {GCPolicy: bigtable.NoGcPolicy()}}}); err != nil {
+		t.Fatal(err)
+	}
+	b := startCluster(t, "b", a.srv.Addr(), "")
+	apply(t, a, "t", "r1", "f", "c", 1000, "v1")
+	if err := a.admin.WaitForReplication(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if row, err := b.client.Open("t").ReadRow(ctx, "r1"); err != nil || len(row["f"]) != 1 {
+		t.Fatalf("after waitforreplication, b has %v %v", row, err)
+	}
+
+	// Pause b's pulls from a.
+	b.srv.repl.setPaused("a", true)
+	time.Sleep(50 * time.Millisecond) // let a pull in flight finish
+	apply(t, a, "t", "r2", "f", "c", 1000, "v2")
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	if err := a.admin.WaitForReplication(short, "t"); err == nil {
+		t.Fatal("WaitForReplication returned with the link paused")
+	}
+	cancel()
+	d1, _ := b.srv.repl.maxDelay("a")
+	time.Sleep(300 * time.Millisecond)
+	d2, _ := b.srv.repl.maxDelay("a")
+	if d2 < d1+250*time.Millisecond {
+		t.Fatalf("paused link: delay %v then %v, want it to grow", d1, d2)
+	}
+	if row, _ := b.client.Open("t").ReadRow(ctx, "r2"); len(row) != 0 {
+		t.Fatalf("paused link delivered %v", row)
+	}
+	b.srv.repl.setPaused("a", false)
+	if err := a.admin.WaitForReplication(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if row, err := b.client.Open("t").ReadRow(ctx, "r2"); err != nil || len(row["f"]) != 1 {
+		t.Fatalf("after healing, b has %v %v", row, err)
+	}
+	eventually(t, "delay falls", func() (bool, string) {
+		d, _ := b.srv.repl.maxDelay("a")
+		return d < 2*time.Second, d.String()
+	})
+}
