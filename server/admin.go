@@ -273,5 +273,3 @@ func (a *adminServer) DropRowRange(ctx context.Context, req *adminpb.DropRowRang
 	}
 	return &emptypb.Empty{}, nil
 }
-
-
