@@ -44,9 +44,7 @@ func (a *adminServer) tableToProto(m *table.Meta, view adminpb.Table_View) *admi
 		t.ColumnFamilies[f.Name] = &adminpb.ColumnFamily{GcRule: convert.GCRuleToProto(f.GC), ValueType: convert.ValueTypeToProto(f.ValueType)}
 	}
 	if view == adminpb.Table_REPLICATION_VIEW || view == adminpb.Table_FULL {
-		t.ClusterStates = map[string]*adminpb.Table_ClusterState{
-			a.s.opts.ClusterID: {ReplicationState: adminpb.Table_ClusterState_READY},
-		}
+		t.ClusterStates = a.s.clusterStates()
 	}
 	return t
 }

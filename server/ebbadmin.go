@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
 	"time"
 
 	"github.com/ebbtable/ebbtable/changestream"
@@ -32,9 +31,6 @@ const (
 	// table, since?, until?, exclude_system? (bool), token?} → a stream of
 	// {line}, each line one record in changestream's JSON encoding.
 	MethodWatch = "/" + EbbAdminService + "/Watch"
-	// MethodReplicate streams the records a peer cluster pulls: as Watch's
-	// input → a stream of {record, token, origin} (see ebbAdmin.replicate).
-	MethodReplicate = "/" + EbbAdminService + "/Replicate"
 )
 
 type ebbAdmin struct{ s *Server }
@@ -91,16 +87,6 @@ var ebbAdminDesc = grpc.ServiceDesc{
 				return err
 			}
 			return srv.(*ebbAdmin).snapshot(in, stream)
-		},
-	}, {
-		StreamName:    "Replicate",
-		ServerStreams: true,
-		Handler: func(srv any, stream grpc.ServerStream) error {
-			in := new(structpb.Struct)
-			if err := stream.RecvMsg(in); err != nil {
-				return err
-			}
-			return srv.(*ebbAdmin).replicate(in, stream)
 		},
 	}},
 	Metadata: "ebbtable/admin.proto",
@@ -254,25 +240,6 @@ func (a *ebbAdmin) watch(in *structpb.Struct, stream grpc.ServerStream) error {
 			return status.Errorf(codes.Internal, "ebbtable: encode record: %v", err)
 		}
 		return stream.SendMsg(&structpb.Struct{Fields: map[string]*structpb.Value{"line": structpb.NewStringValue(string(line))}})
-	})
-}
-
-// replicate streams the records a peer cluster needs from this one: user
-// writes that originated here (an empty source cluster) — never records this
-// cluster applied from a peer, nor GC and system records. Input as for
-// watch ({project, instance, table, since? | token?}); each message is
-// {record: base64 of changestream's binary encoding, token, origin}, where
-// origin is this cluster's id and token resumes after the record.
-func (a *ebbAdmin) replicate(in *structpb.Struct, stream grpc.ServerStream) error {
-	return a.tail(in, stream, func(rec changestream.Record) error {
-		if rec.Type != changestream.User || rec.SourceCluster != "" || rec.IsSystem {
-			return nil
-		}
-		return stream.SendMsg(&structpb.Struct{Fields: map[string]*structpb.Value{
-			"record": structpb.NewStringValue(base64.StdEncoding.EncodeToString(rec.Encode())),
-			"token":  structpb.NewStringValue(rec.Position.Token()),
-			"origin": structpb.NewStringValue(a.s.opts.ClusterID),
-		}})
 	})
 }
 

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/gcrule"
@@ -50,6 +51,8 @@ const (
 	pullLimit      = 2000             // records per table per pull
 	pullTimeout    = 15 * time.Second // one pull call, waiting included
 	pullBackoffMax = 2 * time.Second
+	// tombstoneTrimEvery is how often tombstones no peer needs are dropped.
+	tombstoneTrimEvery = 30 * time.Second
 )
 
 // replication is the server's replication state: the pullers and what
@@ -63,6 +66,8 @@ type replication struct {
 	paused  map[string]bool
 	running map[string]bool
 	wg      sync.WaitGroup
+	// lastTrim is when tombstones were last trimmed.
+	lastTrim time.Time
 
 	latency *prometheus.HistogramVec
 	applied *prometheus.CounterVec
@@ -324,7 +329,14 @@ func (r *replication) pullOnce(id string) error {
 	if complete && closed > 0 {
 		r.mu.Lock()
 		r.through[id] = max(r.through[id], closed)
+		trim := r.s.opts.Clock.Now().Sub(r.lastTrim) > tombstoneTrimEvery
+		if trim {
+			r.lastTrim = r.s.opts.Clock.Now()
+		}
 		r.mu.Unlock()
+		if trim {
+			r.trimTombstones()
+		}
 	}
 	return nil
 }
@@ -465,6 +477,44 @@ func (r *replication) adoptFamilies(m *table.Meta, ts tableSchema) error {
 	}
 	_, err := r.s.engine.ModifyFamiliesAt(m.Instance, m.Name, mods, ts.Stamp)
 	return err
+}
+
+// clusterStates is GetTable's replication view: this cluster is READY; a
+// peer still copying the data is INITIALIZING, one that has not answered
+// lately UNPLANNED_MAINTENANCE, the others READY.
+func (s *Server) clusterStates() map[string]*adminpb.Table_ClusterState {
+	out := map[string]*adminpb.Table_ClusterState{s.opts.ClusterID: {ReplicationState: adminpb.Table_ClusterState_READY}}
+	for _, p := range s.peers.list() {
+		st := adminpb.Table_ClusterState_READY
+		switch {
+		case !p.Ready:
+			st = adminpb.Table_ClusterState_INITIALIZING
+		case !s.peers.healthy(p.ID):
+			st = adminpb.Table_ClusterState_UNPLANNED_MAINTENANCE
+		}
+		out[p.ID] = &adminpb.Table_ClusterState{ReplicationState: st}
+	}
+	return out
+}
+
+// trimTombstones drops delete tombstones no peer can still need: stamped
+// before every peer's records are applied here.
+func (r *replication) trimTombstones() {
+	low := int64(math.MaxInt64)
+	peers := r.s.peers.list()
+	r.mu.Lock()
+	for _, p := range peers {
+		low = min(low, r.through[p.ID])
+	}
+	r.mu.Unlock()
+	if len(peers) == 0 || low <= 0 {
+		return
+	}
+	if n, err := r.s.engine.TrimTombstones(low); err != nil {
+		r.s.log.Warn("replication: trimming tombstones", "err", err)
+	} else if n > 0 {
+		r.s.log.Debug("replication: trimmed tombstones", "count", n)
+	}
 }
 
 // ---- the RPCs a peer calls ----

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"github.com/ebbtable/ebbtable/clock"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
@@ -171,6 +172,20 @@ func TestJoinCopiesThenReplicatesBothWays(t *testing.T) {
 	}
 	if strings.Contains(d, "before-00 ") {
 		t.Errorf("deleted row still there:\n%s", d)
+	}
+
+	// GetTable's replication view names both clusters, READY.
+	conn, err := grpc.NewClient(a.srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	tb, err := adminpb.NewBigtableTableAdminClient(conn).GetTable(ctx, &adminpb.GetTableRequest{Name: tableName("t"), View: adminpb.Table_REPLICATION_VIEW})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs := tb.GetClusterStates(); len(cs) != 2 || cs["a"].GetReplicationState() != adminpb.Table_ClusterState_READY || cs["b"].GetReplicationState() != adminpb.Table_ClusterState_READY {
+		t.Errorf("replication view %v", cs)
 	}
 
 	// A table created on b, with a family added later, reaches a.
