@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -332,17 +334,65 @@ func (a *instanceServer) DeleteCluster(ctx context.Context, req *adminpb.DeleteC
 func (a *instanceServer) peerReady(id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	var ready []*adminpb.Cluster
 	_ = a.s.engine.InstanceMeta(kindCluster, "", func(inst, name string, v []byte) error {
-		if name != id {
-			return nil
-		}
 		c := &adminpb.Cluster{}
-		if err := protojson.Unmarshal(v, c); err != nil || c.State == adminpb.Cluster_READY {
-			return nil
+		if name == id && protojson.Unmarshal(v, c) == nil && c.State != adminpb.Cluster_READY {
+			c.State = adminpb.Cluster_READY
+			ready = append(ready, c)
 		}
-		c.State = adminpb.Cluster_READY
-		return a.putCluster(inst, id, c)
+		return nil
 	})
+	for _, c := range ready {
+		if inst, cid, err := splitChild(c.GetName(), "clusters"); err == nil {
+			if err := a.putCluster(inst, cid, c); err != nil {
+				a.s.log.Warn("cannot mark cluster ready", "cluster", c.GetName(), "err", err)
+			}
+		}
+	}
+}
+
+// adoptPeerMeta takes a peer's clusters and app profiles this cluster
+// lacks, and the peer's app profiles that changed later than this
+// cluster's copy (by etag, the time of the change). Deletions do not
+// travel: a profile deleted on one cluster must be deleted on each.
+func (a *instanceServer) adoptPeerMeta(list *structpb.ListValue) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, v := range list.GetValues() {
+		f := v.GetStructValue().GetFields()
+		kind, inst, name, val := f["kind"].GetStringValue(), f["instance"].GetStringValue(), f["name"].GetStringValue(), f["value"].GetStringValue()
+		if (kind != kindCluster && kind != kindAppProfile) || name == a.s.opts.ClusterID {
+			continue
+		}
+		var local []byte
+		if err := a.s.engine.InstanceMeta(kind, inst, func(_, n string, v []byte) error {
+			if n == name {
+				local = append([]byte(nil), v...)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if local != nil {
+			if kind == kindCluster || string(local) == val {
+				continue
+			}
+			mine, theirs := &adminpb.AppProfile{}, &adminpb.AppProfile{}
+			if protojson.Unmarshal(local, mine) != nil || protojson.Unmarshal([]byte(val), theirs) != nil {
+				continue
+			}
+			me, _ := strconv.ParseInt(mine.GetEtag(), 10, 64)
+			them, _ := strconv.ParseInt(theirs.GetEtag(), 10, 64)
+			if them <= me {
+				continue
+			}
+		}
+		if err := a.s.engine.PutInstanceMeta(kind, inst, name, []byte(val)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ---- app profiles ----

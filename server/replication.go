@@ -283,6 +283,9 @@ func (r *replication) pullOnce(id string) error {
 	if err := r.syncSchemas(id, f["catalog"].GetListValue(), f["dropped"].GetListValue()); err != nil {
 		return err
 	}
+	if err := r.s.inst.adoptPeerMeta(f["instance_meta"].GetListValue()); err != nil {
+		return err
+	}
 	closed, _ := strconv.ParseInt(f["closed"].GetStringValue(), 10, 64)
 	complete := true
 	for _, tv := range f["tables"].GetListValue().GetValues() {
@@ -626,9 +629,18 @@ func (a *ebbAdmin) collectPull(positions map[string]*structpb.Value, limit int) 
 	for _, p := range s.peers.list() {
 		peers = append(peers, map[string]any{"id": p.ID, "addr": p.Addr, "ready": p.Ready})
 	}
+	var meta []any
+	for _, kind := range []string{kindCluster, kindAppProfile} {
+		if err := s.engine.InstanceMeta(kind, "", func(inst, name string, v []byte) error {
+			meta = append(meta, map[string]any{"kind": kind, "instance": inst, "name": name, "value": string(v)})
+			return nil
+		}); err != nil {
+			return nil, 0, toStatus(err)
+		}
+	}
 	out, err := structpb.NewStruct(map[string]any{
 		"cluster": s.opts.ClusterID, "closed": strconv.FormatInt(closed, 10),
-		"tables": tables, "catalog": catalog, "dropped": dropped, "peers": peers,
+		"tables": tables, "catalog": catalog, "dropped": dropped, "peers": peers, "instance_meta": meta,
 	})
 	return out, shipped, err
 }

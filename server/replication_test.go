@@ -262,3 +262,32 @@ func TestWaitForReplication(t *testing.T) {
 		return d < 2*time.Second, d.String()
 	})
 }
+
+// TestAppProfilesTravel: a profile created on one cluster is usable
+// through another.
+func TestAppProfilesTravel(t *testing.T) {
+	ctx := context.Background()
+	a := startCluster(t, "a", "", "")
+	b := startCluster(t, "b", a.srv.Addr(), "")
+	conn, err := grpc.NewClient(a.srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, err = adminpb.NewBigtableInstanceAdminClient(conn).CreateAppProfile(ctx, &adminpb.CreateAppProfileRequest{
+		Parent: "projects/" + testProject + "/instances/" + testInstance, AppProfileId: "any",
+		AppProfile: &adminpb.AppProfile{RoutingPolicy: &adminpb.AppProfile_MultiClusterRoutingUseAny_{MultiClusterRoutingUseAny: &adminpb.AppProfile_MultiClusterRoutingUseAny{}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bconn, err := grpc.NewClient(b.srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bconn.Close()
+	eventually(t, "profile on b", func() (bool, string) {
+		_, err := adminpb.NewBigtableInstanceAdminClient(bconn).GetAppProfile(ctx, &adminpb.GetAppProfileRequest{Name: "projects/" + testProject + "/instances/" + testInstance + "/appProfiles/any"})
+		return err == nil, fmt.Sprint(err)
+	})
+}
