@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"regexp"
 	"testing"
+	"time"
 )
 
 // TestCbt drives the real cbt tool against a server subprocess, the way
@@ -78,7 +79,17 @@ func TestCbtClustersAndProfiles(t *testing.T) {
 		return run(t, env, cbtPath, append([]string{"-project", "p", "-instance", "i"}, args...)...).mustSucceed(t, "cbt "+args[0])
 	}
 	cbt("createtable", "t")
-	cbt("createcluster", "b", "zone-b", "1", "SSD")
+	// createcluster waits until a process serving cluster b joins.
+	created := make(chan result, 1)
+	go func() { created <- run(t, env, cbtPath, "-project", "p", "-instance", "i", "createcluster", "b", "zone-b", "1", "SSD") }()
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case r := <-created:
+		t.Fatalf("cbt createcluster returned before b joined: %+v", r)
+	default:
+	}
+	b := startServe(t, "serve", "--cluster-id", "b", "--addr", "127.0.0.1:0", "--http-addr", "off", "--data", t.TempDir(), "--join", srv.addr)
+	(<-created).mustSucceed(t, "cbt createcluster")
 	cbt("updatecluster", "b", "num-nodes=3")
 	r := cbt("listclusters")
 	if !regexp.MustCompile(`(?m)^ebbtable\s+ebbtable-local\s+READY`).MatchString(r.stdout) ||
@@ -98,6 +109,7 @@ func TestCbtClustersAndProfiles(t *testing.T) {
 		}
 	}
 	cbt("deleteappprofile", "i", "single")
+	b.terminate(t)
 	cbt("deletecluster", "b")
 	r = cbt("listclusters")
 	if regexp.MustCompile(`(?m)^b\s`).MatchString(r.stdout) {

@@ -41,6 +41,9 @@ type instanceServer struct {
 	adminpb.UnimplementedBigtableInstanceAdminServer
 	s  *Server
 	mu sync.Mutex // serialises read-modify-write of instance metadata
+	// creating holds CreateCluster operations waiting for a process with
+	// the cluster's id to join, by cluster id.
+	creating map[string][]*pendingOp
 }
 
 func (a *instanceServer) localCluster(inst string) *adminpb.Cluster {
@@ -205,9 +208,10 @@ func (a *instanceServer) putCluster(inst, id string, c *adminpb.Cluster) error {
 	return a.s.engine.PutInstanceMeta(kindCluster, inst, id, v)
 }
 
-// CreateCluster records the cluster durably and returns a finished
-// operation. The cluster is listed as READY; no process serves it until one
-// is started with that --cluster-id (replication is not implemented yet).
+// CreateCluster records the cluster durably, CREATING, and returns a
+// long-running operation that completes when a process with that cluster
+// id has joined the instance and copied its data (serve --cluster-id ID
+// --join ADDR); the cluster is READY from then on.
 func (a *instanceServer) CreateCluster(ctx context.Context, req *adminpb.CreateClusterRequest) (*longrunningpb.Operation, error) {
 	inst, err := parseInstance(req.GetParent())
 	if err != nil {
@@ -227,7 +231,10 @@ func (a *instanceServer) CreateCluster(ctx context.Context, req *adminpb.CreateC
 		c = &adminpb.Cluster{}
 	}
 	c.Name = inst + "/clusters/" + id
-	c.State = adminpb.Cluster_READY
+	c.State = adminpb.Cluster_CREATING
+	if p, ok := a.s.peers.get(id); ok && p.Ready {
+		c.State = adminpb.Cluster_READY
+	}
 	if c.GetLocation() == "" {
 		c.Location = "projects/" + projectOf(inst) + "/locations/" + localZone
 	}
@@ -235,7 +242,20 @@ func (a *instanceServer) CreateCluster(ctx context.Context, req *adminpb.CreateC
 		return nil, toStatus(err)
 	}
 	now := timestamppb.New(a.s.opts.Clock.Now())
-	return a.s.ops.done(c.Name, c, &adminpb.CreateClusterMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
+	meta := &adminpb.CreateClusterMetadata{OriginalRequest: req, RequestTime: now}
+	if c.State == adminpb.Cluster_READY {
+		meta.FinishTime = now
+		return a.s.ops.done(c.Name, c, meta)
+	}
+	op, err := a.s.ops.pending(c.Name, meta)
+	if err != nil {
+		return nil, err
+	}
+	if a.creating == nil {
+		a.creating = map[string][]*pendingOp{}
+	}
+	a.creating[id] = append(a.creating[id], op)
+	return op.wait(0), nil
 }
 
 func (a *instanceServer) UpdateCluster(ctx context.Context, req *adminpb.Cluster) (*longrunningpb.Operation, error) {
@@ -327,6 +347,14 @@ func (a *instanceServer) DeleteCluster(ctx context.Context, req *adminpb.DeleteC
 	if err := a.s.engine.DeleteInstanceMeta(kindCluster, inst, id); err != nil {
 		return nil, toStatus(err)
 	}
+	// A joined cluster is forgotten too: no more pulling from it, and its
+	// pulls are refused (stop its process; to come back it joins again
+	// with an empty data directory).
+	if _, ok := a.s.peers.get(id); ok {
+		if err := a.s.peers.remove(id); err != nil {
+			return nil, toStatus(err)
+		}
+	}
 	return &emptypb.Empty{}, nil
 }
 
@@ -350,6 +378,19 @@ func (a *instanceServer) peerReady(id string) {
 			}
 		}
 	}
+	for _, op := range a.creating[id] {
+		var c *adminpb.Cluster
+		for _, r := range ready {
+			if strings.HasSuffix(r.GetName(), "/clusters/"+id) {
+				c = r
+			}
+		}
+		if c == nil {
+			c = &adminpb.Cluster{Name: id, State: adminpb.Cluster_READY}
+		}
+		op.finish(c, nil, nil)
+	}
+	delete(a.creating, id)
 }
 
 // adoptPeerMeta takes a peer's clusters and app profiles this cluster

@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/bigtable"
 	"google.golang.org/api/option"
@@ -45,8 +47,31 @@ func TestInstanceClusters(t *testing.T) {
 	if len(cs) != 1 || cs[0].Name != "ebbtable" || cs[0].State != "READY" {
 		t.Fatalf("clusters before create: %+v", cs)
 	}
-	if err := iac.CreateCluster(ctx, &bigtable.ClusterConfig{InstanceID: testInstance, ClusterID: "b", Zone: "z1", NumNodes: 1, StorageType: bigtable.SSD}); err != nil {
-		t.Fatal(err)
+	// CreateCluster finishes once a process serving cluster b has joined.
+	created := make(chan error, 1)
+	go func() {
+		created <- iac.CreateCluster(ctx, &bigtable.ClusterConfig{InstanceID: testInstance, ClusterID: "b", Zone: "z1", NumNodes: 1, StorageType: bigtable.SSD})
+	}()
+	eventually(t, "cluster b CREATING", func() (bool, string) {
+		c, err := iac.GetCluster(ctx, testInstance, "b")
+		return err == nil && c.State == "CREATING", fmt.Sprint(c, err)
+	})
+	select {
+	case err := <-created:
+		t.Fatalf("CreateCluster returned before b joined: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	b := startCluster(t, "b", env.srv.Addr(), "")
+	select {
+	case err := <-created:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("CreateCluster did not finish after b joined")
+	}
+	if c, err := iac.GetCluster(ctx, testInstance, "b"); err != nil || c.State != "READY" {
+		t.Fatalf("cluster b after joining: %+v %v", c, err)
 	}
 	err = iac.CreateCluster(ctx, &bigtable.ClusterConfig{InstanceID: testInstance, ClusterID: "b", Zone: "z1", NumNodes: 1, StorageType: bigtable.SSD})
 	if status.Code(err) != codes.AlreadyExists {
@@ -91,6 +116,7 @@ func TestInstanceClusters(t *testing.T) {
 	if err := iac.DeleteAppProfile(ctx, testInstance, "to-b"); err != nil {
 		t.Fatal(err)
 	}
+	b.stop()
 	if err := iac.DeleteCluster(ctx, testInstance, "b"); err != nil {
 		t.Fatal(err)
 	}
