@@ -81,7 +81,9 @@ func TestCbtClustersAndProfiles(t *testing.T) {
 	cbt("createtable", "t")
 	// createcluster waits until a process serving cluster b joins.
 	created := make(chan result, 1)
-	go func() { created <- run(t, env, cbtPath, "-project", "p", "-instance", "i", "createcluster", "b", "zone-b", "1", "SSD") }()
+	go func() {
+		created <- run(t, env, cbtPath, "-project", "p", "-instance", "i", "createcluster", "b", "zone-b", "1", "SSD")
+	}()
 	time.Sleep(200 * time.Millisecond)
 	select {
 	case r := <-created:
