@@ -85,7 +85,7 @@ that talk to a running server.`,
 	serve := newServeCmd(stdout, stderr)
 	serve.GroupID = "server"
 	root.AddCommand(serve)
-	for _, c := range []*cobra.Command{newLsCmd(), newCreateTableCmd(), newReadCmd(), newSetCmd(), newGCCmd(), newFamilyCmd(), newWatchCmd(), newChangeStreamCmd(), newBackupCmd(), newRestoreCmd(), newDDLCmd(), newTTLCmd(), newReplicationCmd()} {
+	for _, c := range []*cobra.Command{newLsCmd(), newCreateTableCmd(), newReadCmd(), newSetCmd(), newGCCmd(), newFamilyCmd(), newWatchCmd(), newChangeStreamCmd(), newBackupCmd(), newRestoreCmd(), newDDLCmd(), newTTLCmd(), newReplicationCmd(), newDebugCmd()} {
 		c.GroupID = "client"
 		root.AddCommand(c)
 	}

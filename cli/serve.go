@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/collector"
 	"github.com/ebbtable/ebbtable/rowttl"
 	"github.com/ebbtable/ebbtable/server"
@@ -27,6 +28,7 @@ type serveFlags struct {
 	visibility string
 	clusterID  string
 	join       string
+	debugClock string
 	advertise  string
 
 	gcInterval   time.Duration
@@ -87,6 +89,7 @@ its own: a process that joined once rejoins by itself on restart.`,
 	fl.StringVar(&f.clusterID, "cluster-id", "ebbtable", "this process's cluster id in the instance (each replicating process needs its own)")
 	fl.StringVar(&f.join, "join", "", "HOST:PORT of a running cluster: join its instance as a further cluster, copying its data before serving")
 	fl.StringVar(&f.advertise, "advertise-addr", "", "HOST:PORT peers reach this process at (default: the listen address)")
+	fl.StringVar(&f.debugClock, "debug-clock", "", `debugging only: run on a clock that 'ebbtable debug clock' can move forward, starting at this RFC 3339 time (or "now")`)
 	fl.DurationVar(&f.gcInterval, "gc-interval", time.Minute, "start a garbage-collection pass this often")
 	fl.IntVar(&f.gcBatchCells, "gc-batch-cells", 1000, "most cells the garbage collector deletes in one batch")
 	fl.DurationVar(&f.gcPause, "gc-pause", time.Millisecond, "pause between the garbage collector's batches, so foreground reads keep their latency (0: none)")
@@ -141,7 +144,20 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 	if f.ttlBatchSize <= 0 || f.ttlBatchSize > maxBatchCells {
 		return server.Options{}, usagef("--ttl-batch-size %d must be between 1 and %d", f.ttlBatchSize, maxBatchCells)
 	}
+	var clk clock.Clock
+	switch f.debugClock {
+	case "":
+	case "now":
+		clk = clock.NewShifted(time.Now())
+	default:
+		start, err := time.Parse(time.RFC3339Nano, f.debugClock)
+		if err != nil {
+			return server.Options{}, usagef("--debug-clock %q: want an RFC 3339 time or now", f.debugClock)
+		}
+		clk = clock.NewShifted(start)
+	}
 	return server.Options{
+		Clock:         clk,
 		TTL:           rowttl.Options{Interval: f.ttlInterval, BatchRows: f.ttlBatchSize},
 		Addr:          addr,
 		DataDir:       f.dataDir,

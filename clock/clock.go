@@ -103,3 +103,51 @@ func Micros(t time.Time) int64 { return t.UnixMicro() }
 // MillisTruncated returns t in microseconds truncated to the millisecond, the
 // granularity Bigtable stores.
 func MillisTruncated(t time.Time) int64 { return t.UnixMilli() * 1000 }
+
+// Shifted is the real clock moved by an offset that can change while it
+// runs: a debugging aid that lets an operator or a multi-process test move
+// one server's time (ebbtable serve --debug-clock). Time only moves
+// forward: Set refuses to go back before the current reading.
+type Shifted struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+// NewShifted returns a Shifted clock reading start now (start may lie in
+// the past or the future).
+func NewShifted(start time.Time) *Shifted {
+	return &Shifted{offset: time.Until(start)}
+}
+
+// Now returns the real time plus the offset.
+func (s *Shifted) Now() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Now().Add(s.offset)
+}
+
+// After waits d of real time (timers run at the real pace).
+func (s *Shifted) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Advance moves the clock forward by d (not negative).
+func (s *Shifted) Advance(d time.Duration) {
+	if d < 0 {
+		return
+	}
+	s.mu.Lock()
+	s.offset += d
+	s.mu.Unlock()
+}
+
+// Set moves the clock to t, if t is not before the current reading; it
+// reports whether it moved.
+func (s *Shifted) Set(t time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if t.Before(now.Add(s.offset)) {
+		return false
+	}
+	s.offset = t.Sub(now)
+	return true
+}

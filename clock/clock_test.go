@@ -35,3 +35,21 @@ func TestMillisTruncated(t *testing.T) {
 		t.Fatalf("got %d", got)
 	}
 }
+
+func TestShifted(t *testing.T) {
+	var s Shifted
+	if d := s.Now().Sub(time.Now()); d > time.Second || d < -time.Second {
+		t.Fatalf("unshifted clock off by %v", d)
+	}
+	s.Advance(24 * time.Hour)
+	if d := s.Now().Sub(time.Now()); d < 23*time.Hour {
+		t.Fatalf("advanced clock off by %v", d)
+	}
+	target := time.Date(2099, 1, 2, 0, 0, 0, 0, time.UTC)
+	if !s.Set(target) || s.Now().Sub(target) > time.Second {
+		t.Fatalf("set: %v", s.Now())
+	}
+	if s.Set(target.Add(-time.Hour)) {
+		t.Fatal("clock went back")
+	}
+}

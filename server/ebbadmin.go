@@ -27,6 +27,9 @@ const (
 	// MethodSetFamilyOptions: {project, instance, table, family,
 	// expiry_timestamps (bool)} → {table, family, expiry_timestamps}.
 	MethodSetFamilyOptions = "/" + EbbAdminService + "/SetFamilyOptions"
+	// MethodDebugClock moves a server's clock, if it was started with
+	// --debug-clock: {set? (RFC 3339), advance? (Go duration)} → {now}.
+	MethodDebugClock = "/" + EbbAdminService + "/DebugClock"
 	// MethodWatch streams a table's change stream: {project, instance,
 	// table, since?, until?, exclude_system? (bool), token?} → a stream of
 	// {line}, each line one record in changestream's JSON encoding.
@@ -62,6 +65,7 @@ var ebbAdminDesc = grpc.ServiceDesc{
 		unaryStruct("GcPlan", (*ebbAdmin).gcPlan),
 		unaryStruct("GcStatus", (*ebbAdmin).gcStatus),
 		unaryStruct("SetFamilyOptions", (*ebbAdmin).setFamilyOptions),
+		unaryStruct("DebugClock", (*ebbAdmin).debugClock),
 		unaryStruct("Join", (*ebbAdmin).join),
 		unaryStruct("Ready", (*ebbAdmin).ready),
 		unaryStruct("Pull", (*ebbAdmin).pull),
@@ -284,4 +288,29 @@ func (a *ebbAdmin) tail(in *structpb.Struct, stream grpc.ServerStream, emit func
 	}
 	r.closed = r.resume.Commit
 	return r.run(stream.Context(), emit, func() error { return nil }, func() error { return nil })
+}
+
+// debugClock moves the clock of a server started with a debug clock.
+func (a *ebbAdmin) debugClock(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+	sh, ok := a.s.opts.Clock.(*clock.Shifted)
+	if !ok {
+		return nil, status.Error(codes.FailedPrecondition, "ebbtable: this server's clock cannot be moved; start it with --debug-clock")
+	}
+	if v := str(in, "set"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: set %q is not an RFC 3339 time", v)
+		}
+		if !sh.Set(t) {
+			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: the debug clock only moves forward (it reads %s)", sh.Now().UTC().Format(time.RFC3339Nano))
+		}
+	}
+	if v := str(in, "advance"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: advance %q is not a non-negative duration", v)
+		}
+		sh.Advance(d)
+	}
+	return structpb.NewStruct(map[string]any{"now": sh.Now().UTC().Format(time.RFC3339Nano)})
 }
