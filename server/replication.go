@@ -68,13 +68,16 @@ type replication struct {
 	wg      sync.WaitGroup
 	// lastTrim is when tombstones were last trimmed.
 	lastTrim time.Time
+	// peerCutoffs are the age cutoffs each peer reported with its last
+	// answer, per table family.
+	peerCutoffs map[string]map[familyKey]int64
 
 	latency *prometheus.HistogramVec
 	applied *prometheus.CounterVec
 }
 
 func newReplication(s *Server) *replication {
-	r := &replication{s: s, through: map[string]int64{}, paused: map[string]bool{}, running: map[string]bool{},
+	r := &replication{s: s, through: map[string]int64{}, paused: map[string]bool{}, running: map[string]bool{}, peerCutoffs: map[string]map[familyKey]int64{},
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ebbtable_replication_latency_seconds",
 			Help:    "Time from a write's commit on its origin cluster to its apply here, by source cluster.",
@@ -89,13 +92,54 @@ func newReplication(s *Server) *replication {
 	return r
 }
 
+// familyKey names a column family of a table of an instance.
+type familyKey struct{ instance, table, family string }
+
+var divergenceDesc = prometheus.NewDesc("ebbtable_replication_gc_divergence_seconds",
+	"Spread of the clusters' age cutoffs for a column family: how far apart in cell time the clusters' age collection stands (cells in that span may exist on some clusters and not others). 0 when they agree.",
+	[]string{"table", "family"}, nil)
+
+// divergence returns, per table family with an age cutoff on at least two
+// clusters, the spread max − min of the cutoffs.
+func (r *replication) divergence() map[familyKey]time.Duration {
+	all := map[familyKey][]int64{}
+	for _, m := range r.s.engine.Tables("") {
+		for fam, c := range r.s.ageCutoffs(m) {
+			k := familyKey{m.Instance, m.Name, fam}
+			all[k] = append(all[k], c)
+		}
+	}
+	r.mu.Lock()
+	for _, cuts := range r.peerCutoffs {
+		for k, c := range cuts {
+			all[k] = append(all[k], c)
+		}
+	}
+	r.mu.Unlock()
+	out := map[familyKey]time.Duration{}
+	for k, cs := range all {
+		if len(cs) < 2 {
+			continue
+		}
+		lo, hi := cs[0], cs[0]
+		for _, c := range cs[1:] {
+			lo, hi = min(lo, c), max(hi, c)
+		}
+		out[k] = time.Duration(hi-lo) * time.Microsecond
+	}
+	return out
+}
+
 var maxDelayDesc = prometheus.NewDesc("ebbtable_replication_max_delay_seconds",
 	"How far this cluster lags a source cluster: now minus the source's commit time through which every record is applied here.",
 	[]string{"source"}, nil)
 
 // Describe and Collect export the max delay per source, computed when
 // scraped so that a stalled link shows a growing delay.
-func (r *replication) Describe(ch chan<- *prometheus.Desc) { ch <- maxDelayDesc }
+func (r *replication) Describe(ch chan<- *prometheus.Desc) {
+	ch <- maxDelayDesc
+	ch <- divergenceDesc
+}
 
 func (r *replication) Collect(ch chan<- prometheus.Metric) {
 	now := clock.Micros(r.s.opts.Clock.Now())
@@ -107,6 +151,19 @@ func (r *replication) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(maxDelayDesc, prometheus.GaugeValue, float64(max(now-t, 0))/1e6, p.ID)
+	}
+	if len(r.s.peers.list()) == 0 {
+		return
+	}
+	// Labelled by table and family; the same names in two instances show
+	// the larger spread.
+	byName := map[[2]string]time.Duration{}
+	for k, d := range r.divergence() {
+		n := [2]string{k.table, k.family}
+		byName[n] = max(byName[n], d)
+	}
+	for n, d := range byName {
+		ch <- prometheus.MustNewConstMetric(divergenceDesc, prometheus.GaugeValue, d.Seconds(), n[0], n[1])
 	}
 }
 
@@ -286,6 +343,18 @@ func (r *replication) pullOnce(id string) error {
 	if err := r.s.inst.adoptPeerMeta(f["instance_meta"].GetListValue()); err != nil {
 		return err
 	}
+	cuts := map[familyKey]int64{}
+	for _, v := range f["age_cutoffs"].GetListValue().GetValues() {
+		cf := v.GetStructValue().GetFields()
+		c, err := strconv.ParseInt(cf["cutoff"].GetStringValue(), 10, 64)
+		if err != nil {
+			return err
+		}
+		cuts[familyKey{cf["instance"].GetStringValue(), cf["table"].GetStringValue(), cf["family"].GetStringValue()}] = c
+	}
+	r.mu.Lock()
+	r.peerCutoffs[id] = cuts
+	r.mu.Unlock()
 	closed, _ := strconv.ParseInt(f["closed"].GetStringValue(), 10, 64)
 	complete := true
 	for _, tv := range f["tables"].GetListValue().GetValues() {
@@ -629,6 +698,12 @@ func (a *ebbAdmin) collectPull(positions map[string]*structpb.Value, limit int) 
 	for _, p := range s.peers.list() {
 		peers = append(peers, map[string]any{"id": p.ID, "addr": p.Addr, "ready": p.Ready})
 	}
+	var cutoffs []any
+	for _, m := range s.engine.Tables("") {
+		for fam, c := range s.ageCutoffs(m) {
+			cutoffs = append(cutoffs, map[string]any{"instance": m.Instance, "table": m.Name, "family": fam, "cutoff": strconv.FormatInt(c, 10)})
+		}
+	}
 	var meta []any
 	for _, kind := range []string{kindCluster, kindAppProfile} {
 		if err := s.engine.InstanceMeta(kind, "", func(inst, name string, v []byte) error {
@@ -641,6 +716,7 @@ func (a *ebbAdmin) collectPull(positions map[string]*structpb.Value, limit int) 
 	out, err := structpb.NewStruct(map[string]any{
 		"cluster": s.opts.ClusterID, "closed": strconv.FormatInt(closed, 10),
 		"tables": tables, "catalog": catalog, "dropped": dropped, "peers": peers, "instance_meta": meta,
+		"age_cutoffs": cutoffs,
 	})
 	return out, shipped, err
 }
