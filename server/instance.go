@@ -59,9 +59,11 @@ func projectOf(inst string) string {
 	return ""
 }
 
-// clusters returns the instance's clusters: the local one and those stored.
+// clusters returns the instance's clusters: the local one, those stored
+// and the peers.
 func (a *instanceServer) clusters(inst string) ([]*adminpb.Cluster, error) {
 	out := []*adminpb.Cluster{a.localCluster(inst)}
+	stored := map[string]*adminpb.Cluster{}
 	err := a.s.engine.InstanceMeta(kindCluster, inst, func(_, name string, v []byte) error {
 		if name == a.s.opts.ClusterID {
 			return nil
@@ -70,9 +72,25 @@ func (a *instanceServer) clusters(inst string) ([]*adminpb.Cluster, error) {
 		if err := protojson.Unmarshal(v, c); err != nil {
 			return fmt.Errorf("ebbtable: cluster %s/%s: %w", inst, name, err)
 		}
+		stored[name] = c
 		out = append(out, c)
 		return nil
 	})
+	// Peers (other processes of the instance) are clusters too: READY once
+	// they finished their initial copy, CREATING before.
+	for _, pi := range a.s.peers.list() {
+		state := adminpb.Cluster_CREATING
+		if pi.Ready {
+			state = adminpb.Cluster_READY
+		}
+		if c, ok := stored[pi.ID]; ok {
+			c.State = state
+			continue
+		}
+		c := a.localCluster(inst)
+		c.Name, c.State = inst+"/clusters/"+pi.ID, state
+		out = append(out, c)
+	}
 	return out, err
 }
 
