@@ -535,31 +535,28 @@ func (a *instanceServer) DeleteAppProfile(ctx context.Context, req *adminpb.Dele
 // single-cluster profile without allow_transactional_writes is refused with
 // FailedPrecondition, as Bigtable does; so is one through a multi-cluster
 // profile (Bigtable allows single-row transactions only with single-cluster
-// routing).
-func (a *instanceServer) checkProfile(inst, id string, transactional bool) error {
+// routing). It returns the profile for routing (see routing.go).
+func (a *instanceServer) checkProfile(inst, id string, transactional bool) (*adminpb.AppProfile, error) {
 	if id == "" {
-		if !transactional {
-			return nil // the default profile serves every non-transactional call
-		}
 		id = defaultProfile
 	}
 	p, err := a.profile(inst, id)
 	if err != nil {
 		var st interface{ GRPCStatus() *status.Status }
 		if errors.As(err, &st) {
-			return err
+			return nil, err
 		}
-		return toStatus(err)
+		return nil, toStatus(err)
 	}
 	if !transactional {
-		return nil
+		return p, nil
 	}
 	sc, ok := p.GetRoutingPolicy().(*adminpb.AppProfile_SingleClusterRouting_)
 	if !ok {
-		return status.Errorf(codes.FailedPrecondition, "ebbtable: app profile %s uses multi-cluster routing; transactional writes (CheckAndMutateRow, ReadModifyWriteRow) need single-cluster routing with allow_transactional_writes", p.GetName())
+		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: app profile %s uses multi-cluster routing; transactional writes (CheckAndMutateRow, ReadModifyWriteRow) need single-cluster routing with allow_transactional_writes", p.GetName())
 	}
 	if !sc.SingleClusterRouting.GetAllowTransactionalWrites() {
-		return status.Errorf(codes.FailedPrecondition, "ebbtable: app profile %s does not allow transactional writes (CheckAndMutateRow, ReadModifyWriteRow); enable allow_transactional_writes on its single-cluster routing", p.GetName())
+		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: app profile %s does not allow transactional writes (CheckAndMutateRow, ReadModifyWriteRow); enable allow_transactional_writes on its single-cluster routing", p.GetName())
 	}
-	return nil
+	return p, nil
 }
