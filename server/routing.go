@@ -281,6 +281,15 @@ func relay[T any](d *dataServer, ctx context.Context, id string, open func(conte
 	}
 	cctx, cancel := context.WithCancel(d.outgoing(ctx))
 	defer cancel()
+	// A relayed stream that never ends on its own (a tailing change
+	// stream) ends when this server begins to close, as a local one does.
+	go func() {
+		select {
+		case <-d.s.stopping:
+			cancel()
+		case <-cctx.Done():
+		}
+	}()
 	st, err := open(cctx, c)
 	for err == nil {
 		var m *T
@@ -295,6 +304,13 @@ func relay[T any](d *dataServer, ctx context.Context, id string, open func(conte
 	}
 	if errors.Is(err, io.EOF) {
 		err = nil
+	}
+	select {
+	case <-d.s.stopping:
+		if err != nil && ctx.Err() == nil {
+			return true, status.Error(codes.Unavailable, "ebbtable: server shutting down; retry (change streams: resume from the last token)")
+		}
+	default:
 	}
 	d.noteContact(id, err)
 	return sent, err

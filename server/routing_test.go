@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // clusterNode is one process of a multi-cluster instance in a routing test.
@@ -441,4 +442,58 @@ func TestRoutingChecks(t *testing.T) {
 	if _, err := a.raw.MutateRow(ctx, rawMutate("nope", "r")); status.Code(err) != codes.NotFound {
 		t.Errorf("unknown profile: %v, want NotFound", err)
 	}
+}
+
+// TestRoutingChangeStreamRelay: a tailing ReadChangeStream through a
+// single-cluster profile relays the peer's records and ends with
+// Unavailable when the forwarding server closes, as a local one does.
+func TestRoutingChangeStreamRelay(t *testing.T) {
+	nodes, fake := startClusters(t, "a", "b")
+	a, b := nodes["a"], nodes["b"]
+	ctx := context.Background()
+	a.profile(t, "p", &bigtable.SingleClusterRoutingConfig{ClusterID: "b"})
+	t.Setenv("BIGTABLE_EMULATOR_HOST", b.srv.Addr())
+	badmin, err := bigtable.NewAdminClient(ctx, testProject, testInstance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer badmin.Close()
+	start := fake.Now()
+	if err := badmin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "cs", ColumnFamilies: map[string]bigtable.Family{"f": {GCPolicy: bigtable.NoGcPolicy()}}, ChangeStreamRetention: 24 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.raw.MutateRow(ctx, &btpb.MutateRowRequest{TableName: tableName("cs"), RowKey: []byte("r"),
+		Mutations: []*btpb.Mutation{{Mutation: &btpb.Mutation_SetCell_{SetCell: &btpb.Mutation_SetCell{FamilyName: "f", ColumnQualifier: []byte("c"), TimestampMicros: 1000, Value: []byte("v")}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.raw.ReadChangeStream(ctx, &btpb.ReadChangeStreamRequest{TableName: tableName("cs"), AppProfileId: "p",
+		StartFrom: &btpb.ReadChangeStreamRequest_StartTime{StartTime: timestamppb.New(start)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatalf("change stream through p: %v", err)
+		}
+		if dc := resp.GetDataChange(); dc != nil {
+			if string(dc.GetRowKey()) != "r" {
+				t.Fatalf("data change %v", dc)
+			}
+			break
+		}
+	}
+	stopped := make(chan struct{})
+	go func() { a.stop(); close(stopped) }()
+	for {
+		_, err := st.Recv()
+		if err == nil {
+			continue
+		}
+		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "shutting down") {
+			t.Errorf("relayed stream at shutdown: %v", err)
+		}
+		break
+	}
+	<-stopped
 }
