@@ -138,7 +138,16 @@ func (d *dataServer) route(ctx context.Context, inst, profileID string, transact
 		}
 		plan.targets = cands
 		if len(plan.targets) == 0 {
-			return nil, status.Errorf(codes.Unavailable, "ebbtable: app profile %s: no cluster of %v is available (none is this process's cluster %q or a ready peer not recently failed)", p.GetName(), ids, local)
+			// Every ready peer of the set failed recently: try them anyway
+			// rather than refuse without asking.
+			for _, id := range ids {
+				if pi, ok := d.s.peers.get(id); ok && pi.Ready {
+					plan.targets = append(plan.targets, id)
+				}
+			}
+		}
+		if len(plan.targets) == 0 {
+			return nil, status.Errorf(codes.Unavailable, "ebbtable: app profile %s: no cluster of %v is available (none is this process's cluster %q or a ready peer)", p.GetName(), ids, local)
 		}
 		return plan, nil
 	}

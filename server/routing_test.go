@@ -321,6 +321,19 @@ func TestRoutingMultiClusterFailover(t *testing.T) {
 	if got := holders(t, nodes, "r4", "a", "c"); len(got) != 0 {
 		t.Errorf("r4 on %v", got)
 	}
+
+	// With every cluster of the set down, multi-cluster routing is
+	// Unavailable; once all have failed recently they are still tried.
+	c.stop()
+	for i := range 2 {
+		_, err = a.raw.MutateRow(ctx, rawMutate("m", "r5"))
+		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no cluster could be reached") || !strings.Contains(err.Error(), "c: ") {
+			t.Fatalf("attempt %d with b and c down: %v, want Unavailable naming c", i, err)
+		}
+	}
+	if !strings.Contains(err.Error(), "b: ") {
+		t.Errorf("last attempt did not try b: %v", err)
+	}
 }
 
 // TestRoutingMultiClusterLocalFirst: a multi-cluster profile whose set
@@ -377,6 +390,34 @@ func TestRoutingRowAffinity(t *testing.T) {
 	}
 	if len(used) < 2 {
 		t.Errorf("all keys on %v", used)
+	}
+
+	// When a cluster is down, only its rows move: to the next cluster in
+	// their hash order.
+	var onB, onC string
+	for _, k := range keys {
+		switch affinityOrder([]byte(k), []string{"a", "b", "c"})[0] {
+		case "b":
+			onB = k
+		case "c":
+			onC = k
+		}
+	}
+	if onB == "" || onC == "" {
+		t.Fatalf("no key hashes to b or to c: %v", keys)
+	}
+	nodes["b"].stop()
+	for _, k := range []string{onB, onC} {
+		if err := tbl.Apply(ctx, k, setCell("z", k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := affinityOrder([]byte(onB), []string{"a", "b", "c"})[1]
+	if r := nodes[want].row(t, onB); len(r["f"]) != 1 || r["f"][0].Column != "f:z" {
+		t.Errorf("%s after b stopped: on %s %v, want the new write there", onB, want, r)
+	}
+	if r := nodes["c"].row(t, onC); len(r["f"]) != 3 {
+		t.Errorf("%s after b stopped: on c %v, want all three writes", onC, r)
 	}
 }
 
