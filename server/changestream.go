@@ -80,7 +80,10 @@ func (d *dataServer) GenerateInitialChangeStreamPartitions(req *btpb.GenerateIni
 	if err != nil {
 		return toStatus(err)
 	}
-	if err := d.s.inst.checkProfile(ref.instance, req.GetAppProfileId(), false); err != nil {
+	if handled, err := routeStream(d, stream.Context(), ref.instance, req.GetAppProfileId(), nil,
+		func(ctx context.Context, c btpb.BigtableClient) (recver[btpb.GenerateInitialChangeStreamPartitionsResponse], error) {
+			return c.GenerateInitialChangeStreamPartitions(ctx, req)
+		}, stream.Send); handled {
 		return err
 	}
 	if _, err := d.s.streamedTable(ref); err != nil {
@@ -189,7 +192,10 @@ func (d *dataServer) ReadChangeStream(req *btpb.ReadChangeStreamRequest, stream 
 	if err != nil {
 		return toStatus(err)
 	}
-	if err := d.s.inst.checkProfile(ref.instance, req.GetAppProfileId(), false); err != nil {
+	if handled, err := routeStream(d, stream.Context(), ref.instance, req.GetAppProfileId(), nil,
+		func(ctx context.Context, c btpb.BigtableClient) (recver[btpb.ReadChangeStreamResponse], error) {
+			return c.ReadChangeStream(ctx, req)
+		}, stream.Send); handled {
 		return err
 	}
 	m, err := d.s.streamedTable(ref)

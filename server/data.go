@@ -92,7 +92,10 @@ func (d *dataServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_Re
 	if err != nil {
 		return toStatus(err)
 	}
-	if err := d.s.inst.checkProfile(ref.instance, req.GetAppProfileId(), false); err != nil {
+	if handled, err := routeStream(d, stream.Context(), ref.instance, req.GetAppProfileId(), singleRow(req.GetRows()),
+		func(ctx context.Context, c btpb.BigtableClient) (recver[btpb.ReadRowsResponse], error) {
+			return c.ReadRows(ctx, req)
+		}, stream.Send); handled {
 		return err
 	}
 	if req.GetMaterializedViewName() != "" {
@@ -235,7 +238,10 @@ func (d *dataServer) SampleRowKeys(req *btpb.SampleRowKeysRequest, stream btpb.B
 	if err != nil {
 		return toStatus(err)
 	}
-	if err := d.s.inst.checkProfile(ref.instance, req.GetAppProfileId(), false); err != nil {
+	if handled, err := routeStream(d, stream.Context(), ref.instance, req.GetAppProfileId(), nil,
+		func(ctx context.Context, c btpb.BigtableClient) (recver[btpb.SampleRowKeysResponse], error) {
+			return c.SampleRowKeys(ctx, req)
+		}, stream.Send); handled {
 		return err
 	}
 	samples, err := d.s.engine.SampleRowKeys(ref.instance, ref.table)
@@ -307,8 +313,11 @@ func (d *dataServer) MutateRow(ctx context.Context, req *btpb.MutateRowRequest) 
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if err := d.s.inst.checkProfile(ref.instance, req.GetAppProfileId(), false); err != nil {
-		return nil, err
+	if resp, handled, err := routeUnary(d, ctx, ref.instance, req.GetAppProfileId(), false, req.GetRowKey(),
+		func(ctx context.Context, c btpb.BigtableClient) (*btpb.MutateRowResponse, error) {
+			return c.MutateRow(ctx, req)
+		}); handled {
+		return resp, err
 	}
 	x, err := cellExpiry(ctx)
 	if err != nil {
@@ -333,7 +342,10 @@ func (d *dataServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtabl
 	if err != nil {
 		return toStatus(err)
 	}
-	if err := d.s.inst.checkProfile(ref.instance, req.GetAppProfileId(), false); err != nil {
+	if handled, err := routeStream(d, stream.Context(), ref.instance, req.GetAppProfileId(), nil,
+		func(ctx context.Context, c btpb.BigtableClient) (recver[btpb.MutateRowsResponse], error) {
+			return c.MutateRows(ctx, req)
+		}, stream.Send); handled {
 		return err
 	}
 	if len(req.GetEntries()) == 0 {
@@ -398,8 +410,11 @@ func (d *dataServer) CheckAndMutateRow(ctx context.Context, req *btpb.CheckAndMu
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if err := d.s.inst.checkProfile(ref.instance, req.GetAppProfileId(), true); err != nil {
-		return nil, err
+	if resp, handled, err := routeUnary(d, ctx, ref.instance, req.GetAppProfileId(), true, req.GetRowKey(),
+		func(ctx context.Context, c btpb.BigtableClient) (*btpb.CheckAndMutateRowResponse, error) {
+			return c.CheckAndMutateRow(ctx, req)
+		}); handled {
+		return resp, err
 	}
 	pred, err := d.compileFilter(req.GetPredicateFilter())
 	if err != nil {
@@ -430,8 +445,11 @@ func (d *dataServer) ReadModifyWriteRow(ctx context.Context, req *btpb.ReadModif
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if err := d.s.inst.checkProfile(ref.instance, req.GetAppProfileId(), true); err != nil {
-		return nil, err
+	if resp, handled, err := routeUnary(d, ctx, ref.instance, req.GetAppProfileId(), true, req.GetRowKey(),
+		func(ctx context.Context, c btpb.BigtableClient) (*btpb.ReadModifyWriteRowResponse, error) {
+			return c.ReadModifyWriteRow(ctx, req)
+		}); handled {
+		return resp, err
 	}
 	var rules []table.RMWRule
 	for i, r := range req.GetRules() {
@@ -475,8 +493,15 @@ func rowToProto(r cell.Row) *btpb.Row {
 
 // PingAndWarm answers that the server is up.
 func (d *dataServer) PingAndWarm(ctx context.Context, req *btpb.PingAndWarmRequest) (*btpb.PingAndWarmResponse, error) {
-	if _, err := parseInstance(req.GetName()); err != nil {
+	inst, err := parseInstance(req.GetName())
+	if err != nil {
 		return nil, toStatus(err)
+	}
+	if resp, handled, err := routeUnary(d, ctx, inst, req.GetAppProfileId(), false, nil,
+		func(ctx context.Context, c btpb.BigtableClient) (*btpb.PingAndWarmResponse, error) {
+			return c.PingAndWarm(ctx, req)
+		}); handled {
+		return resp, err
 	}
 	return &btpb.PingAndWarmResponse{}, nil
 }

@@ -44,6 +44,9 @@ type instanceServer struct {
 	// creating holds CreateCluster operations waiting for a process with
 	// the cluster's id to join, by cluster id.
 	creating map[string][]*pendingOp
+	// cache holds resolved profiles by instance and id (nil: none).
+	cacheMu sync.Mutex
+	cache   map[string]*adminpb.AppProfile
 }
 
 func (a *instanceServer) localCluster(inst string) *adminpb.Cluster {
@@ -64,9 +67,11 @@ func projectOf(inst string) string {
 	return ""
 }
 
-// clusters returns the instance's clusters: the local one and those stored.
+// clusters returns the instance's clusters: the local one, those stored
+// and the peers.
 func (a *instanceServer) clusters(inst string) ([]*adminpb.Cluster, error) {
 	out := []*adminpb.Cluster{a.localCluster(inst)}
+	stored := map[string]*adminpb.Cluster{}
 	err := a.s.engine.InstanceMeta(kindCluster, inst, func(_, name string, v []byte) error {
 		if name == a.s.opts.ClusterID {
 			return nil
@@ -75,9 +80,25 @@ func (a *instanceServer) clusters(inst string) ([]*adminpb.Cluster, error) {
 		if err := protojson.Unmarshal(v, c); err != nil {
 			return fmt.Errorf("ebbtable: cluster %s/%s: %w", inst, name, err)
 		}
+		stored[name] = c
 		out = append(out, c)
 		return nil
 	})
+	// Peers (other processes of the instance) are clusters too: READY once
+	// they finished their initial copy, CREATING before.
+	for _, pi := range a.s.peers.list() {
+		state := adminpb.Cluster_CREATING
+		if pi.Ready {
+			state = adminpb.Cluster_READY
+		}
+		if c, ok := stored[pi.ID]; ok {
+			c.State = state
+			continue
+		}
+		c := a.localCluster(inst)
+		c.Name, c.State = inst+"/clusters/"+pi.ID, state
+		out = append(out, c)
+	}
 	return out, err
 }
 
@@ -429,6 +450,7 @@ func (a *instanceServer) adoptPeerMeta(list *structpb.ListValue) error {
 				continue
 			}
 		}
+		a.forgetProfiles()
 		if err := a.s.engine.PutInstanceMeta(kind, inst, name, []byte(val)); err != nil {
 			return err
 		}
@@ -446,8 +468,53 @@ func (a *instanceServer) defaultAppProfile(inst string) *adminpb.AppProfile {
 	}
 }
 
-// profile returns the stored profile, the implicit default, or NotFound.
+// profile returns (a copy of) the stored profile, the implicit default, or
+// NotFound.
 func (a *instanceServer) profile(inst, id string) (*adminpb.AppProfile, error) {
+	p, err := a.cachedProfile(inst, id)
+	if err != nil {
+		return nil, err
+	}
+	return proto.Clone(p).(*adminpb.AppProfile), nil
+}
+
+// cachedProfile is profile without the copy, for the data path: every
+// data RPC resolves its profile, so profiles are kept in memory (the cache
+// is dropped whenever a profile is stored or deleted). The caller must not
+// change the result.
+func (a *instanceServer) cachedProfile(inst, id string) (*adminpb.AppProfile, error) {
+	key := inst + "\x00" + id
+	a.cacheMu.Lock()
+	p, ok := a.cache[key]
+	a.cacheMu.Unlock()
+	if !ok {
+		var err error
+		if p, err = a.loadProfile(inst, id); err != nil {
+			return nil, err
+		}
+		a.cacheMu.Lock()
+		if a.cache == nil {
+			a.cache = map[string]*adminpb.AppProfile{}
+		}
+		a.cache[key] = p
+		a.cacheMu.Unlock()
+	}
+	if p == nil {
+		return nil, status.Errorf(codes.NotFound, "ebbtable: app profile %s/appProfiles/%s not found", inst, id)
+	}
+	return p, nil
+}
+
+// forgetProfiles drops the profile cache.
+func (a *instanceServer) forgetProfiles() {
+	a.cacheMu.Lock()
+	a.cache = nil
+	a.cacheMu.Unlock()
+}
+
+// loadProfile reads a profile from the engine: the stored one, the
+// implicit default, or nil.
+func (a *instanceServer) loadProfile(inst, id string) (*adminpb.AppProfile, error) {
 	var found *adminpb.AppProfile
 	err := a.s.engine.InstanceMeta(kindAppProfile, inst, func(_, name string, v []byte) error {
 		if name != id {
@@ -465,9 +532,6 @@ func (a *instanceServer) profile(inst, id string) (*adminpb.AppProfile, error) {
 	}
 	if found == nil && id == defaultProfile {
 		found = a.defaultAppProfile(inst)
-	}
-	if found == nil {
-		return nil, status.Errorf(codes.NotFound, "ebbtable: app profile %s/appProfiles/%s not found", inst, id)
 	}
 	return found, nil
 }
@@ -498,6 +562,7 @@ func (a *instanceServer) putProfile(inst, id string, p *adminpb.AppProfile) erro
 	if err != nil {
 		return err
 	}
+	defer a.forgetProfiles()
 	return a.s.engine.PutInstanceMeta(kindAppProfile, inst, id, v)
 }
 
@@ -613,6 +678,7 @@ func (a *instanceServer) DeleteAppProfile(ctx context.Context, req *adminpb.Dele
 	if _, err := a.profile(inst, id); err != nil {
 		return nil, toStatus(err)
 	}
+	defer a.forgetProfiles()
 	if err := a.s.engine.DeleteInstanceMeta(kindAppProfile, inst, id); err != nil {
 		return nil, toStatus(err)
 	}
@@ -625,31 +691,28 @@ func (a *instanceServer) DeleteAppProfile(ctx context.Context, req *adminpb.Dele
 // single-cluster profile without allow_transactional_writes is refused with
 // FailedPrecondition, as Bigtable does; so is one through a multi-cluster
 // profile (Bigtable allows single-row transactions only with single-cluster
-// routing).
-func (a *instanceServer) checkProfile(inst, id string, transactional bool) error {
+// routing). It returns the profile for routing (see routing.go).
+func (a *instanceServer) checkProfile(inst, id string, transactional bool) (*adminpb.AppProfile, error) {
 	if id == "" {
-		if !transactional {
-			return nil // the default profile serves every non-transactional call
-		}
 		id = defaultProfile
 	}
-	p, err := a.profile(inst, id)
+	p, err := a.cachedProfile(inst, id)
 	if err != nil {
 		var st interface{ GRPCStatus() *status.Status }
 		if errors.As(err, &st) {
-			return err
+			return nil, err
 		}
-		return toStatus(err)
+		return nil, toStatus(err)
 	}
 	if !transactional {
-		return nil
+		return p, nil
 	}
 	sc, ok := p.GetRoutingPolicy().(*adminpb.AppProfile_SingleClusterRouting_)
 	if !ok {
-		return status.Errorf(codes.FailedPrecondition, "ebbtable: app profile %s uses multi-cluster routing; transactional writes (CheckAndMutateRow, ReadModifyWriteRow) need single-cluster routing with allow_transactional_writes", p.GetName())
+		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: app profile %s uses multi-cluster routing; transactional writes (CheckAndMutateRow, ReadModifyWriteRow) need single-cluster routing with allow_transactional_writes", p.GetName())
 	}
 	if !sc.SingleClusterRouting.GetAllowTransactionalWrites() {
-		return status.Errorf(codes.FailedPrecondition, "ebbtable: app profile %s does not allow transactional writes (CheckAndMutateRow, ReadModifyWriteRow); enable allow_transactional_writes on its single-cluster routing", p.GetName())
+		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: app profile %s does not allow transactional writes (CheckAndMutateRow, ReadModifyWriteRow); enable allow_transactional_writes on its single-cluster routing", p.GetName())
 	}
-	return nil
+	return p, nil
 }

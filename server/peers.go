@@ -39,6 +39,8 @@ type peer struct {
 	// lastContact is when a call to the peer last succeeded.
 	lastContact time.Time
 	lastErr     error
+	// lastFail is when a call to the peer last failed.
+	lastFail time.Time
 }
 
 // peerSet is the registry of peers.
@@ -162,6 +164,8 @@ func (ps *peerSet) contact(id string, err error) {
 		p.lastErr = err
 		if err == nil {
 			p.lastContact = ps.s.opts.Clock.Now()
+		} else {
+			p.lastFail = ps.s.opts.Clock.Now()
 		}
 	}
 }
