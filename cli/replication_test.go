@@ -44,6 +44,16 @@ func clientsAt(t *testing.T, addr string) (*bigtable.Client, *bigtable.AdminClie
 	return client, admin
 }
 
+func dialT(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // tableChecksum lists every cell of table t, sorted.
 func tableChecksum(t *testing.T, client *bigtable.Client) (string, int) {
 	t.Helper()
@@ -205,6 +215,33 @@ func TestThreeClusters(t *testing.T) {
 			t.Fatalf("max delay did not fall after resuming: %v", after)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	// App-profile routing through the official client: a single-cluster
+	// profile naming b, used against a, writes on b. With a's pulls from b
+	// paused, the write is on b and not (yet) on a.
+	run(t, nil, ebbtableBin, "replication", "pause", "b", "--addr", a.addr).mustSucceed(t, "pause a's link from b")
+	iac, err := bigtable.NewInstanceAdminClient(ctx, testProject, option.WithGRPCConn(dialT(t, a.addr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer iac.Close()
+	if _, err := iac.CreateAppProfile(ctx, bigtable.ProfileConf{InstanceID: testInstance, ProfileID: "to-b",
+		RoutingConfig: &bigtable.SingleClusterRoutingConfig{ClusterID: "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	routed, err := bigtable.NewClientWithConfig(ctx, testProject, testInstance, bigtable.ClientConfig{AppProfile: "to-b", MetricsProvider: bigtable.NoopMetricsProvider{}}, option.WithGRPCConn(dialT(t, a.addr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer routed.Close()
+	if err := write(routed, "routed", "c", 4, "via-a"); err != nil {
+		t.Fatal(err)
+	}
+	if row, err := cb.Open("t").ReadRow(ctx, "routed"); err != nil || len(row["f"]) != 1 {
+		t.Fatalf("routed write not on b: %v %v", row, err)
+	}
+	if row, _ := ca.Open("t").ReadRow(ctx, "routed"); len(row) != 0 {
+		t.Fatalf("routed write served by a: %v", row)
 	}
 	for _, p := range []*serverProc{a, b, c} {
 		if code := p.terminate(t); code != 0 {
