@@ -117,40 +117,50 @@ func (e *Engine) CreateTable(instance, name string, spec TableSpec) (*Meta, erro
 
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if _, ok := e.tables[catalogKey(instance, name)]; ok || e.reserved[catalogKey(instance, name)] {
-		return nil, fmt.Errorf("%w: %s", ErrTableExists, name)
+	if err := e.insertTableLocked(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// insertTableLocked gives a new table the next id and durably adds it to
+// the catalog. e.mu must be held.
+func (e *Engine) insertTableLocked(m *Meta) error {
+	key := catalogKey(m.Instance, m.Name)
+	if _, ok := e.tables[key]; ok || e.reserved[key] {
+		return fmt.Errorf("%w: %s", ErrTableExists, m.Name)
 	}
 	m.ID = e.nextTableID
 	b := e.store.NewBatch()
 	defer b.Close()
 	enc, err := encodeMeta(m)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := b.Set(tableMetaKey(instance, name), enc, nil); err != nil {
-		return nil, err
+	if err := b.Set(tableMetaKey(m.Instance, m.Name), enc, nil); err != nil {
+		return err
 	}
 	var seq [8]byte
 	binary.BigEndian.PutUint64(seq[:], m.ID)
 	if err := b.Set(storage.MetaKey(metaKindSeq, "table"), seq[:], nil); err != nil {
-		return nil, err
+		return err
 	}
 	// Clear any cells or records a crash may have left under this id.
 	if err := b.DeleteRange(storage.TablePrefix(m.ID), storage.TableEnd(m.ID), nil); err != nil {
-		return nil, err
+		return err
 	}
 	if err := b.DeleteRange(changestream.TableStart(m.ID), changestream.TableEnd(m.ID), nil); err != nil {
-		return nil, err
+		return err
 	}
 	if err := e.commit(b); err != nil {
-		return nil, err
+		return err
 	}
 	e.nextTableID++
-	e.tables[catalogKey(instance, name)] = m
+	e.tables[key] = m
 	if m.ChangeStream != nil {
 		e.streams.Store(m.ID, m.ChangeStream)
 	}
-	return m, nil
+	return nil
 }
 
 // DeleteTable drops a table and all its cells.

@@ -326,13 +326,21 @@ func aggregate(agg Aggregator, old, in []byte) []byte {
 // deletePoints deletes every key in [lo, hi) as seen by the indexed batch b
 // (so earlier mutations of the same request count).
 func deletePoints(b *pebble.Batch, lo, hi []byte) error {
+	return deleteWhere(b, lo, hi, nil)
+}
+
+// deleteWhere deletes the keys in [lo, hi), as the indexed batch b sees
+// them, whose value del accepts (every key when del is nil).
+func deleteWhere(b *pebble.Batch, lo, hi []byte, del func(value []byte) bool) error {
 	it, err := b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return err
 	}
 	var keys [][]byte
 	for it.First(); it.Valid(); it.Next() {
-		keys = append(keys, bytes.Clone(it.Key()))
+		if del == nil || del(it.Value()) {
+			keys = append(keys, bytes.Clone(it.Key()))
+		}
 	}
 	if err := it.Close(); err != nil {
 		return err

@@ -459,26 +459,10 @@ func (e *Engine) applyRemoteMod(b *pebble.Batch, m *Meta, row []byte, mod change
 
 // deleteOlder deletes the cells of [lo, hi) stamped before st.
 func deleteOlder(b *pebble.Batch, lo, hi []byte, st storage.Stamp) error {
-	it, err := b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return err
-	}
-	var keys [][]byte
-	for it.First(); it.Valid(); it.Next() {
-		_, _, cst, derr := storage.DecodeStamped(it.Value())
-		if derr != nil || cst.Less(st) {
-			keys = append(keys, bytes.Clone(it.Key()))
-		}
-	}
-	if err := it.Close(); err != nil {
-		return err
-	}
-	for _, k := range keys {
-		if err := b.Delete(k, nil); err != nil {
-			return err
-		}
-	}
-	return nil
+	return deleteWhere(b, lo, hi, func(v []byte) bool {
+		_, _, cst, err := storage.DecodeStamped(v)
+		return err != nil || cst.Less(st)
+	})
 }
 
 // ExportKind says what an ExportItem carries.
@@ -629,41 +613,13 @@ func (e *Engine) ImportTable(peer *Meta) (*Meta, error) {
 	defer e.leave()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	key := catalogKey(peer.Instance, peer.Name)
-	if _, ok := e.tables[key]; ok || e.reserved[key] {
-		return nil, fmt.Errorf("%w: %s", ErrTableExists, peer.Name)
-	}
 	m := peer.clone()
-	m.ID = e.nextTableID
 	m.Restored = nil
 	if m.ChangeStream != nil {
 		m.ChangeStream = &ChangeStream{Retention: m.ChangeStream.Retention, EnabledMicros: e.nowMicros()}
 	}
-	b := e.store.NewBatch()
-	defer b.Close()
-	enc, err := encodeMeta(m)
-	if err != nil {
+	if err := e.insertTableLocked(m); err != nil {
 		return nil, err
-	}
-	if err := b.Set(tableMetaKey(m.Instance, m.Name), enc, nil); err != nil {
-		return nil, err
-	}
-	if err := b.Set(storage.MetaKey(metaKindSeq, "table"), binary.BigEndian.AppendUint64(nil, m.ID), nil); err != nil {
-		return nil, err
-	}
-	if err := b.DeleteRange(storage.TablePrefix(m.ID), storage.TableEnd(m.ID), nil); err != nil {
-		return nil, err
-	}
-	if err := b.DeleteRange(changestream.TableStart(m.ID), changestream.TableEnd(m.ID), nil); err != nil {
-		return nil, err
-	}
-	if err := e.commit(b); err != nil {
-		return nil, err
-	}
-	e.nextTableID++
-	e.tables[key] = m
-	if m.ChangeStream != nil {
-		e.streams.Store(m.ID, m.ChangeStream)
 	}
 	return m, nil
 }
