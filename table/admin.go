@@ -186,6 +186,9 @@ func (e *Engine) DeleteTableAt(instance, name string, st storage.Stamp) error {
 	if err := b.DeleteRange(changestream.TableStart(m.ID), changestream.TableEnd(m.ID), nil); err != nil {
 		return err
 	}
+	if err := b.DeleteRange(ageCutoffPrefix(m.ID), storage.PrefixEnd(ageCutoffPrefix(m.ID)), nil); err != nil {
+		return err
+	}
 	if _, ok := e.Replicating(); ok {
 		if st.IsZero() {
 			st = e.schemaStamp()
@@ -295,7 +298,15 @@ func (e *Engine) ModifyFamiliesAt(instance, name string, mods []FamilyMod, st st
 			if err := validRule(mod.Name, mod.GC); err != nil {
 				return nil, err
 			}
-			if e.schemaHook != nil {
+			if st.IsZero() {
+				if err := e.checkAgeRaise(name, *f, mod.GC); err != nil {
+					return nil, err
+				}
+			}
+			// A change that arrives from a peer does not run the hook: it
+			// takes effect here without a collection under the old rule,
+			// as on the source system (README "GC across clusters").
+			if e.schemaHook != nil && st.IsZero() {
 				if err := e.schemaHook(old, *f, mod.GC); err != nil {
 					return nil, err
 				}
@@ -331,6 +342,13 @@ func (e *Engine) ModifyFamiliesAt(instance, name string, mods []FamilyMod, st st
 	}
 	if err := e.saveMetaLocked(m); err != nil {
 		return nil, err
+	}
+	for _, mod := range mods {
+		if f, ok := old.Family(mod.Name); ok && mod.Drop {
+			if err := e.clearAgeCutoffs(m.ID, f.ID); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return m, nil
 }
