@@ -36,8 +36,13 @@ type Options struct {
 	CompactMinBytes int64
 	// MaxBackoff caps the wait after failed passes. Default 10m.
 	MaxBackoff time.Duration
-	Clock      clock.Clock
-	Logger     *slog.Logger
+	// DecidesVersions says whether this cluster is its instance's GC
+	// leader, the one cluster that collects cells a max-versions term made
+	// eligible (its deletions replicate to the others). Asked once per
+	// table sweep; nil means always (a single cluster).
+	DecidesVersions func() bool
+	Clock           clock.Clock
+	Logger          *slog.Logger
 	// Registerer receives the metrics; nil means they are not exported.
 	Registerer prometheus.Registerer
 }
@@ -89,6 +94,7 @@ type Collector struct {
 	m    *metrics
 
 	passMu sync.Mutex // one pass at a time
+	cutMu  sync.Mutex // age cutoff updates
 
 	statusMu sync.Mutex
 	status   map[uint64]*TableStatus

@@ -42,6 +42,9 @@ type tableResult struct {
 	debtOldest     time.Duration
 	compaction     time.Duration
 	dropped        []uint32
+	// leftToLeader counts versions-eligible cells this (non-leader)
+	// cluster left for the GC leader.
+	leftToLeader int64
 }
 
 // scanPlan decides how to scan a table: a full scan when any rule counts
@@ -88,6 +91,7 @@ func planFor(m *table.Meta, now int64, onlyFamily uint32) scanPlan {
 func (c *Collector) sweepTable(ctx context.Context, m *table.Meta, onlyFamily uint32) (tableResult, error) {
 	now := clock.Micros(c.opts.Clock.Now())
 	res := tableResult{}
+	skipVersions := !c.decidesVersions()
 	plan := planFor(m, now, onlyFamily)
 	res.fullScan = plan.full && onlyFamily == sweepAll
 	lo, hi := storage.TablePrefix(m.ID), storage.TableEnd(m.ID)
@@ -110,7 +114,7 @@ func (c *Collector) sweepTable(ctx context.Context, m *table.Meta, onlyFamily ui
 			}
 			before := res.examined
 			busy := time.Now()
-			cands, next, err := c.scanBatch(m, cursor, hi, filters, now, onlyFamily, &res)
+			cands, next, err := c.scanBatch(m, cursor, hi, filters, now, onlyFamily, skipVersions, &res)
 			c.m.cellsExamined.Add(float64(res.examined - before))
 			if err != nil {
 				return res, err
@@ -158,13 +162,20 @@ func (c *Collector) sweepTable(ctx context.Context, m *table.Meta, onlyFamily ui
 			return res, err
 		}
 	}
+	if err := c.advanceAgeCutoffs(m, now, onlyFamily); err != nil {
+		return res, err
+	}
 	return res, nil
 }
 
 // scanBatch examines cells from cursor until a batch is full, stopping at a
 // row boundary, and returns the eligible ones and where to go on from (nil
 // when the table is done).
-func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, filters []pebble.BlockPropertyFilter, now int64, onlyFamily uint32, res *tableResult) ([]candidate, []byte, error) {
+//
+// With skipVersions (a cluster that is not the instance's GC leader), cells
+// a max-versions term made eligible are left for the leader, whose
+// deletions arrive by replication.
+func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, filters []pebble.BlockPropertyFilter, now int64, onlyFamily uint32, skipVersions bool, res *tableResult) ([]candidate, []byte, error) {
 	it, err := c.eng.Store().NewIter(&pebble.IterOptions{LowerBound: cursor, UpperBound: hi, PointKeyFilters: filters})
 	if err != nil {
 		return nil, nil, err
@@ -202,6 +213,10 @@ func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, filters []pebble
 			for i, r := range reasons {
 				if r == table.Keep {
 					res.liveBytes += sizes[i]
+					continue
+				}
+				if r == table.Versions && skipVersions {
+					res.leftToLeader++
 					continue
 				}
 				cands = append(cands, candidate{key: keyOf(ts[i]), rowLen: rowLen, family: colFam.Name, reason: r,
