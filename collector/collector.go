@@ -174,7 +174,7 @@ func (c *Collector) RunPass(ctx context.Context, sel Selector) (PassStats, error
 	}
 	var errs []error
 	for _, m := range tablesMatching(tables, sel) {
-		res, err := c.sweepTable(ctx, m, sweepAll)
+		res, err := c.sweepTable(ctx, m, sweepAll, !c.decidesVersions())
 		st.Tables++
 		st.Examined += res.examined
 		st.Collected += res.collected
@@ -222,11 +222,16 @@ func tablesMatching(ms []*table.Meta, sel Selector) []*table.Meta {
 //
 // Only a change that would keep some cell the old rule makes eligible needs
 // this (gcrule.Looser); a stricter change takes effect at once.
+//
+// The engine runs the hook only for changes made on this cluster, and the
+// sweep collects versions-eligible cells too, even on a cluster that is not
+// the GC leader: the cluster that loosens the rule decides those deletions
+// once, and they replicate like the leader's (README "GC across clusters").
 func (c *Collector) BeforeRuleChange(old *table.Meta, f table.Family, next gcrule.Rule) error {
 	if c.eng.Visibility() == table.UntilCollected || !gcrule.Looser(f.GC, next) {
 		return nil
 	}
-	_, err := c.sweepTable(context.Background(), old, f.ID)
+	_, err := c.sweepTable(context.Background(), old, f.ID, false)
 	return err
 }
 

@@ -216,3 +216,22 @@ func TestAgeCutoffIsMonotonicAcrossARaise(t *testing.T) {
 	}
 	eng.Close()
 }
+
+// TestNonLeaderLooseningCollectsVersionsUnderTheOldRule: a rule loosened on
+// a non-leader is swept under the old rule first, versions-eligible cells
+// included (their gc-versions records then replicate), so readers there
+// never see them come back.
+func TestNonLeaderLooseningCollectsVersionsUnderTheOldRule(t *testing.T) {
+	e := newEnv(t, table.HideEligible, Options{DecidesVersions: func() bool { return false }})
+	versionsFixture(t, e)
+	visible := e.visible(t, "t")
+	if _, err := e.eng.ModifyFamilies(inst, "t", []table.FamilyMod{{Name: "ver", Update: true, GC: gcrule.MustParse("maxversions=5")}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.visible(t, "t"); !slices.Equal(got, visible) {
+		t.Errorf("after loosening, readers see %v, want %v", got, visible)
+	}
+	if got := gcReasons(t, e); !slices.Equal(got, []string{changestream.ReasonGCVersions}) {
+		t.Errorf("GC records %v, want one gc-versions", got)
+	}
+}

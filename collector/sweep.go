@@ -87,11 +87,11 @@ func planFor(m *table.Meta, now int64, onlyFamily uint32) scanPlan {
 }
 
 // sweepTable collects one table (or one family of it) under the rules in m,
-// at the time the sweep starts.
-func (c *Collector) sweepTable(ctx context.Context, m *table.Meta, onlyFamily uint32) (tableResult, error) {
+// at the time the sweep starts; with skipVersions it leaves versions-eligible
+// cells to the GC leader.
+func (c *Collector) sweepTable(ctx context.Context, m *table.Meta, onlyFamily uint32, skipVersions bool) (tableResult, error) {
 	now := clock.Micros(c.opts.Clock.Now())
 	res := tableResult{}
-	skipVersions := !c.decidesVersions()
 	plan := planFor(m, now, onlyFamily)
 	res.fullScan = plan.full && onlyFamily == sweepAll
 	lo, hi := storage.TablePrefix(m.ID), storage.TableEnd(m.ID)
