@@ -24,12 +24,13 @@ func newGCCmd() *cobra.Command {
 
   gc run      run a pass now and print what it collected
   gc plan     count what a GC rule would make eligible, changing nothing
-  gc status   show each table's rules, last pass, expiry debt and size`,
+  gc status   show each table's rules, last pass, expiry debt and size
+  gc raise    set a family's rule; --coordinated raises a max age on every cluster in step`,
 		Args: exactArgs(0, "a subcommand: run, plan or status"),
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cf.register(cmd)
-	cmd.AddCommand(newGCRunCmd(&cf), newGCPlanCmd(&cf), newGCStatusCmd(&cf))
+	cmd.AddCommand(newGCRunCmd(&cf), newGCPlanCmd(&cf), newGCStatusCmd(&cf), newGCRaiseCmd(&cf))
 	return cmd
 }
 

@@ -36,8 +36,13 @@ type Options struct {
 	CompactMinBytes int64
 	// MaxBackoff caps the wait after failed passes. Default 10m.
 	MaxBackoff time.Duration
-	Clock      clock.Clock
-	Logger     *slog.Logger
+	// DecidesVersions says whether this cluster is its instance's GC
+	// leader, the one cluster that collects cells a max-versions term made
+	// eligible (its deletions replicate to the others). Asked once per
+	// table sweep; nil means always (a single cluster).
+	DecidesVersions func() bool
+	Clock           clock.Clock
+	Logger          *slog.Logger
 	// Registerer receives the metrics; nil means they are not exported.
 	Registerer prometheus.Registerer
 }
@@ -89,6 +94,10 @@ type Collector struct {
 	m    *metrics
 
 	passMu sync.Mutex // one pass at a time
+
+	holdMu sync.Mutex
+	holds  map[holdKey]bool // families whose age sweeps are held
+	cutMu  sync.Mutex       // age cutoff updates
 
 	statusMu sync.Mutex
 	status   map[uint64]*TableStatus
@@ -168,7 +177,7 @@ func (c *Collector) RunPass(ctx context.Context, sel Selector) (PassStats, error
 	}
 	var errs []error
 	for _, m := range tablesMatching(tables, sel) {
-		res, err := c.sweepTable(ctx, m, sweepAll)
+		res, err := c.sweepTable(ctx, m, sweepAll, !c.decidesVersions())
 		st.Tables++
 		st.Examined += res.examined
 		st.Collected += res.collected
@@ -216,11 +225,16 @@ func tablesMatching(ms []*table.Meta, sel Selector) []*table.Meta {
 //
 // Only a change that would keep some cell the old rule makes eligible needs
 // this (gcrule.Looser); a stricter change takes effect at once.
+//
+// The engine runs the hook only for changes made on this cluster, and the
+// sweep collects versions-eligible cells too, even on a cluster that is not
+// the GC leader: the cluster that loosens the rule decides those deletions
+// once, and they replicate like the leader's (README "GC across clusters").
 func (c *Collector) BeforeRuleChange(old *table.Meta, f table.Family, next gcrule.Rule) error {
 	if c.eng.Visibility() == table.UntilCollected || !gcrule.Looser(f.GC, next) {
 		return nil
 	}
-	_, err := c.sweepTable(context.Background(), old, f.ID)
+	_, err := c.sweepTable(context.Background(), old, f.ID, false)
 	return err
 }
 

@@ -92,7 +92,7 @@ func (c *Collector) DebtOf(ctx context.Context, m *table.Meta) (Debt, error) {
 		if err := ctx.Err(); err != nil {
 			return d, err
 		}
-		cands, next, err := c.scanBatch(m, cursor, hi, nil, now, sweepAll, &res)
+		cands, next, err := c.scanBatch(m, cursor, hi, nil, now, sweepAll, sweepRules{}, &res)
 		if err != nil {
 			return d, err
 		}

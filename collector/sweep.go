@@ -42,6 +42,9 @@ type tableResult struct {
 	debtOldest     time.Duration
 	compaction     time.Duration
 	dropped        []uint32
+	// leftToLeader counts versions-eligible cells this (non-leader)
+	// cluster left for the GC leader.
+	leftToLeader int64
 }
 
 // scanPlan decides how to scan a table: a full scan when any rule counts
@@ -84,9 +87,22 @@ func planFor(m *table.Meta, now int64, onlyFamily uint32) scanPlan {
 }
 
 // sweepTable collects one table (or one family of it) under the rules in m,
-// at the time the sweep starts.
-func (c *Collector) sweepTable(ctx context.Context, m *table.Meta, onlyFamily uint32) (tableResult, error) {
-	now := clock.Micros(c.opts.Clock.Now())
+// at the time the sweep starts; with skipVersions it leaves versions-eligible
+// cells to the GC leader.
+func (c *Collector) sweepTable(ctx context.Context, m *table.Meta, onlyFamily uint32, skipVersions bool) (tableResult, error) {
+	return c.sweepTableAt(ctx, m, onlyFamily, sweepRules{skipVersions: skipVersions, held: c.heldFamilies(m)}, clock.Micros(c.opts.Clock.Now()))
+}
+
+// sweepRules say which eligible cells a sweep leaves alone: versions-
+// eligible ones on a cluster that is not the GC leader, age-eligible ones
+// of families whose age sweeps are held (a coordinated raise).
+type sweepRules struct {
+	skipVersions bool
+	held         map[uint32]bool
+}
+
+// sweepTableAt is sweepTable as if the sweep started at now (micros).
+func (c *Collector) sweepTableAt(ctx context.Context, m *table.Meta, onlyFamily uint32, rules sweepRules, now int64) (tableResult, error) {
 	res := tableResult{}
 	plan := planFor(m, now, onlyFamily)
 	res.fullScan = plan.full && onlyFamily == sweepAll
@@ -110,7 +126,7 @@ func (c *Collector) sweepTable(ctx context.Context, m *table.Meta, onlyFamily ui
 			}
 			before := res.examined
 			busy := time.Now()
-			cands, next, err := c.scanBatch(m, cursor, hi, filters, now, onlyFamily, &res)
+			cands, next, err := c.scanBatch(m, cursor, hi, filters, now, onlyFamily, rules, &res)
 			c.m.cellsExamined.Add(float64(res.examined - before))
 			if err != nil {
 				return res, err
@@ -158,13 +174,20 @@ func (c *Collector) sweepTable(ctx context.Context, m *table.Meta, onlyFamily ui
 			return res, err
 		}
 	}
+	if err := c.advanceAgeCutoffs(m, now, onlyFamily, rules.held); err != nil {
+		return res, err
+	}
 	return res, nil
 }
 
 // scanBatch examines cells from cursor until a batch is full, stopping at a
 // row boundary, and returns the eligible ones and where to go on from (nil
 // when the table is done).
-func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, filters []pebble.BlockPropertyFilter, now int64, onlyFamily uint32, res *tableResult) ([]candidate, []byte, error) {
+//
+// With skipVersions (a cluster that is not the instance's GC leader), cells
+// a max-versions term made eligible are left for the leader, whose
+// deletions arrive by replication.
+func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, filters []pebble.BlockPropertyFilter, now int64, onlyFamily uint32, rules sweepRules, res *tableResult) ([]candidate, []byte, error) {
 	it, err := c.eng.Store().NewIter(&pebble.IterOptions{LowerBound: cursor, UpperBound: hi, PointKeyFilters: filters})
 	if err != nil {
 		return nil, nil, err
@@ -203,6 +226,13 @@ func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, filters []pebble
 				if r == table.Keep {
 					res.liveBytes += sizes[i]
 					continue
+				}
+				if r == table.Versions && rules.skipVersions {
+					res.leftToLeader++
+					continue
+				}
+				if r == table.Age && rules.held[colFamID] {
+					continue // the family's age sweeps are held
 				}
 				cands = append(cands, candidate{key: keyOf(ts[i]), rowLen: rowLen, family: colFam.Name, reason: r,
 					bytes: sizes[i], exp: exp[i], eligible: eligibleSince(colFam.GC, r, ts[i], exp[i])})

@@ -289,6 +289,9 @@ func (d *dataServer) dataChanges(rec changestream.Record) []*btpb.ReadChangeStre
 	}
 	if rec.Type == changestream.GarbageCollection {
 		first.Type = btpb.ReadChangeStreamResponse_DataChange_GARBAGE_COLLECTION
+		// Local collections have no source cluster; a versions collection
+		// replicated from the GC leader names it.
+		first.SourceClusterId = rec.SourceCluster
 	} else {
 		first.SourceClusterId = rec.SourceCluster
 		if first.SourceClusterId == "" {

@@ -66,6 +66,8 @@ var ebbAdminDesc = grpc.ServiceDesc{
 		unaryStruct("GcStatus", (*ebbAdmin).gcStatus),
 		unaryStruct("SetFamilyOptions", (*ebbAdmin).setFamilyOptions),
 		unaryStruct("DebugClock", (*ebbAdmin).debugClock),
+		unaryStruct("GcRaise", (*ebbAdmin).gcRaise),
+		unaryStruct("GcHold", (*ebbAdmin).gcHold),
 		unaryStruct("Join", (*ebbAdmin).join),
 		unaryStruct("TableChunks", (*ebbAdmin).tableChunks),
 		unaryStruct("TableCells", (*ebbAdmin).tableCells),
@@ -157,7 +159,8 @@ func (a *ebbAdmin) gcPlan(ctx context.Context, in *structpb.Struct) (*structpb.S
 
 // gcStatus: {project, instance} → {interval_seconds, visibility,
 // last_pass_started, last_pass_seconds, tables: [{table, families: [{name,
-// rule}], last_pass, examined, collected, collected_bytes, debt_cells,
+// rule, age_cutoff (RFC 3339, families with an age term once swept)}],
+// last_pass, examined, collected, collected_bytes, debt_cells,
 // debt_bytes, debt_oldest_seconds, logical_bytes, disk_bytes}]}.
 func (a *ebbAdmin) gcStatus(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
 	inst, err := instanceOf(in)
@@ -165,12 +168,26 @@ func (a *ebbAdmin) gcStatus(ctx context.Context, in *structpb.Struct) (*structpb
 		return nil, err
 	}
 	sts, last := a.s.collector.Status(inst)
+	cuts, err := a.s.collector.AgeCutoffs(inst)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	cutoff := map[string]int64{}
+	for _, c := range cuts {
+		cutoff[c.Instance+"\x00"+c.Table+"\x00"+c.Family] = c.Cutoff
+	}
 	var tables []any
 	for _, st := range sts {
 		var fams []any
 		if m, err := a.s.engine.Table(st.Instance, st.Table); err == nil {
 			for _, f := range m.Families {
-				fams = append(fams, map[string]any{"name": f.Name, "rule": f.GC.String()})
+				fam := map[string]any{"name": f.Name, "rule": f.GC.String()}
+				// age_cutoff: how far this cluster has collected by age
+				// (README "GC across clusters").
+				if c, ok := cutoff[m.Instance+"\x00"+m.Name+"\x00"+f.Name]; ok {
+					fam["age_cutoff"] = time.UnixMicro(c).UTC().Format(time.RFC3339Nano)
+				}
+				fams = append(fams, fam)
 			}
 		}
 		// Live debt: a dry scan of the table now.

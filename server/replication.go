@@ -74,6 +74,10 @@ type replication struct {
 
 	latency *prometheus.HistogramVec
 	applied *prometheus.CounterVec
+	// gcShipped and gcApplied count versions-GC deletions (cells) shipped
+	// to peers and applied from them (README "GC across clusters").
+	gcShipped *prometheus.CounterVec
+	gcApplied *prometheus.CounterVec
 }
 
 func newReplication(s *Server) *replication {
@@ -87,8 +91,16 @@ func newReplication(s *Server) *replication {
 			Name: "ebbtable_replication_applied_records_total",
 			Help: "Records pulled from a peer and applied here, by source cluster.",
 		}, []string{"source"}),
+		gcShipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ebbtable_replication_gc_deletes_shipped_total",
+			Help: "Cells deleted by this cluster's versions garbage collection (as GC leader) shipped to a peer, by table; counted each time a pull carries them.",
+		}, []string{"table"}),
+		gcApplied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ebbtable_replication_gc_deletes_applied_total",
+			Help: "Cell deletions of the GC leader's versions garbage collection applied here, by source cluster and table.",
+		}, []string{"source", "table"}),
 	}
-	s.opts.Registry.MustRegister(r.latency, r.applied, r)
+	s.opts.Registry.MustRegister(r.latency, r.applied, r.gcShipped, r.gcApplied, r)
 	return r
 }
 
@@ -397,6 +409,9 @@ func (r *replication) pullOnce(id string) error {
 			r.latency.WithLabelValues(id).Observe(float64(max(now-rec.Commit, 0)) / 1e6)
 		}
 		r.applied.WithLabelValues(id).Add(float64(len(recs)))
+		if n := gcDeletes(recs); n > 0 {
+			r.gcApplied.WithLabelValues(id, m.Name).Add(float64(n))
+		}
 	}
 	if complete && closed > 0 {
 		r.mu.Lock()
@@ -594,8 +609,9 @@ func (r *replication) trimTombstones() {
 // pull answers a peer's long poll: {cluster, addr, wait_ms, limit,
 // positions: {"instance\x00table": token}} → {cluster, closed, peers,
 // catalog, dropped, tables: [{instance, table, records, positions, through,
-// full}]}. Records are this cluster's own user writes, base64 of the binary
-// record encoding, each with its position token.
+// full}]}. Records are this cluster's own user writes and versions garbage
+// collections (see shipsToPeers), base64 of the binary record encoding, each
+// with its position token.
 func (a *ebbAdmin) pull(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
 	s := a.s
 	caller := str(in, "cluster")
@@ -666,12 +682,19 @@ func (a *ebbAdmin) collectPull(positions map[string]*structpb.Value, limit int) 
 			return nil, 0, toStatus(err)
 		}
 		var recs, toks []any
+		gcCells := 0
 		for _, rec := range batch.Records {
-			if rec.Type != changestream.User || rec.SourceCluster != "" || rec.IsSystem {
+			if !shipsToPeers(rec) {
 				continue
+			}
+			if rec.Type == changestream.GarbageCollection {
+				gcCells += len(rec.Mods)
 			}
 			recs = append(recs, base64.StdEncoding.EncodeToString(rec.Encode()))
 			toks = append(toks, rec.Position.Token())
+		}
+		if gcCells > 0 {
+			s.repl.gcShipped.WithLabelValues(m.Name).Add(float64(gcCells))
 		}
 		through := throughClosed(closed)
 		if batch.Full {

@@ -126,6 +126,11 @@ func New(opts Options) (*Server, error) {
 	}
 	gcOpts := opts.GC
 	gcOpts.Clock, gcOpts.Logger, gcOpts.Registerer = opts.Clock, opts.Logger, opts.Registry
+	// The server is built below; the collector asks it only once running.
+	var self *Server
+	if gcOpts.DecidesVersions == nil {
+		gcOpts.DecidesVersions = func() bool { return self.isGCLeader() }
+	}
 	col, err := collector.New(eng, gcOpts)
 	if err != nil {
 		eng.Close()
@@ -147,6 +152,7 @@ func New(opts Options) (*Server, error) {
 	eng.SetRowExpiry(rowttl.RowExpired)
 	s := &Server{opts: opts, engine: eng, collector: col, ttl: job, backups: bk, opWait: defaultOpWait, ops: newOperations(), health: health.NewServer(), log: opts.Logger,
 		stopping: make(chan struct{})}
+	self = s
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
 		grpc.MaxSendMsgSize(opts.MaxMessageBytes),

@@ -196,6 +196,9 @@ func (e *Engine) DeleteTableAt(instance, name string, st storage.Stamp) error {
 	if err := b.DeleteRange(changestream.TableStart(m.ID), changestream.TableEnd(m.ID), nil); err != nil {
 		return err
 	}
+	if err := b.DeleteRange(ageCutoffPrefix(m.ID), storage.PrefixEnd(ageCutoffPrefix(m.ID)), nil); err != nil {
+		return err
+	}
 	if _, ok := e.Replicating(); ok {
 		if st.IsZero() {
 			st = e.schemaStamp()
@@ -228,6 +231,10 @@ type FamilyMod struct {
 	// IgnoreWarnings lets a drop proceed on a table with data. Accepted for
 	// API compatibility; drops never need it here.
 	IgnoreWarnings bool
+	// Collected, on an update, says the caller already collected the
+	// family under its old rule (a coordinated raise): the schema hook
+	// does not run.
+	Collected bool
 }
 
 // SchemaHook lets a background job take part in schema changes: it runs,
@@ -305,7 +312,15 @@ func (e *Engine) ModifyFamiliesAt(instance, name string, mods []FamilyMod, st st
 			if err := validRule(mod.Name, mod.GC); err != nil {
 				return nil, err
 			}
-			if e.schemaHook != nil {
+			if st.IsZero() {
+				if err := e.checkAgeRaise(name, *f, mod.GC); err != nil {
+					return nil, err
+				}
+			}
+			// A change that arrives from a peer does not run the hook: it
+			// takes effect here without a collection under the old rule,
+			// as on the source system (README "GC across clusters").
+			if e.schemaHook != nil && st.IsZero() && !mod.Collected {
 				if err := e.schemaHook(old, *f, mod.GC); err != nil {
 					return nil, err
 				}
@@ -341,6 +356,13 @@ func (e *Engine) ModifyFamiliesAt(instance, name string, mods []FamilyMod, st st
 	}
 	if err := e.saveMetaLocked(m); err != nil {
 		return nil, err
+	}
+	for _, mod := range mods {
+		if f, ok := old.Family(mod.Name); ok && mod.Drop {
+			if err := e.clearAgeCutoffs(m.ID, f.ID); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return m, nil
 }

@@ -338,7 +338,7 @@ type ReplicaStats struct {
 // origin's checkpoint for the table to through, all in one batch: applying
 // a record twice changes nothing. Applied records are recorded in this
 // table's change stream with their source cluster, so they are never
-// shipped back.
+// shipped back; a garbage-collection record keeps its type and reason.
 func (e *Engine) ApplyReplicated(m *Meta, origin string, recs []changestream.Record, through changestream.Position) (ReplicaStats, error) {
 	var st ReplicaStats
 	if err := e.enter(); err != nil {
@@ -360,8 +360,12 @@ func (e *Engine) ApplyReplicated(m *Meta, origin string, recs []changestream.Rec
 	out := make([]changestream.Record, 0, len(recs))
 	for _, r := range recs {
 		stamp := storage.Stamp{Commit: r.Commit, Cluster: origin}
+		// A garbage collection (the GC leader's versions deletions) needs no
+		// tombstone: a write older than it that arrives later is itself
+		// beyond the family's versions and is collected in turn.
+		gc := r.Type == changestream.GarbageCollection
 		for _, mod := range r.Mods {
-			res, err := e.applyRemoteMod(b, m, r.RowKey, mod, stamp)
+			res, err := e.applyRemoteMod(b, m, r.RowKey, mod, stamp, !gc)
 			if err != nil {
 				return st, err
 			}
@@ -396,7 +400,7 @@ const (
 )
 
 // applyRemoteMod applies one mod of a peer's record stamped st.
-func (e *Engine) applyRemoteMod(b *pebble.Batch, m *Meta, row []byte, mod changestream.Mod, st storage.Stamp) (remoteResult, error) {
+func (e *Engine) applyRemoteMod(b *pebble.Batch, m *Meta, row []byte, mod changestream.Mod, st storage.Stamp, tombstone bool) (remoteResult, error) {
 	var fam uint32
 	if mod.Kind != changestream.DeleteFromRow {
 		f, ok := m.Family(mod.Family)
@@ -451,6 +455,9 @@ func (e *Engine) applyRemoteMod(b *pebble.Batch, m *Meta, row []byte, mod change
 		}
 		if err := deleteOlder(b, lo, hi, st); err != nil {
 			return 0, err
+		}
+		if !tombstone {
+			return remoteApplied, nil
 		}
 		return remoteApplied, addTombstone(b, m.ID, row, st, span)
 	}
