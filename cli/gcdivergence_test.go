@@ -117,6 +117,33 @@ func TestSeedDivergenceStory(t *testing.T) {
 		t.Errorf("age GC shipped %v deletes", v)
 	}
 
+	// Versions GC is decided once, on the leader (a, the smallest id), and
+	// reaches b's change stream as GARBAGE_COLLECTION from a.
+	ebb(b, "changestream", "enable", "t").mustSucceed(t, "changestream enable on b")
+	if err := aa.CreateColumnFamily(ctx, "t", "hist"); err != nil {
+		t.Fatal(err)
+	}
+	if err := aa.SetGCPolicy(ctx, "t", "hist", bigtable.MaxVersionsPolicy(1)); err != nil {
+		t.Fatal(err)
+	}
+	put("ip#685", "hist:c", day("2023-01-30"))
+	put("ip#685", "hist:c", day("2023-01-31"))
+	if err := aa.WaitForReplication(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	ebb(a, "gc", "run", "--table", "t", "--wait").mustSucceed(t, "gc run on a")
+	if err := aa.WaitForReplication(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	bNow := strings.TrimSpace(ebb(b, "debug", "clock", "advance", "1s").mustSucceed(t, "debug clock").stdout)
+	stream := ebb(b, "watch", "t", "--since", "oldest", "--until", bNow).mustSucceed(t, "watch on b").stdout
+	if !regexpLine(stream, `"type":"GARBAGE_COLLECTION","reason":"gc-versions",.*"source_cluster_id":"a",.*"family":"hist"`) {
+		t.Fatalf("b's change stream lacks a's versions collection:\n%s", stream)
+	}
+	if v, _ := metric(t, aHTTP, `ebbtable_replication_gc_deletes_shipped_total{table="t"}`); v < 1 {
+		t.Errorf("versions GC shipped %v deletes", v)
+	}
+
 	// Raises: by 91 days refused, by 90 accepted.
 	err := aa.SetGCPolicy(ctx, "t", "profile", bigtable.MaxAgePolicy(141*month))
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "90") {
