@@ -18,7 +18,12 @@ func (s *Server) isGCLeader() bool {
 		return true
 	}
 	for _, p := range s.peers.list() {
-		if p.Ready && p.ID < s.opts.ClusterID {
+		// A smaller-id peer leads while it answers; if it stops (its
+		// pulls fail for peerHealthyWithin), the next one takes over, so
+		// versions GC does not stall behind a dead cluster. Two clusters
+		// deciding for a moment is harmless: a versions deletion is the
+		// same decision on either, applied last-writer-wins.
+		if p.Ready && p.ID < s.opts.ClusterID && s.peers.healthy(p.ID) {
 			return false
 		}
 	}

@@ -77,9 +77,9 @@ func TestVersionsGCReplicatesAgeGCStaysLocal(t *testing.T) {
 	ctx := context.Background()
 	a := startCluster(t, "a", "", "")
 	b := startCluster(t, "b", a.srv.Addr(), "")
-	if !a.srv.isGCLeader() || b.srv.isGCLeader() {
-		t.Fatalf("GC leader: a %v, b %v; want a", a.srv.isGCLeader(), b.srv.isGCLeader())
-	}
+	eventually(t, "a leads GC", func() (bool, string) {
+		return a.srv.isGCLeader() && !b.srv.isGCLeader(), fmt.Sprintf("a %v, b %v", a.srv.isGCLeader(), b.srv.isGCLeader())
+	})
 	conf := &bigtable.TableConf{TableID: "t", ChangeStreamRetention: 24 * time.Hour, ColumnFamilies: map[string]bigtable.Family{
 		"ver": {GCPolicy: bigtable.MaxVersionsPolicy(1)},
 		"age": {GCPolicy: bigtable.MaxAgePolicy(time.Hour)},
@@ -232,4 +232,14 @@ func dialPeer(t *testing.T, addr string) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// TestGCLeaderFailsOver: when the leader stops answering, the next cluster
+// takes over versions GC instead of leaving it stalled.
+func TestGCLeaderFailsOver(t *testing.T) {
+	a := startCluster(t, "a", "", "")
+	b := startCluster(t, "b", a.srv.Addr(), "")
+	eventually(t, "a leads GC", func() (bool, string) { return !b.srv.isGCLeader(), "b leads" })
+	a.stop()
+	eventually(t, "b takes over", func() (bool, string) { return b.srv.isGCLeader(), "b does not lead" })
 }

@@ -954,6 +954,7 @@ func (s *Server) joinCluster(seed string) error {
 	if _, err := invokeStruct(ctx, conn, MethodReady, map[string]any{"cluster": s.opts.ClusterID}); err != nil {
 		return fmt.Errorf("ebbtable: join: telling %s the copy is done: %w", seedID, err)
 	}
+	s.peers.contact(seedID, nil)
 	s.log.Info("joined the instance", "seed", seedID, "peers", len(s.peers.list()))
 	return nil
 }
