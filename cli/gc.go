@@ -172,6 +172,15 @@ and estimated disk bytes. "-" marks figures a table does not have yet.
 	return cmd
 }
 
+// ageCutoffOf is a family's age cutoff as status prints it: the cell time
+// below which this cluster's age collection has gone ("-": none yet).
+func ageCutoffOf(f fields) string {
+	if c := f.str("age_cutoff"); c != "" {
+		return c
+	}
+	return "-"
+}
+
 // printGCStatus lays out a GcStatus answer: a header, then one line per
 // column family, the table's figures on its first line.
 func printGCStatus(w io.Writer, r fields) error {
@@ -195,13 +204,13 @@ func printGCStatus(w io.Writer, r fields) error {
 	slices.SortFunc(tables, func(a, b fields) int { return cmp.Compare(a.str("table"), b.str("table")) })
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TABLE\tFAMILY\tRULE\tLAST PASS\tEXAMINED\tCOLLECTED\tCOLLECTED BYTES\tDEBT CELLS\tDEBT BYTES\tDEBT OLDEST\tLOGICAL BYTES\tDISK BYTES")
+	fmt.Fprintln(tw, "TABLE\tFAMILY\tRULE\tAGE CUTOFF\tLAST PASS\tEXAMINED\tCOLLECTED\tCOLLECTED BYTES\tDEBT CELLS\tDEBT BYTES\tDEBT OLDEST\tLOGICAL BYTES\tDISK BYTES")
 	for _, t := range tables {
 		fams := t.list("families")
 		slices.SortFunc(fams, func(a, b fields) int { return cmp.Compare(a.str("name"), b.str("name")) })
-		name, rule := "-", "-"
+		name, rule, cut := "-", "-", "-"
 		if len(fams) > 0 {
-			name, rule = fams[0].str("name"), fams[0].str("rule")
+			name, rule, cut = fams[0].str("name"), fams[0].str("rule"), ageCutoffOf(fams[0])
 		}
 		figures := "-\t-\t-\t-\t-\t-\t-\t-\t-"
 		if lp := t.str("last_pass"); lp != "" {
@@ -214,9 +223,9 @@ func printGCStatus(w io.Writer, r fields) error {
 				t.int("debt_cells"), humanBytes(t.int("debt_bytes")), oldest,
 				humanBytes(t.int("logical_bytes")), humanBytes(t.int("disk_bytes")))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.str("table"), name, rule, figures)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.str("table"), name, rule, cut, figures)
 		for _, f := range fams[min(1, len(fams)):] {
-			fmt.Fprintf(tw, "\t%s\t%s\n", f.str("name"), f.str("rule"))
+			fmt.Fprintf(tw, "\t%s\t%s\t%s\n", f.str("name"), f.str("rule"), ageCutoffOf(f))
 		}
 	}
 	return tw.Flush()

@@ -109,11 +109,11 @@ func TestGCCommands(t *testing.T) {
 	r = ebbtable(t, at("gc", "status")...).mustSucceed(t, "gc status")
 	wantMatch(t, "gc status", r.stdout, `(?m)^interval\s+1h0m0s$`)
 	wantMatch(t, "gc status", r.stdout, `(?m)^visibility\s+hidden$`)
-	wantMatch(t, "gc status", r.stdout, `(?m)^TABLE\s+FAMILY\s+RULE\s+LAST PASS\s+EXAMINED\s+COLLECTED\s+COLLECTED BYTES\s+DEBT CELLS\s+DEBT BYTES\s+DEBT OLDEST\s+LOGICAL BYTES\s+DISK BYTES$`)
+	wantMatch(t, "gc status", r.stdout, `(?m)^TABLE\s+FAMILY\s+RULE\s+AGE CUTOFF\s+LAST PASS\s+EXAMINED\s+COLLECTED\s+COLLECTED BYTES\s+DEBT CELLS\s+DEBT BYTES\s+DEBT OLDEST\s+LOGICAL BYTES\s+DISK BYTES$`)
 	// The pass examined 5 cells and collected 3. Debt is measured live by
 	// status: nothing eligible is left. It was a full scan (the rule counts
 	// versions), so logical bytes are known.
-	wantMatch(t, "gc status", r.stdout, `(?m)^t\s+cf\s+versions\(\) > 2\s+\d{4}-\d\d-\d\dT[\d:.]+Z\s+5\s+3\s+\d+ B\s+0\s+0 B\s+-\s+[1-9]\d* B\s+\d+`)
+	wantMatch(t, "gc status", r.stdout, `(?m)^t\s+cf\s+versions\(\) > 2\s+-\s+\d{4}-\d\d-\d\dT[\d:.]+Z\s+5\s+3\s+\d+ B\s+0\s+0 B\s+-\s+[1-9]\d* B\s+\d+`)
 
 	r = ebbtable(t, at("gc", "status", "--json")...).mustSucceed(t, "gc status --json")
 	var st struct {

@@ -81,6 +81,9 @@ func TestSeedDivergenceStory(t *testing.T) {
 	if row, _ := ca.Open("t").ReadRow(ctx, "ip#685"); len(row) != 0 {
 		t.Fatalf("a still has %v", row)
 	}
+	if out := ebb(a, "gc", "status").mustSucceed(t, "gc status").stdout; !regexpLine(out, `profile\s.*2023-01-03T00:00:00`) {
+		t.Fatalf("gc status on a does not show the age cutoff 2023-01-03:\n%s", out)
+	}
 	// The rule goes to 50 days and reaches b.
 	if err := aa.SetGCPolicy(ctx, "t", "profile", bigtable.MaxAgePolicy(50*month)); err != nil {
 		t.Fatal(err)
