@@ -16,6 +16,19 @@ import (
 // peer is a cluster of every instance this process serves.
 const kindPeer = "peer"
 
+// kindPeerGone marks a cluster removed with DeleteCluster.
+const kindPeerGone = "peergone"
+
+// gone says whether a cluster was removed and has not joined again.
+func (ps *peerSet) gone(id string) bool {
+	found := false
+	_ = ps.s.engine.InstanceMeta(kindPeerGone, peerInstance, func(_, name string, _ []byte) error {
+		found = found || name == id
+		return nil
+	})
+	return found
+}
+
 // peerInstance is the instance field of peer entries in the engine's
 // instance metadata (peers belong to the process, not to one instance).
 const peerInstance = "-"
@@ -102,6 +115,11 @@ func (ps *peerSet) add(pi peerInfo) error {
 // remove forgets a peer.
 func (ps *peerSet) remove(id string) error {
 	if err := ps.s.engine.DeleteInstanceMeta(kindPeer, peerInstance, id); err != nil {
+		return err
+	}
+	// Remember the removal, so other peers' lists do not bring the cluster
+	// back; it ends when the cluster joins again.
+	if err := ps.s.engine.PutInstanceMeta(kindPeerGone, peerInstance, id, []byte("1")); err != nil {
 		return err
 	}
 	ps.mu.Lock()

@@ -437,6 +437,9 @@ func (r *replication) learnPeers(list *structpb.ListValue) {
 		if pi.ID == "" || pi.ID == r.s.opts.ClusterID || pi.Addr == "" {
 			continue
 		}
+		if _, known := r.s.peers.get(pi.ID); !known && r.s.peers.gone(pi.ID) {
+			continue // removed here with DeleteCluster
+		}
 		old, ok := r.s.peers.get(pi.ID)
 		if ok && old.Addr == pi.Addr && (old.Ready || !pi.Ready) {
 			continue
@@ -762,6 +765,9 @@ func (a *ebbAdmin) join(ctx context.Context, in *structpb.Struct) (*structpb.Str
 	ready := false
 	if old, ok := s.peers.get(id); ok && old.Addr == addr {
 		ready = old.Ready
+	}
+	if err := s.engine.DeleteInstanceMeta(kindPeerGone, peerInstance, id); err != nil {
+		return nil, toStatus(err)
 	}
 	if err := s.peers.add(peerInfo{ID: id, Addr: addr, Ready: ready}); err != nil {
 		return nil, toStatus(err)

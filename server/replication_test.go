@@ -361,3 +361,35 @@ func TestReplicationDiff(t *testing.T) {
 		t.Fatalf("after repair: %v", d)
 	}
 }
+
+// TestDeleteClusterForgetsPeer: a cluster deleted on a is forgotten there
+// and stays forgotten although another peer still lists it.
+func TestDeleteClusterForgetsPeer(t *testing.T) {
+	ctx := context.Background()
+	a := startCluster(t, "a", "", "")
+	startCluster(t, "b", a.srv.Addr(), "")
+	c := startCluster(t, "c", a.srv.Addr(), "")
+	conn, err := grpc.NewClient(a.srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	iac := adminpb.NewBigtableInstanceAdminClient(conn)
+	if _, err := iac.DeleteCluster(ctx, &adminpb.DeleteClusterRequest{Name: "projects/" + testProject + "/instances/" + testInstance + "/clusters/c"}); err != nil {
+		t.Fatal(err)
+	}
+	c.stop()
+	time.Sleep(2500 * time.Millisecond) // a few of a's pulls from b, which still lists c
+	if _, ok := a.srv.peers.get("c"); ok {
+		t.Fatal("a learnt the deleted cluster c back from b")
+	}
+	out, err := iac.ListClusters(ctx, &adminpb.ListClustersRequest{Parent: "projects/" + testProject + "/instances/" + testInstance})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cl := range out.GetClusters() {
+		if strings.HasSuffix(cl.GetName(), "/c") {
+			t.Fatalf("c still listed: %v", out.GetClusters())
+		}
+	}
+}
