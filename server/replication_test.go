@@ -367,8 +367,9 @@ func TestReplicationDiff(t *testing.T) {
 func TestDeleteClusterForgetsPeer(t *testing.T) {
 	ctx := context.Background()
 	a := startCluster(t, "a", "", "")
-	startCluster(t, "b", a.srv.Addr(), "")
+	b := startCluster(t, "b", a.srv.Addr(), "")
 	c := startCluster(t, "c", a.srv.Addr(), "")
+	eventually(t, "b learns c", func() (bool, string) { p, ok := b.srv.peers.get("c"); return ok && p.Ready, "" })
 	conn, err := grpc.NewClient(a.srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
