@@ -47,9 +47,9 @@ const (
 
 // Replication tuning.
 const (
-	pullWait       = time.Second      // how long a pull waits for news
-	pullLimit      = 2000             // records per table per pull
-	pullTimeout    = 15 * time.Second // one pull call, waiting included
+	pullWait       = 250 * time.Millisecond // how long a pull waits for news (also how stale an idle peer's checkpoint gets)
+	pullLimit      = 2000                   // records per table per pull
+	pullTimeout    = 15 * time.Second       // one pull call, waiting included
 	pullBackoffMax = 2 * time.Second
 	// tombstoneTrimEvery is how often tombstones no peer needs are dropped.
 	tombstoneTrimEvery = 30 * time.Second

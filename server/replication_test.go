@@ -59,7 +59,7 @@ func (c *cluster) stop() {
 
 // officialClients connects the official data and admin clients to addr,
 // with an app profile ("" for the default).
-func officialClients(t *testing.T, addr, profile string) (*bigtable.Client, *bigtable.AdminClient) {
+func officialClients(t testing.TB, addr, profile string) (*bigtable.Client, *bigtable.AdminClient) {
 	t.Helper()
 	ctx := context.Background()
 	dial := func() *grpc.ClientConn {

@@ -225,6 +225,17 @@ func coveredByTombstone(r pebble.Reader, tableID uint64, row []byte, family uint
 	return false, it.Error()
 }
 
+// anyTombstone says whether a table has any tombstone.
+func anyTombstone(r pebble.Reader, tableID uint64) (bool, error) {
+	prefix := storage.MetaKey(metaKindTombstone, string(binary.BigEndian.AppendUint64(nil, tableID)))
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
+	if err != nil {
+		return false, err
+	}
+	found := it.First()
+	return found, it.Close()
+}
+
 // TrimTombstones deletes tombstones stamped before commit time below: once
 // every peer's records up to below are applied here, no older write can
 // arrive. It returns how many it deleted.
@@ -357,6 +368,12 @@ func (e *Engine) ApplyReplicated(m *Meta, origin string, recs []changestream.Rec
 	defer unlock()
 	b := e.store.NewIndexedBatch()
 	defer b.Close()
+	// Most tables have no tombstones (no deletes lately): then no write
+	// needs checking against one, which saves an iterator per cell.
+	tombs, err := anyTombstone(b, m.ID)
+	if err != nil {
+		return st, err
+	}
 	out := make([]changestream.Record, 0, len(recs))
 	for _, r := range recs {
 		stamp := storage.Stamp{Commit: r.Commit, Cluster: origin}
@@ -365,7 +382,7 @@ func (e *Engine) ApplyReplicated(m *Meta, origin string, recs []changestream.Rec
 		// beyond the family's versions and is collected in turn.
 		gc := r.Type == changestream.GarbageCollection
 		for _, mod := range r.Mods {
-			res, err := e.applyRemoteMod(b, m, r.RowKey, mod, stamp, !gc)
+			res, err := e.applyRemoteMod(b, m, r.RowKey, mod, stamp, !gc, &tombs)
 			if err != nil {
 				return st, err
 			}
@@ -400,7 +417,7 @@ const (
 )
 
 // applyRemoteMod applies one mod of a peer's record stamped st.
-func (e *Engine) applyRemoteMod(b *pebble.Batch, m *Meta, row []byte, mod changestream.Mod, st storage.Stamp, tombstone bool) (remoteResult, error) {
+func (e *Engine) applyRemoteMod(b *pebble.Batch, m *Meta, row []byte, mod changestream.Mod, st storage.Stamp, tombstone bool, tombs *bool) (remoteResult, error) {
 	var fam uint32
 	if mod.Kind != changestream.DeleteFromRow {
 		f, ok := m.Family(mod.Family)
@@ -424,12 +441,14 @@ func (e *Engine) applyRemoteMod(b *pebble.Batch, m *Meta, row []byte, mod change
 				return remoteSuperseded, nil
 			}
 		}
-		covered, err := coveredByTombstone(b, m.ID, row, fam, mod.Qualifier, mod.Timestamp, st)
-		if err != nil {
-			return 0, err
-		}
-		if covered {
-			return remoteSuperseded, nil
+		if *tombs {
+			covered, err := coveredByTombstone(b, m.ID, row, fam, mod.Qualifier, mod.Timestamp, st)
+			if err != nil {
+				return 0, err
+			}
+			if covered {
+				return remoteSuperseded, nil
+			}
 		}
 		return remoteApplied, b.Set(k, storage.EncodeStamped(mod.Value, mod.ExpireAt, st), nil)
 	case changestream.DeleteFromColumn, changestream.DeleteFromFamily, changestream.DeleteFromRow:
@@ -459,6 +478,7 @@ func (e *Engine) applyRemoteMod(b *pebble.Batch, m *Meta, row []byte, mod change
 		if !tombstone {
 			return remoteApplied, nil
 		}
+		*tombs = true
 		return remoteApplied, addTombstone(b, m.ID, row, st, span)
 	}
 	return remoteSkipped, nil
