@@ -14,15 +14,18 @@ import (
 )
 
 // BenchmarkReplication measures, on loopback in one process:
+//
 //   - what replicating costs writers: the same rounds of ApplyBulk (8
 //     writers × 10 bulks of 100 rows) against a cluster without peers and
 //     one with a peer, interleaved, reported as rows/s and their ratio;
+//
 //   - how fast a peer catches up: rows/s from resuming its paused link
 //     until it has applied everything the origin had committed;
+//
 //   - the lag of a single write: from its acknowledgement on one cluster
 //     until a read on the other sees it, p50 and p99 over 200 writes.
 //
-//	go test ./server -run '^$' -bench Replication -benchtime 20x
+//     go test ./server -run '^$' -bench Replication -benchtime 20x
 func BenchmarkReplication(b *testing.B) {
 	ctx := context.Background()
 	start := func(id, join string) *Server {
