@@ -927,10 +927,26 @@ func (s *Server) joinCluster(seed string) error {
 	if joined, err := s.joinedThrough(); err != nil || joined {
 		return err
 	}
+	// A copy interrupted by a crash left a "joining" mark: throw it away
+	// and copy again. Tables without that mark are a user's data, which
+	// joining would replace: refuse.
+	joining := false
+	if err := s.engine.InstanceMeta(kindJoining, peerInstance, func(_, _ string, _ []byte) error {
+		joining = true
+		return nil
+	}); err != nil {
+		return err
+	}
+	if tables := s.engine.Tables(""); len(tables) > 0 && !joining {
+		return fmt.Errorf("%w: --join needs an empty data directory (or one that joined before), and %s holds %d tables; start without --join to serve them, or give another --data", table.ErrPrecondition, s.opts.DataDir, len(tables))
+	}
 	for _, m := range s.engine.Tables("") {
 		if err := s.engine.DeleteTable(m.Instance, m.Name); err != nil {
 			return fmt.Errorf("ebbtable: join: clearing a partial copy: %w", err)
 		}
+	}
+	if err := s.engine.PutInstanceMeta(kindJoining, peerInstance, "seed", []byte(seed)); err != nil {
+		return err
 	}
 	ctx, cancel := s.stopCtx(10 * time.Minute)
 	defer cancel()
@@ -957,6 +973,9 @@ func (s *Server) joinCluster(seed string) error {
 	if err := s.engine.PutInstanceMeta(kindJoined, peerInstance, "seed", []byte(seedID)); err != nil {
 		return err
 	}
+	if err := s.engine.DeleteInstanceMeta(kindJoining, peerInstance, "seed"); err != nil {
+		return err
+	}
 	if _, err := invokeStruct(ctx, conn, MethodReady, map[string]any{"cluster": s.opts.ClusterID}); err != nil {
 		return fmt.Errorf("ebbtable: join: telling %s the copy is done: %w", seedID, err)
 	}
@@ -966,8 +985,11 @@ func (s *Server) joinCluster(seed string) error {
 }
 
 // kindJoined marks, in the instance metadata, that this process finished
-// joining (its value names the seed).
-const kindJoined = "joined"
+// joining (its value names the seed); kindJoining that it is copying.
+const (
+	kindJoined  = "joined"
+	kindJoining = "joining"
+)
 
 func (s *Server) joinedThrough() (bool, error) {
 	found := false
