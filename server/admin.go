@@ -118,13 +118,9 @@ func (a *adminServer) ListTables(ctx context.Context, req *adminpb.ListTablesReq
 
 // GetTable returns one table's schema.
 func (a *adminServer) GetTable(ctx context.Context, req *adminpb.GetTableRequest) (*adminpb.Table, error) {
-	ref, err := parseTable(req.GetName())
+	_, m, err := a.s.tableByName(req.GetName())
 	if err != nil {
-		return nil, toStatus(err)
-	}
-	m, err := a.s.engine.Table(ref.instance, ref.table)
-	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	view := req.GetView()
 	if view == adminpb.Table_VIEW_UNSPECIFIED {

@@ -78,12 +78,9 @@ func splitInstance(inst string) (project, instance string, ok bool) {
 // GenerateConsistencyToken marks what every reachable cluster has
 // committed so far.
 func (a *adminServer) GenerateConsistencyToken(ctx context.Context, req *adminpb.GenerateConsistencyTokenRequest) (*adminpb.GenerateConsistencyTokenResponse, error) {
-	ref, err := parseTable(req.GetName())
+	ref, _, err := a.s.tableByName(req.GetName())
 	if err != nil {
-		return nil, toStatus(err)
-	}
-	if _, err := a.s.engine.Table(ref.instance, ref.table); err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	marks := map[string]int64{a.s.opts.ClusterID: a.s.engine.ClosedTimestamp()}
 	for _, p := range a.s.peers.list() {
@@ -101,13 +98,9 @@ func (a *adminServer) GenerateConsistencyToken(ctx context.Context, req *adminpb
 // CheckConsistency reports whether every cluster has applied the writes
 // the token covers. A cluster that cannot be asked is not consistent.
 func (a *adminServer) CheckConsistency(ctx context.Context, req *adminpb.CheckConsistencyRequest) (*adminpb.CheckConsistencyResponse, error) {
-	ref, err := parseTable(req.GetName())
+	ref, m, err := a.s.tableByName(req.GetName())
 	if err != nil {
-		return nil, toStatus(err)
-	}
-	m, err := a.s.engine.Table(ref.instance, ref.table)
-	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
 	marks, err := decodeToken(req.GetConsistencyToken())
 	if err != nil {
@@ -166,4 +159,18 @@ func (s *Server) consistent(ctx context.Context, ref tableRef, m *table.Meta, ma
 		}
 	}
 	return true, nil
+}
+
+// tableByName resolves a table resource name to the table, as a status
+// error when it is malformed or missing.
+func (s *Server) tableByName(name string) (tableRef, *table.Meta, error) {
+	ref, err := parseTable(name)
+	if err != nil {
+		return tableRef{}, nil, toStatus(err)
+	}
+	m, err := s.engine.Table(ref.instance, ref.table)
+	if err != nil {
+		return tableRef{}, nil, toStatus(err)
+	}
+	return ref, m, nil
 }
