@@ -49,6 +49,8 @@ const (
 const (
 	pullWait       = 250 * time.Millisecond // how long a pull waits for news (also how stale an idle peer's checkpoint gets)
 	pullLimit      = 2000                   // records per table per pull
+	pullReadStep   = 200                    // records read at a time while filling a pull
+	pullMaxBytes   = 32 << 20               // about the most record bytes one pull carries
 	pullTimeout    = 15 * time.Second       // one pull call, waiting included
 	pullBackoffMax = 2 * time.Second
 	// tombstoneTrimEvery is how often tombstones no peer needs are dropped.
@@ -665,7 +667,7 @@ func (a *ebbAdmin) collectPull(positions map[string]*structpb.Value, limit int) 
 	s := a.s
 	closed := s.engine.ClosedTimestamp()
 	var tables, catalog, dropped, peers []any
-	shipped := 0
+	shipped, budget := 0, pullMaxBytes
 	for _, m := range s.engine.Tables("") {
 		js, err := json.Marshal(schemaOf(m))
 		if err != nil {
@@ -680,33 +682,56 @@ func (a *ebbAdmin) collectPull(positions map[string]*structpb.Value, limit int) 
 			}
 			lower = lowerAfter(m.ID, p)
 		}
-		batch, err := s.engine.ReadChangesUntil(m, lower, closed, limit)
-		if err != nil {
-			return nil, 0, toStatus(err)
-		}
+		// Read in small steps, so a pull never holds more than about
+		// pullMaxBytes of records (values may be up to 100 MiB each).
 		var recs, toks []any
-		gcCells := 0
-		for _, rec := range batch.Records {
-			if !shipsToPeers(rec) {
-				continue
+		gcCells, n := 0, 0
+		// With the pull's byte budget spent, a table is answered with no
+		// records and its position unchanged (full: ask again at once).
+		full := budget <= 0
+		var last changestream.Position
+		if v, ok := positions[tableKey(m.Instance, m.Name)]; ok && full {
+			last, _ = changestream.ParseToken(v.GetStringValue())
+		}
+		for !full {
+			step := min(pullReadStep, limit-n)
+			batch, err := s.engine.ReadChangesUntil(m, lower, closed, step)
+			if err != nil {
+				return nil, 0, toStatus(err)
 			}
-			if rec.Type == changestream.GarbageCollection {
-				gcCells += len(rec.Mods)
+			for _, rec := range batch.Records {
+				n++
+				last = rec.Position
+				if shipsToPeers(rec) {
+					if rec.Type == changestream.GarbageCollection {
+						gcCells += len(rec.Mods)
+					}
+					enc := base64.StdEncoding.EncodeToString(rec.Encode())
+					budget -= len(enc)
+					recs = append(recs, enc)
+					toks = append(toks, rec.Position.Token())
+				}
+				if budget <= 0 || n >= limit {
+					full = true
+					break
+				}
 			}
-			recs = append(recs, base64.StdEncoding.EncodeToString(rec.Encode()))
-			toks = append(toks, rec.Position.Token())
+			if !batch.Full {
+				break
+			}
+			lower = changestream.After(m.ID, last)
 		}
 		if gcCells > 0 {
 			s.repl.gcShipped.WithLabelValues(m.Name).Add(float64(gcCells))
 		}
 		through := throughClosed(closed)
-		if batch.Full {
-			through = batch.Records[len(batch.Records)-1].Position
+		if full {
+			through = last
 		}
 		shipped += len(recs)
 		tables = append(tables, map[string]any{
 			"instance": m.Instance, "table": m.Name, "records": recs, "positions": toks,
-			"through": through.Token(), "full": batch.Full,
+			"through": through.Token(), "full": full,
 		})
 	}
 	drops, err := s.engine.DroppedTables()

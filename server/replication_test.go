@@ -394,3 +394,36 @@ func TestDeleteClusterForgetsPeer(t *testing.T) {
 		}
 	}
 }
+
+// TestLargeValuesReplicate: pulls are bounded in bytes, so writes larger in
+// total than one pull carries still all arrive.
+func TestLargeValuesReplicate(t *testing.T) {
+	ctx := context.Background()
+	a := startCluster(t, "a", "", "")
+	if err := a.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", ColumnFamilies: map[string]bigtable.Family{"f": {GCPolicy: bigtable.NoGcPolicy()}}}); err != nil {
+		t.Fatal(err)
+	}
+	b := startCluster(t, "b", a.srv.Addr(), "")
+	big := make([]byte, 2<<20)
+	for i := range 24 { // 48 MiB, more than one pull's 32 MiB
+		big[0] = byte(i)
+		m := bigtable.NewMutation()
+		m.Set("f", "c", 1000, big)
+		if err := a.client.Open("t").Apply(ctx, fmt.Sprintf("r%02d", i), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.admin.WaitForReplication(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if err := b.client.Open("t").ReadRows(ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
+		n++
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != 24 {
+		t.Fatalf("b has %d of 24 rows", n)
+	}
+}
