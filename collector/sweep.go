@@ -288,6 +288,7 @@ type scratch struct {
 	reasons        []table.Reason
 	arena          []byte
 	done           []candidate
+	rows           [][]byte
 }
 
 func isDropped(m *table.Meta, id uint32) bool {
@@ -317,7 +318,8 @@ func eligibleSince(rule gcrule.Rule, r table.Reason, ts, exp int64) int64 {
 // A cell-ttl candidate is deleted only if the cell still carries the expiry
 // seen in the scan: a writer may have replaced it since.
 func (c *Collector) deleteBatch(m *table.Meta, cands []candidate, now int64, res *tableResult, sc *scratch) error {
-	var rows [][]byte
+	rows := sc.rows[:0]
+	defer func() { sc.rows = rows[:0] }()
 	var last []byte
 	for _, cd := range cands {
 		if last == nil || !bytes.Equal(last, cd.key[:cd.rowLen]) {
