@@ -88,11 +88,12 @@ func (c *Collector) DebtOf(ctx context.Context, m *table.Meta) (Debt, error) {
 	var d Debt
 	var res tableResult
 	cursor, hi := storage.TablePrefix(m.ID), storage.TableEnd(m.ID)
+	var sc scratch
 	for cursor != nil {
 		if err := ctx.Err(); err != nil {
 			return d, err
 		}
-		cands, next, err := c.scanBatch(m, cursor, hi, nil, now, sweepAll, sweepRules{}, &res)
+		cands, next, err := c.scanBatch(m, cursor, hi, nil, now, sweepAll, sweepRules{}, &res, &sc)
 		if err != nil {
 			return d, err
 		}
