@@ -180,6 +180,8 @@ func TestSeedDivergenceStory(t *testing.T) {
 	}
 }
 
+// waitFor retries cond for up to 20 s (replication and collection run in
+// the background of other processes).
 func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)

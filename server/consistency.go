@@ -53,8 +53,7 @@ func decodeToken(tok string) (map[string]int64, error) {
 func (s *Server) peerStatus(ctx context.Context, id string, ref tableRef) (closed int64, applied map[string]int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
 	defer cancel()
-	proj, inst, _ := splitInstance(ref.instance)
-	out, err := s.callPeer(ctx, id, MethodStatus, map[string]any{"project": proj, "instance": inst, "table": ref.table})
+	out, err := s.callPeer(ctx, id, MethodStatus, tableFields(ref.instance, ref.table, nil))
 	s.peers.contact(id, err)
 	if err != nil {
 		return 0, nil, err
@@ -65,6 +64,17 @@ func (s *Server) peerStatus(ctx context.Context, id string, ref tableRef) (close
 		applied[k], _ = strconv.ParseInt(v.GetStringValue(), 10, 64)
 	}
 	return closed, applied, nil
+}
+
+// tableFields is the request of an EbbAdmin call about a table: project,
+// instance and table (from the instance's resource name) plus extra.
+func tableFields(instance, tableName string, extra map[string]any) map[string]any {
+	proj, inst, _ := splitInstance(instance)
+	out := map[string]any{"project": proj, "instance": inst, "table": tableName}
+	for k, v := range extra {
+		out[k] = v
+	}
+	return out
 }
 
 func splitInstance(inst string) (project, instance string, ok bool) {

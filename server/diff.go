@@ -218,22 +218,10 @@ func (a *ebbAdmin) replicationDiff(ctx context.Context, in *structpb.Struct) (*s
 			local.applied[p.ID] = pos.Commit
 		}
 	}
-	proj, instName, _ := splitInstance(m.Instance)
-	base := map[string]any{"project": proj, "instance": instName, "table": m.Name}
-	with := func(extra map[string]any) map[string]any {
-		out := map[string]any{}
-		for k, v := range base {
-			out[k] = v
-		}
-		for k, v := range extra {
-			out[k] = v
-		}
-		return out
-	}
 	var results []any
 	for _, p := range peers {
 		callCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		res, err := a.diffPeer(callCtx, m, p.ID, local, ranges, boundVals, with, repair)
+		res, err := a.diffPeer(callCtx, m, p.ID, local, ranges, boundVals, repair)
 		cancel()
 		if err != nil {
 			return nil, err
@@ -243,10 +231,9 @@ func (a *ebbAdmin) replicationDiff(ctx context.Context, in *structpb.Struct) (*s
 	return structpb.NewStruct(map[string]any{"cluster": s.opts.ClusterID, "table": m.Name, "peers": results})
 }
 
-func (a *ebbAdmin) diffPeer(ctx context.Context, m *table.Meta, peer string, local diffSide, ranges [][2][]byte, bounds []any,
-	with func(map[string]any) map[string]any, repair bool) (map[string]any, error) {
+func (a *ebbAdmin) diffPeer(ctx context.Context, m *table.Meta, peer string, local diffSide, ranges [][2][]byte, bounds []any, repair bool) (map[string]any, error) {
 	s := a.s
-	out, err := s.callPeer(ctx, peer, MethodTableChunks, with(map[string]any{"bounds": bounds}))
+	out, err := s.callPeer(ctx, peer, MethodTableChunks, tableFields(m.Instance, m.Name, map[string]any{"bounds": bounds}))
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "ebbtable: cluster %s: %v", peer, err)
 	}
@@ -277,7 +264,7 @@ func (a *ebbAdmin) diffPeer(ctx context.Context, m *table.Meta, peer string, loc
 		if r[1] != nil {
 			req["end"] = b64(r[1])
 		}
-		cellsOut, err := s.callPeer(ctx, peer, MethodTableCells, with(req))
+		cellsOut, err := s.callPeer(ctx, peer, MethodTableCells, tableFields(m.Instance, m.Name, req))
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "ebbtable: cluster %s: %v", peer, err)
 		}
@@ -326,7 +313,7 @@ func (a *ebbAdmin) diffPeer(ctx context.Context, m *table.Meta, peer string, loc
 	}
 	res := map[string]any{"peer": peer, "chunks": float64(len(ranges)), "differing_chunks": float64(differing), "cells": cells}
 	if repair {
-		n, err := a.repair(ctx, m, peer, found, with)
+		n, err := a.repair(ctx, m, peer, found)
 		if err != nil {
 			return nil, err
 		}
@@ -353,7 +340,7 @@ func classify(m *table.Meta, f oneSided, sides map[string]diffSide) string {
 
 // repair settles the one-sided cells: expected ones are deleted where they
 // remain, unexpected ones copied to where they lack.
-func (a *ebbAdmin) repair(ctx context.Context, m *table.Meta, peer string, found []oneSided, with func(map[string]any) map[string]any) (int, error) {
+func (a *ebbAdmin) repair(ctx context.Context, m *table.Meta, peer string, found []oneSided) (int, error) {
 	s := a.s
 	n := 0
 	var remotePut, remoteDel []any
@@ -383,7 +370,7 @@ func (a *ebbAdmin) repair(ctx context.Context, m *table.Meta, peer string, found
 		}
 	}
 	if len(remotePut)+len(remoteDel) > 0 {
-		out, err := s.callPeer(ctx, peer, MethodRepairCells, with(map[string]any{"put": remotePut, "delete": remoteDel}))
+		out, err := s.callPeer(ctx, peer, MethodRepairCells, tableFields(m.Instance, m.Name, map[string]any{"put": remotePut, "delete": remoteDel}))
 		if err != nil {
 			return 0, status.Errorf(codes.Unavailable, "ebbtable: repairing on cluster %s: %v", peer, err)
 		}

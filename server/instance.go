@@ -421,27 +421,29 @@ func (a *instanceServer) peerReady(id string) {
 func (a *instanceServer) adoptPeerMeta(list *structpb.ListValue) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// What this cluster has, read once (every pull carries the peer's list).
+	local := map[string][]byte{}
+	for _, kind := range []string{kindCluster, kindAppProfile} {
+		if err := a.s.engine.InstanceMeta(kind, "", func(inst, name string, v []byte) error {
+			local[kind+"\x00"+inst+"\x00"+name] = append([]byte(nil), v...)
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
 	for _, v := range list.GetValues() {
 		f := v.GetStructValue().GetFields()
 		kind, inst, name, val := f["kind"].GetStringValue(), f["instance"].GetStringValue(), f["name"].GetStringValue(), f["value"].GetStringValue()
 		if (kind != kindCluster && kind != kindAppProfile) || name == a.s.opts.ClusterID {
 			continue
 		}
-		var local []byte
-		if err := a.s.engine.InstanceMeta(kind, inst, func(_, n string, v []byte) error {
-			if n == name {
-				local = append([]byte(nil), v...)
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		if local != nil {
-			if kind == kindCluster || string(local) == val {
+		have := local[kind+"\x00"+inst+"\x00"+name]
+		if have != nil {
+			if kind == kindCluster || string(have) == val {
 				continue
 			}
 			mine, theirs := &adminpb.AppProfile{}, &adminpb.AppProfile{}
-			if protojson.Unmarshal(local, mine) != nil || protojson.Unmarshal([]byte(val), theirs) != nil {
+			if protojson.Unmarshal(have, mine) != nil || protojson.Unmarshal([]byte(val), theirs) != nil {
 				continue
 			}
 			me, _ := strconv.ParseInt(mine.GetEtag(), 10, 64)

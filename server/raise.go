@@ -55,13 +55,9 @@ func (a *ebbAdmin) gcRaise(ctx context.Context, in *structpb.Struct) (*structpb.
 		return structpb.NewStruct(map[string]any{"table": m.Name, "family": fam, "rule": rule.String(), "coordinated": false, "clusters": float64(1)})
 	}
 	peers := s.peers.list()
-	proj, inst, _ := splitInstance(m.Instance)
 	req := func(extra map[string]any) map[string]any {
-		out := map[string]any{"project": proj, "instance": inst, "table": m.Name, "family": fam}
-		for k, v := range extra {
-			out[k] = v
-		}
-		return out
+		extra["family"] = fam
+		return tableFields(m.Instance, m.Name, extra)
 	}
 	local := &ebbAdmin{s: s}
 	call := func(ctx context.Context, id string, fields map[string]any) (*structpb.Struct, error) {

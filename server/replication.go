@@ -156,17 +156,13 @@ func (r *replication) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (r *replication) Collect(ch chan<- prometheus.Metric) {
-	now := clock.Micros(r.s.opts.Clock.Now())
-	for _, p := range r.s.peers.list() {
-		r.mu.Lock()
-		t, ok := r.through[p.ID]
-		r.mu.Unlock()
-		if !ok {
-			continue
+	peers := r.s.peers.list()
+	for _, p := range peers {
+		if d, ok := r.maxDelay(p.ID); ok {
+			ch <- prometheus.MustNewConstMetric(maxDelayDesc, prometheus.GaugeValue, d.Seconds(), p.ID)
 		}
-		ch <- prometheus.MustNewConstMetric(maxDelayDesc, prometheus.GaugeValue, float64(max(now-t, 0))/1e6, p.ID)
 	}
-	if len(r.s.peers.list()) == 0 {
+	if len(peers) == 0 {
 		return
 	}
 	// Labelled by table and family; the same names in two instances show

@@ -102,12 +102,12 @@ func (d *dataServer) route(ctx context.Context, inst, profileID string, transact
 	case *adminpb.AppProfile_MultiClusterRoutingUseAny_:
 		ids := slices.Clone(r.MultiClusterRoutingUseAny.GetClusterIds())
 		if len(ids) == 0 {
-			cs, err := d.s.inst.clusters(inst)
-			if err != nil {
-				return nil, toStatus(err)
-			}
-			for _, c := range cs {
-				ids = append(ids, c.GetName()[strings.LastIndex(c.GetName(), "/")+1:])
+			// Every cluster of the instance: this one and the peers (a
+			// cluster only recorded by CreateCluster is never routable, so
+			// the stored records need not be read on every request).
+			ids = append(ids, local)
+			for _, p := range d.s.peers.list() {
+				ids = append(ids, p.ID)
 			}
 		}
 		sort.Strings(ids)

@@ -286,6 +286,11 @@ func splitCellKey(k []byte) int {
 
 // skipEscaped returns the index just past the escaped string starting at
 // k[i], or -1 if it does not end.
+// EscapedLen is the length of the escaped string (terminator included) at
+// the start of b, or -1 if b does not start with one: how a key that
+// embeds an escaped row finds what follows it.
+func EscapedLen(b []byte) int { return skipEscaped(b, 0) }
+
 func skipEscaped(k []byte, i int) int {
 	for ; i+1 < len(k); i++ {
 		if k[i] != 0 {

@@ -181,6 +181,11 @@ func (d deleteSpan) covers(family uint32, qualifier []byte, ts int64) bool {
 	return false
 }
 
+// tableTombstones is the key prefix of a table's tombstones.
+func tableTombstones(tableID uint64) []byte {
+	return storage.MetaKey(metaKindTombstone, string(binary.BigEndian.AppendUint64(nil, tableID)))
+}
+
 // tombstonePrefix is the key prefix of one row's tombstones.
 func tombstonePrefix(tableID uint64, row []byte) []byte {
 	return storage.MetaKey(metaKindTombstone, string(storage.RowPrefix(tableID, row)[1:]))
@@ -227,7 +232,7 @@ func coveredByTombstone(r pebble.Reader, tableID uint64, row []byte, family uint
 
 // anyTombstone says whether a table has any tombstone.
 func anyTombstone(r pebble.Reader, tableID uint64) (bool, error) {
-	prefix := storage.MetaKey(metaKindTombstone, string(binary.BigEndian.AppendUint64(nil, tableID)))
+	prefix := tableTombstones(tableID)
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
 	if err != nil {
 		return false, err
@@ -254,12 +259,17 @@ func (e *Engine) TrimTombstones(below int64) (int, error) {
 	n := 0
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
-		// The stamp follows the escaped row, which ends 0x00 0x01.
-		i := bytes.LastIndex(k, []byte{0, 1})
-		if i < 0 || len(k) < i+2+8 {
+		// The stamp follows the table id and the escaped row (whose bytes,
+		// like the stamp's, may hold 0x00 0x01: parse, do not search).
+		rest := k[len(prefix):]
+		rowLen := -1
+		if len(rest) > 8 {
+			rowLen = storage.EscapedLen(rest[8:])
+		}
+		if rowLen < 0 || len(rest) < 8+rowLen+8 {
 			continue
 		}
-		if int64(binary.BigEndian.Uint64(k[i+2:])) < below {
+		if int64(binary.BigEndian.Uint64(rest[8+rowLen:])) < below {
 			if err := b.Delete(k, nil); err != nil {
 				it.Close()
 				return 0, err
@@ -551,7 +561,7 @@ func (e *Engine) Export(fn func(ExportItem) error) (closed int64, err error) {
 		if err := fn(ExportItem{Kind: ExportTable, Meta: m}); err != nil {
 			return 0, err
 		}
-		tomb := storage.MetaKey(metaKindTombstone, string(binary.BigEndian.AppendUint64(nil, m.ID)))
+		tomb := tableTombstones(m.ID)
 		for _, span := range []struct {
 			kind   ExportKind
 			lo, hi []byte

@@ -163,3 +163,19 @@ func TestReplicatedRecordsAreNotShippedBack(t *testing.T) {
 		t.Fatalf("trim: %d %v", n, err)
 	}
 }
+
+// TestTrimTombstones: tombstones go once older than the mark, whatever
+// bytes their row key holds.
+func TestTrimTombstones(t *testing.T) {
+	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	a := newReplica(t, "a", fake)
+	for _, row := range []string{"plain", "a\x00\x01b", "\x00\x01"} {
+		a.write(t, RowMutation{Row: []byte(row), Mutations: []Mutation{{Kind: DeleteFromRow}}})
+	}
+	if n, err := a.e.TrimTombstones(clock.Micros(fake.Now()) - 1); err != nil || n != 0 {
+		t.Fatalf("trim below every stamp: %d %v", n, err)
+	}
+	if n, err := a.e.TrimTombstones(clock.Micros(fake.Now()) + 10); err != nil || n != 3 {
+		t.Fatalf("trim above every stamp: %d %v", n, err)
+	}
+}
