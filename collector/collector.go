@@ -20,10 +20,11 @@ type Options struct {
 	// Interval between pass starts. The cadence is fixed: it does not
 	// depend on how much there is to delete. Default 1m.
 	Interval time.Duration
-	// BatchCells caps the deletions committed in one batch. Default 1000.
+	// BatchCells caps the deletions committed in one batch. Default
+	// DefaultBatchCells.
 	BatchCells int
 	// ScanCells caps the cells examined before a batch is cut (at a row
-	// boundary). Default 2000.
+	// boundary). Default DefaultScanCells.
 	ScanCells int
 	// Pause between batches, so foreground work gets the machine. It is
 	// measured on the real clock (pacing shares the machine now; the
@@ -47,16 +48,26 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
+// The default batch sizes. A batch's deletions are committed without a
+// break, so they are kept few: 250 deletions commit in well under a
+// millisecond. In BenchmarkGCPass's age case, where every examined cell is
+// deleted, the reads' p99 while the pass scanned fell from about 1.3× idle
+// with batches of 1,000 to about 1.1× with 256.
+const (
+	DefaultBatchCells = 250
+	DefaultScanCells  = 2000
+)
+
 // EnsureDefaults fills unset options.
 func (o *Options) EnsureDefaults() {
 	if o.Interval == 0 {
 		o.Interval = time.Minute
 	}
 	if o.BatchCells == 0 {
-		o.BatchCells = 1000
+		o.BatchCells = DefaultBatchCells
 	}
 	if o.ScanCells == 0 {
-		o.ScanCells = 2000
+		o.ScanCells = DefaultScanCells
 	}
 	if o.Pause == 0 {
 		o.Pause = time.Millisecond

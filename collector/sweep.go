@@ -270,9 +270,11 @@ func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, filters []pebble
 		}
 		examined++
 		res.examined++
-		if examined%256 == 0 {
+		if examined%32 == 0 {
 			// Let waiting foreground goroutines onto the processor: a pass
 			// is background work and must not hold a core for a whole batch.
+			// 32 cells take about 10µs; every 256 (about 80µs) showed in the
+			// reads' p99 while a versions pass scanned.
 			runtime.Gosched()
 		}
 		ck := k[:len(k)-storage.SuffixLen]

@@ -74,6 +74,13 @@ func Open(opts Options) (*DB, error) {
 		MemTableSize:                64 << 20,
 		MemTableStopWritesThreshold: 4,
 	}
+	// A row read returns every version of its columns, and the collector
+	// reads every version's expiry: values stay inline with their keys
+	// rather than moving older versions into separate value blocks (Pebble's
+	// default for MVCC data, where readers want only the newest version).
+	po.Experimental.SpanPolicyFunc = func([]byte) (pebble.SpanPolicy, []byte, error) {
+		return pebble.SpanPolicy{DisableValueSeparationBySuffix: true, ValueStoragePolicy: pebble.ValueStorageLowReadLatency}, nil, nil
+	}
 	db, err := pebble.Open(opts.Dir, po)
 	if err != nil && errors.Is(err, syscall.EAGAIN) {
 		return nil, fmt.Errorf("ebbtable: data directory %s is in use by another process: %w", opts.Dir, err)
