@@ -79,9 +79,17 @@ func (e *Engine) visible(m *Meta, cells []cell.Cell, now int64) []cell.Cell {
 		return cells
 	}
 	kept := cells[:0]
-	var ts, exp []int64
-	var reasons []Reason
-	cell.Columns(cells, func(col []cell.Cell) {
+	// A column of up to 16 versions is judged without allocating.
+	var tsBuf, expBuf [16]int64
+	var reasonBuf [16]Reason
+	ts, exp, reasons := tsBuf[:0], expBuf[:0], reasonBuf[:0]
+	for i := 0; i < len(cells); {
+		j := i + 1
+		for j < len(cells) && cell.SameColumn(&cells[i], &cells[j]) {
+			j++
+		}
+		col := cells[i:j]
+		i = j
 		fam, _ := m.Family(col[0].Family)
 		ts, exp = ts[:0], exp[:0]
 		anyExp := false
@@ -92,18 +100,18 @@ func (e *Engine) visible(m *Meta, cells []cell.Cell, now int64) []cell.Cell {
 		}
 		if !anyExp && (e.vis == UntilCollected || fam == nil || fam.GC.IsNone()) {
 			kept = append(kept, col...)
-			return
+			continue
 		}
 		rule := gcrule.Rule{}
 		if e.vis == HideEligible && fam != nil {
 			rule = fam.GC
 		}
 		reasons = ColumnEligibility(rule, ts, exp, now, reasons)
-		for i, c := range col {
-			if reasons[i] == Keep {
+		for k, c := range col {
+			if reasons[k] == Keep {
 				kept = append(kept, c)
 			}
 		}
-	})
+	}
 	return kept
 }

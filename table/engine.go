@@ -93,6 +93,10 @@ type Engine struct {
 	log   *slog.Logger
 	vis   Visibility
 
+	// cellsHint is the cell count of the row a scan last emitted: how
+	// large the next scan starts its first row (a point read's only one).
+	cellsHint atomic.Int32
+
 	mu          sync.RWMutex // guards tables and nextTableID, and serialises schema changes
 	tables      map[string]*Meta
 	nextTableID uint64

@@ -187,6 +187,44 @@ type scanner struct {
 	m   *Meta
 	it  *pebble.Iterator
 	now int64
+
+	// Rows handed out keep what they point into, so these are only ever
+	// appended to or replaced, never overwritten: values are carved from
+	// a shared chunk, and a column's versions share one decoded qualifier.
+	arena           []byte
+	lastQEnc, lastQ []byte
+	cellsHint       int // the previous row's cell count, to size the next
+}
+
+// copyValue returns v copied into the scanner's value chunk.
+func (s *scanner) copyValue(v []byte) []byte {
+	if len(v) == 0 {
+		return []byte{}
+	}
+	if cap(s.arena)-len(s.arena) < len(v) {
+		if len(v) > 2<<10 {
+			return bytes.Clone(v)
+		}
+		// Chunks start small (a point read of a few cells) and double.
+		s.arena = make([]byte, 0, min(max(2*cap(s.arena), 4*len(v), 256), 8<<10))
+	}
+	start := len(s.arena)
+	s.arena = append(s.arena, v...)
+	return s.arena[start:len(s.arena):len(s.arena)]
+}
+
+// qualifier decodes an escaped qualifier, reusing the previous cell's when
+// the encoding is the same (the versions of one column).
+func (s *scanner) qualifier(enc []byte) ([]byte, error) {
+	if s.lastQEnc != nil && bytes.Equal(enc, s.lastQEnc) {
+		return s.lastQ, nil
+	}
+	q, err := storage.DecodeQualifier(enc)
+	if err != nil {
+		return nil, err
+	}
+	s.lastQEnc, s.lastQ = append(s.lastQEnc[:0], enc...), q
+	return q, nil
 }
 
 // decodeCell decodes the cell at the iterator, given the length of its row
@@ -200,7 +238,7 @@ func (s *scanner) decodeCell(k []byte, rowLen int) (cell.Cell, bool, error) {
 	if !ok {
 		return cell.Cell{}, false, nil
 	}
-	q, err := storage.DecodeQualifier(rest[4:])
+	q, err := s.qualifier(rest[4:])
 	if err != nil {
 		return cell.Cell{}, false, err
 	}
@@ -216,7 +254,7 @@ func (s *scanner) decodeCell(k []byte, rowLen int) (cell.Cell, bool, error) {
 		Family:    fam.Name,
 		Qualifier: q,
 		Timestamp: storage.DecodeSuffix(k[len(k)-storage.SuffixLen:]),
-		Value:     bytes.Clone(data),
+		Value:     s.copyValue(data),
 		ExpireAt:  exp,
 	}, true, nil
 }
@@ -235,11 +273,20 @@ func (s *scanner) scan(emit func(cell.Row) error, backward bool) error {
 		if backward {
 			slices.Reverse(row.Cells)
 		}
+		s.cellsHint = min(len(row.Cells), 64)
 		return emit(row)
 	}
 	valid, step := s.it.First(), s.it.Next
 	if backward {
 		valid, step = s.it.Last(), s.it.Prev
+	}
+	if s.cellsHint == 0 {
+		s.cellsHint = int(s.e.cellsHint.Load())
+		defer func() {
+			if h := int32(s.cellsHint); h != s.e.cellsHint.Load() {
+				s.e.cellsHint.Store(h)
+			}
+		}()
 	}
 	for ; valid; valid = step() {
 		k := s.it.Key()
@@ -255,7 +302,7 @@ func (s *scanner) scan(emit func(cell.Row) error, backward bool) error {
 			if err != nil {
 				return err
 			}
-			row = cell.Row{Key: key}
+			row = cell.Row{Key: key, Cells: make([]cell.Cell, 0, max(s.cellsHint, 1))}
 		}
 		c, ok, err := s.decodeCell(k, n)
 		if err != nil {
