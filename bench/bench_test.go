@@ -20,6 +20,8 @@ func start(tb testing.TB, target string) *Endpoint {
 		e, err = StartEbbtable(context.Background(), tb.TempDir(), discardLogger())
 	case TargetEmulator:
 		e, err = StartEmulator(context.Background())
+	case TargetCeiling:
+		e, err = StartCeiling(context.Background())
 	}
 	if err != nil {
 		tb.Fatal(err)
@@ -32,7 +34,7 @@ func start(tb testing.TB, target string) *Endpoint {
 	return e
 }
 
-var targets = []string{TargetEbbtable, TargetEmulator}
+var targets = []string{TargetEbbtable, TargetEmulator, TargetCeiling}
 
 func TestKeys(t *testing.T) {
 	c := Config{Seed: 7}
@@ -105,14 +107,19 @@ func TestRunReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Results) != 6 || len(rep.Comparisons) != 3 {
-		t.Fatalf("got %d results and %d comparisons, want 6 and 3", len(rep.Results), len(rep.Comparisons))
+	if len(rep.Results) != 9 || len(rep.Comparisons) != 3 {
+		t.Fatalf("got %d results and %d comparisons, want 9 and 3", len(rep.Results), len(rep.Comparisons))
+	}
+	for _, c := range rep.Comparisons {
+		if c.CeilingRatio <= 0 {
+			t.Errorf("%s: no ceiling ratio", c.Workload)
+		}
 	}
 	var tbl bytes.Buffer
 	if err := rep.WriteTable(&tbl); err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{WorkloadWrites, WorkloadScans, WorkloadPointReads, "ratio"} {
+	for _, w := range []string{WorkloadWrites, WorkloadScans, WorkloadPointReads, "ratio", "ceiling"} {
 		if !strings.Contains(tbl.String(), w) {
 			t.Errorf("table lacks %q:\n%s", w, tbl.String())
 		}

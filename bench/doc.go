@@ -15,7 +15,9 @@
 // p50/p99 latency (an HDR histogram at 3 significant digits).
 //
 // Run starts the endpoints in-process (an ebbtable server on a temporary
-// or given directory, with its default durable settings, and a bttest
-// server), runs the workloads against each in turn and builds a Report;
-// cmd/ebbbench is its command-line front end.
+// or given directory, with its default durable settings, a bttest server,
+// and the ceiling: a server answering from a Go map, which bounds the ratio
+// any server could reach with this client on this machine), runs the
+// workloads against each in turn and builds a Report; cmd/ebbbench is its
+// command-line front end.
 package bench

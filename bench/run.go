@@ -24,7 +24,8 @@ var Goals = map[string]float64{
 // Options configures Run.
 type Options struct {
 	Config
-	// Targets to run, in order; nil means emulator then ebbtable.
+	// Targets to run, in order; nil means emulator, ebbtable, then the
+	// ceiling.
 	Targets []string
 	// DataDir holds ebbtable's database; empty means a temporary directory
 	// removed afterwards.
@@ -57,6 +58,9 @@ type Comparison struct {
 	Met                bool    `json:"met"`
 	EbbtableP99Micros  float64 `json:"ebbtable_p99_us"`
 	EmulatorP99Micros  float64 `json:"emulator_p99_us"`
+	// CeilingRatio is the ceiling server's throughput over the emulator's
+	// (0 when it did not run): the most any server could reach here.
+	CeilingRatio float64 `json:"ceiling_ratio,omitempty"`
 }
 
 // Run starts each target in turn in this process, runs the workloads
@@ -67,7 +71,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	cfg := opts.Config.withDefaults()
 	targets := opts.Targets
 	if len(targets) == 0 {
-		targets = []string{TargetEmulator, TargetEbbtable}
+		targets = []string{TargetEmulator, TargetEbbtable, TargetCeiling}
 	}
 	rep := &Report{Config: cfg, GOMAXPROCS: runtime.GOMAXPROCS(0), Start: time.Now().UTC()}
 	progress := func(r Result) {
@@ -97,6 +101,8 @@ func runTarget(ctx context.Context, target string, cfg Config, opts Options, pro
 	switch target {
 	case TargetEmulator:
 		e, err = StartEmulator(ctx)
+	case TargetCeiling:
+		e, err = StartCeiling(ctx)
 	case TargetEbbtable:
 		dir := opts.DataDir
 		if dir == "" {
@@ -108,7 +114,7 @@ func runTarget(ctx context.Context, target string, cfg Config, opts Options, pro
 		}
 		e, err = StartEbbtable(ctx, dir, nil)
 	default:
-		return nil, fmt.Errorf("bench: unknown target %q (want %s or %s)", target, TargetEbbtable, TargetEmulator)
+		return nil, fmt.Errorf("bench: unknown target %q (want %s, %s or %s)", target, TargetEbbtable, TargetEmulator, TargetCeiling)
 	}
 	if err != nil {
 		return nil, err
@@ -166,6 +172,9 @@ func compare(results []Result) []Comparison {
 		}
 		if em.RowsPerSec > 0 {
 			c.Ratio = eb.RowsPerSec / em.RowsPerSec
+			if ce, ok := find(TargetCeiling, w); ok {
+				c.CeilingRatio = ce.RowsPerSec / em.RowsPerSec
+			}
 		}
 		c.Met = c.Ratio >= c.Goal
 		out = append(out, c)
@@ -188,17 +197,22 @@ func (r *Report) WriteTable(w io.Writer) error {
 		c.Rows, c.BatchSize, c.ValueSize, c.Workers, c.Scans, c.Reads, r.GOMAXPROCS)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if len(r.Comparisons) > 0 {
-		fmt.Fprintln(tw, "workload\tebbtable rows/s\temulator rows/s\tratio\tgoal\tebbtable p50/p99\temulator p50/p99\tcpu µs/row eb/em\t")
+		fmt.Fprintln(tw, "workload\tebbtable rows/s\temulator rows/s\tratio\tgoal\tceiling\tebbtable p50/p99\temulator p50/p99\tcpu µs/row eb/em/ceil\t")
 		for _, cmp := range r.Comparisons {
 			eb, em := r.result(TargetEbbtable, cmp.Workload), r.result(TargetEmulator, cmp.Workload)
 			verdict := "MISS"
 			if cmp.Met {
 				verdict = "ok"
 			}
-			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2fx\t>=%.1fx %s\t%s / %s\t%s / %s\t%.1f / %.1f\t\n",
-				cmp.Workload, cmp.EbbtableRowsPerSec, cmp.EmulatorRowsPerSec, cmp.Ratio, cmp.Goal, verdict,
+			ceiling, ceilCPU := "-", "-"
+			if cmp.CeilingRatio > 0 {
+				ceiling = fmt.Sprintf("%.2fx", cmp.CeilingRatio)
+				ceilCPU = fmt.Sprintf("%.1f", r.result(TargetCeiling, cmp.Workload).CPUMicrosPerRow)
+			}
+			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2fx\t>=%.1fx %s\t%s\t%s / %s\t%s / %s\t%.1f / %.1f / %s\t\n",
+				cmp.Workload, cmp.EbbtableRowsPerSec, cmp.EmulatorRowsPerSec, cmp.Ratio, cmp.Goal, verdict, ceiling,
 				fmtDur(eb.P50()), fmtDur(eb.P99()), fmtDur(em.P50()), fmtDur(em.P99()),
-				eb.CPUMicrosPerRow, em.CPUMicrosPerRow)
+				eb.CPUMicrosPerRow, em.CPUMicrosPerRow, ceilCPU)
 		}
 	} else {
 		fmt.Fprintln(tw, "target\tworkload\trows/s\tops/s\tp50\tp99\tcpu µs/row\t")
@@ -209,6 +223,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if slices.ContainsFunc(r.Comparisons, func(c Comparison) bool { return c.CeilingRatio > 0 }) {
+		fmt.Fprintln(w, "ceiling: a server answering from a Go map (no storage, filters or versions), over the emulator: for writes and point reads, the most any server reaches with this client on this machine (its scans are not tuned, so not a bound)")
 	}
 	var cores []string
 	for _, res := range r.Results {

@@ -1,10 +1,12 @@
 // Command ebbbench compares ebbtable with the reference Bigtable emulator
 // (bttest) in one process: it starts each in turn, runs the bench package's
 // workloads (bulk writes, full scans, point reads) against it through the
-// official client, and prints throughput, latency and the ratio.
+// official client, and prints throughput, latency and the ratio. A third
+// target, the ceiling (a server answering from a Go map), bounds the ratio
+// any server could reach with this client on this machine.
 //
 //	go run ./cmd/ebbbench [--rows N] [--workers N] [--reads N] [--scans N]
-//	    [--only ebbtable|emulator] [--data DIR] [--json] [--cpuprofile PREFIX]
+//	    [--only ebbtable|emulator|ceiling] [--data DIR] [--json] [--cpuprofile PREFIX]
 package main
 
 import (
@@ -33,17 +35,17 @@ func main() {
 	flag.IntVar(&opts.ValueSize, "value-size", def.ValueSize, "bytes per cell value")
 	flag.Uint64Var(&opts.Seed, "seed", def.Seed, "seed for keys, values and read order")
 	flag.StringVar(&opts.DataDir, "data", "", "ebbtable data directory; its table \"bench\" is recreated (default: a temporary directory, removed afterwards)")
-	flag.StringVar(&only, "only", "", "run only this target: ebbtable or emulator")
+	flag.StringVar(&only, "only", "", "run only this target: ebbtable, emulator or ceiling")
 	flag.BoolVar(&js, "json", false, "print the report as JSON")
 	flag.StringVar(&opts.CPUProfile, "cpuprofile", "", "write CPU profiles of the ebbtable workloads to `PREFIX`.writes, .scans and .point-reads")
 	flag.Parse()
 
 	switch only {
 	case "":
-	case bench.TargetEbbtable, bench.TargetEmulator:
+	case bench.TargetEbbtable, bench.TargetEmulator, bench.TargetCeiling:
 		opts.Targets = []string{only}
 	default:
-		fmt.Fprintf(os.Stderr, "ebbbench: --only must be %s or %s\n", bench.TargetEbbtable, bench.TargetEmulator)
+		fmt.Fprintf(os.Stderr, "ebbbench: --only must be %s, %s or %s\n", bench.TargetEbbtable, bench.TargetEmulator, bench.TargetCeiling)
 		os.Exit(2)
 	}
 	opts.Progress = os.Stderr

@@ -1,0 +1,211 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+
+	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
+	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// TargetCeiling is a server that does as little as a Bigtable server can:
+// it keeps the last value written to each row in a Go map and answers from
+// it (no storage, no versions, no filters, no schema). No server can serve
+// the official client faster on the same machine, so its ratio to the
+// emulator is the ceiling of any server's ratio: what is left is the cost
+// of the client, gRPC and protobuf, paid on the same cores.
+const TargetCeiling = "ceiling"
+
+// ceilingServer holds one table's rows: row key → the single cell the
+// workloads write (family, qualifier, value).
+type ceilingServer struct {
+	btpb.UnimplementedBigtableServer
+	adminpb.UnimplementedBigtableTableAdminServer
+
+	mu     sync.RWMutex
+	tables map[string]bool
+	rows   map[string]ceilingCell
+	sorted []string // row keys in order, rebuilt by the first scan after writes
+}
+
+type ceilingCell struct {
+	family    string
+	qualifier []byte
+	ts        int64
+	value     []byte
+}
+
+// StartCeiling starts the ceiling server on 127.0.0.1, with the message
+// limits ebbtable's server uses, and connects clients to it.
+func StartCeiling(ctx context.Context) (*Endpoint, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("bench: ceiling: %w", err)
+	}
+	cs := &ceilingServer{tables: map[string]bool{}, rows: map[string]ceilingCell{}}
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(256<<20), grpc.MaxSendMsgSize(256<<20))
+	btpb.RegisterBigtableServer(srv, cs)
+	adminpb.RegisterBigtableTableAdminServer(srv, cs)
+	go srv.Serve(lis)
+	e, err := Dial(ctx, TargetCeiling, lis.Addr().String())
+	if err != nil {
+		srv.Stop()
+		return nil, err
+	}
+	e.stop = func() error { srv.Stop(); return nil }
+	return e, nil
+}
+
+func (s *ceilingServer) CreateTable(_ context.Context, req *adminpb.CreateTableRequest) (*adminpb.Table, error) {
+	name := req.GetParent() + "/tables/" + req.GetTableId()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tables[name] = true
+	return &adminpb.Table{Name: name}, nil
+}
+
+func (s *ceilingServer) DeleteTable(_ context.Context, req *adminpb.DeleteTableRequest) (*emptypb.Empty, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.tables[req.GetName()] {
+		return nil, status.Errorf(codes.NotFound, "ceiling: no table %s", req.GetName())
+	}
+	// One table's rows are all there is.
+	delete(s.tables, req.GetName())
+	s.rows, s.sorted = map[string]ceilingCell{}, nil
+	return &emptypb.Empty{}, nil
+}
+
+func (s *ceilingServer) ListTables(_ context.Context, req *adminpb.ListTablesRequest) (*adminpb.ListTablesResponse, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	resp := &adminpb.ListTablesResponse{}
+	for name := range s.tables {
+		if strings.HasPrefix(name, req.GetParent()+"/tables/") {
+			resp.Tables = append(resp.Tables, &adminpb.Table{Name: name})
+		}
+	}
+	return resp, nil
+}
+
+func (s *ceilingServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtable_MutateRowsServer) error {
+	resp := &btpb.MutateRowsResponse{Entries: make([]*btpb.MutateRowsResponse_Entry, len(req.GetEntries()))}
+	s.mu.Lock()
+	for i, e := range req.GetEntries() {
+		for _, m := range e.GetMutations() {
+			if sc := m.GetSetCell(); sc != nil {
+				s.rows[string(e.GetRowKey())] = ceilingCell{sc.GetFamilyName(), sc.GetColumnQualifier(), sc.GetTimestampMicros(), sc.GetValue()}
+			}
+		}
+		resp.Entries[i] = &btpb.MutateRowsResponse_Entry{Index: int64(i), Status: &rpcstatus.Status{}}
+	}
+	s.sorted = nil
+	s.mu.Unlock()
+	return stream.Send(resp)
+}
+
+func (s *ceilingServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_ReadRowsServer) error {
+	set := req.GetRows()
+	chunk := func(key string, c ceilingCell) *btpb.ReadRowsResponse_CellChunk {
+		return &btpb.ReadRowsResponse_CellChunk{
+			RowKey:          []byte(key),
+			FamilyName:      wrapperspb.String(c.family),
+			Qualifier:       wrapperspb.Bytes(c.qualifier),
+			TimestampMicros: c.ts,
+			Value:           c.value,
+			RowStatus:       &btpb.ReadRowsResponse_CellChunk_CommitRow{CommitRow: true},
+		}
+	}
+	if keys := set.GetRowKeys(); len(keys) > 0 && len(set.GetRowRanges()) == 0 {
+		for _, k := range keys {
+			s.mu.RLock()
+			c, ok := s.rows[string(k)]
+			s.mu.RUnlock()
+			if ok {
+				if err := stream.Send(&btpb.ReadRowsResponse{Chunks: []*btpb.ReadRowsResponse_CellChunk{chunk(string(k), c)}}); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if len(set.GetRowKeys()) > 0 || len(set.GetRowRanges()) > 1 {
+		return status.Error(codes.Unimplemented, "ceiling: only point reads and one row range")
+	}
+	// One range (or none: the whole table), in responses of about 1 MiB
+	// (as ebbtable's server sends them).
+	s.mu.Lock()
+	if s.sorted == nil {
+		s.sorted = make([]string, 0, len(s.rows))
+		for k := range s.rows {
+			s.sorted = append(s.sorted, k)
+		}
+		slices.Sort(s.sorted)
+	}
+	keys := s.sorted
+	cells := make([]ceilingCell, len(keys))
+	for i, k := range keys {
+		cells[i] = s.rows[k]
+	}
+	s.mu.Unlock()
+	var rg *btpb.RowRange
+	if rs := set.GetRowRanges(); len(rs) == 1 {
+		rg = rs[0]
+	}
+	resp, size := &btpb.ReadRowsResponse{}, 0
+	for i, k := range keys {
+		if !inRange(k, rg) {
+			continue
+		}
+		resp.Chunks = append(resp.Chunks, chunk(k, cells[i]))
+		size += len(k) + len(cells[i].value)
+		if size >= 1<<20 {
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+			resp, size = &btpb.ReadRowsResponse{}, 0
+		}
+	}
+	if len(resp.Chunks) > 0 {
+		return stream.Send(resp)
+	}
+	return nil
+}
+
+// inRange says whether row key k is in r (nil: every key).
+func inRange(k string, r *btpb.RowRange) bool {
+	if r == nil {
+		return true
+	}
+	switch start := r.GetStartKey().(type) {
+	case *btpb.RowRange_StartKeyClosed:
+		if k < string(start.StartKeyClosed) {
+			return false
+		}
+	case *btpb.RowRange_StartKeyOpen:
+		if k <= string(start.StartKeyOpen) {
+			return false
+		}
+	}
+	switch end := r.GetEndKey().(type) {
+	case *btpb.RowRange_EndKeyClosed:
+		if len(end.EndKeyClosed) > 0 && k > string(end.EndKeyClosed) {
+			return false
+		}
+	case *btpb.RowRange_EndKeyOpen:
+		if len(end.EndKeyOpen) > 0 && k >= string(end.EndKeyOpen) {
+			return false
+		}
+	}
+	return true
+}
