@@ -163,9 +163,13 @@ func benchPass(b *testing.B, rule string) {
 	}
 	// The latency comparison, in rounds whose samples are pooled (a
 	// single window's p99 rests on a few dozen reads and swings with the
-	// machine): rewrite an old version in every row, time reads during a
-	// paced pass, then during as long idle.
+	// machine): rewrite an old version in every row, then time reads while
+	// idle for half as long as the last pass took, during a paced pass, and
+	// idle for the other half. Idle time on both sides of the pass takes in
+	// the state before it (the rewritten cells in a fresh file) and after it
+	// (a block cache cold on the compacted files).
 	var withPass, without []sample
+	lastPass := time.Second
 	var compacting []sample // the pass samples taken while it compacted
 	var compaction time.Duration
 	for round := 0; round < benchRounds; round++ {
@@ -180,6 +184,7 @@ func benchPass(b *testing.B, rule string) {
 		if err := eng.Store().Flush(); err != nil {
 			b.Fatal(err)
 		}
+		without = append(without, readers(lastPass/2, nil)...)
 		var st2 PassStats
 		t0 := time.Now()
 		during := readers(0, func() {
@@ -188,7 +193,8 @@ func benchPass(b *testing.B, rule string) {
 			}
 		})
 		passEnd := time.Now()
-		without = append(without, readers(passEnd.Sub(t0), nil)...)
+		lastPass = passEnd.Sub(t0)
+		without = append(without, readers(lastPass/2, nil)...)
 		if st2.Collected != benchRows {
 			b.Fatalf("round %d: pass collected %d, want %d", round, st2.Collected, benchRows)
 		}
