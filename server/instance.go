@@ -25,6 +25,10 @@ import (
 const (
 	kindCluster    = "cluster"
 	kindAppProfile = "appprofile"
+	// kindAppProfileGone remembers a deleted app profile (value: the
+	// deletion time in Unix nanoseconds, comparable with profile etags), so
+	// a peer's older copy is not adopted back and the deletion travels.
+	kindAppProfileGone = "appprofile-gone"
 	// defaultProfile is the profile used when a request names none. It
 	// exists in every instance unless the user stores one of that name.
 	defaultProfile = "default"
@@ -416,14 +420,15 @@ func (a *instanceServer) peerReady(id string) {
 
 // adoptPeerMeta takes a peer's clusters and app profiles this cluster
 // lacks, and the peer's app profiles that changed later than this
-// cluster's copy (by etag, the time of the change). Deletions do not
-// travel: a profile deleted on one cluster must be deleted on each.
+// cluster's copy (by etag, the time of the change). App-profile deletions
+// travel as tombstones (kindAppProfileGone): the later of a profile's
+// change and its deletion wins on every cluster.
 func (a *instanceServer) adoptPeerMeta(list *structpb.ListValue) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	// What this cluster has, read once (every pull carries the peer's list).
 	local := map[string][]byte{}
-	for _, kind := range []string{kindCluster, kindAppProfile} {
+	for _, kind := range []string{kindCluster, kindAppProfile, kindAppProfileGone} {
 		if err := a.s.engine.InstanceMeta(kind, "", func(inst, name string, v []byte) error {
 			local[kind+"\x00"+inst+"\x00"+name] = append([]byte(nil), v...)
 			return nil
@@ -431,33 +436,58 @@ func (a *instanceServer) adoptPeerMeta(list *structpb.ListValue) error {
 			return err
 		}
 	}
+	// changed is when a local profile or tombstone was last changed, and
+	// whether there is either.
+	changed := func(inst, name string) (t int64, ok bool) {
+		if v := local[kindAppProfileGone+"\x00"+inst+"\x00"+name]; v != nil {
+			t, _ = strconv.ParseInt(string(v), 10, 64)
+			ok = true
+		}
+		if v := local[kindAppProfile+"\x00"+inst+"\x00"+name]; v != nil {
+			t, ok = max(t, profileEtag(v)), true
+		}
+		return t, ok
+	}
 	for _, v := range list.GetValues() {
 		f := v.GetStructValue().GetFields()
 		kind, inst, name, val := f["kind"].GetStringValue(), f["instance"].GetStringValue(), f["name"].GetStringValue(), f["value"].GetStringValue()
-		if (kind != kindCluster && kind != kindAppProfile) || name == a.s.opts.ClusterID {
+		var err error
+		switch kind {
+		case kindCluster:
+			if name == a.s.opts.ClusterID || local[kind+"\x00"+inst+"\x00"+name] != nil {
+				continue
+			}
+			err = a.s.engine.PutInstanceMeta(kind, inst, name, []byte(val))
+		case kindAppProfile:
+			if mine, ok := changed(inst, name); ok && profileEtag([]byte(val)) <= mine {
+				continue
+			}
+			err = a.s.engine.ReplaceInstanceMeta(kindAppProfileGone, kindAppProfile, inst, name, []byte(val))
+		case kindAppProfileGone:
+			t, _ := strconv.ParseInt(val, 10, 64)
+			if mine, ok := changed(inst, name); ok && t <= mine {
+				continue
+			}
+			err = a.s.engine.ReplaceInstanceMeta(kindAppProfile, kindAppProfileGone, inst, name, []byte(val))
+		default:
 			continue
 		}
-		have := local[kind+"\x00"+inst+"\x00"+name]
-		if have != nil {
-			if kind == kindCluster || string(have) == val {
-				continue
-			}
-			mine, theirs := &adminpb.AppProfile{}, &adminpb.AppProfile{}
-			if protojson.Unmarshal(have, mine) != nil || protojson.Unmarshal([]byte(val), theirs) != nil {
-				continue
-			}
-			me, _ := strconv.ParseInt(mine.GetEtag(), 10, 64)
-			them, _ := strconv.ParseInt(theirs.GetEtag(), 10, 64)
-			if them <= me {
-				continue
-			}
-		}
-		a.forgetProfiles()
-		if err := a.s.engine.PutInstanceMeta(kind, inst, name, []byte(val)); err != nil {
+		if err != nil {
 			return err
 		}
+		a.forgetProfiles()
 	}
 	return nil
+}
+
+// profileEtag is when a stored app profile last changed (its etag), or 0.
+func profileEtag(v []byte) int64 {
+	p := &adminpb.AppProfile{}
+	if protojson.Unmarshal(v, p) != nil {
+		return 0
+	}
+	t, _ := strconv.ParseInt(p.GetEtag(), 10, 64)
+	return t
 }
 
 // ---- app profiles ----
@@ -565,7 +595,8 @@ func (a *instanceServer) putProfile(inst, id string, p *adminpb.AppProfile) erro
 		return err
 	}
 	defer a.forgetProfiles()
-	return a.s.engine.PutInstanceMeta(kindAppProfile, inst, id, v)
+	// A profile created again after a deletion replaces its tombstone.
+	return a.s.engine.ReplaceInstanceMeta(kindAppProfileGone, kindAppProfile, inst, id, v)
 }
 
 func (a *instanceServer) CreateAppProfile(ctx context.Context, req *adminpb.CreateAppProfileRequest) (*adminpb.AppProfile, error) {
@@ -681,7 +712,8 @@ func (a *instanceServer) DeleteAppProfile(ctx context.Context, req *adminpb.Dele
 		return nil, toStatus(err)
 	}
 	defer a.forgetProfiles()
-	if err := a.s.engine.DeleteInstanceMeta(kindAppProfile, inst, id); err != nil {
+	gone := strconv.FormatInt(a.s.opts.Clock.Now().UnixNano(), 10)
+	if err := a.s.engine.ReplaceInstanceMeta(kindAppProfile, kindAppProfileGone, inst, id, []byte(gone)); err != nil {
 		return nil, toStatus(err)
 	}
 	return &emptypb.Empty{}, nil

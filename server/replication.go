@@ -752,7 +752,7 @@ func (a *ebbAdmin) collectPull(positions map[string]*structpb.Value, limit int) 
 		}
 	}
 	var meta []any
-	for _, kind := range []string{kindCluster, kindAppProfile} {
+	for _, kind := range []string{kindCluster, kindAppProfile, kindAppProfileGone} {
 		if err := s.engine.InstanceMeta(kind, "", func(inst, name string, v []byte) error {
 			meta = append(meta, map[string]any{"kind": kind, "instance": inst, "name": name, "value": string(v)})
 			return nil

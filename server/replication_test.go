@@ -14,7 +14,9 @@ import (
 	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -266,7 +268,8 @@ func TestWaitForReplication(t *testing.T) {
 }
 
 // TestAppProfilesTravel: a profile created on one cluster is usable
-// through another.
+// through another; its deletion travels too and is not adopted back from
+// the peer's older copy; created again, it travels again.
 func TestAppProfilesTravel(t *testing.T) {
 	ctx := context.Background()
 	a := startCluster(t, "a", "", "")
@@ -288,8 +291,36 @@ func TestAppProfilesTravel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bconn.Close()
+	name := "projects/" + testProject + "/instances/" + testInstance + "/appProfiles/any"
+	has := func(c *grpc.ClientConn) error {
+		_, err := adminpb.NewBigtableInstanceAdminClient(c).GetAppProfile(ctx, &adminpb.GetAppProfileRequest{Name: name})
+		return err
+	}
 	eventually(t, "profile on b", func() (bool, string) {
-		_, err := adminpb.NewBigtableInstanceAdminClient(bconn).GetAppProfile(ctx, &adminpb.GetAppProfileRequest{Name: "projects/" + testProject + "/instances/" + testInstance + "/appProfiles/any"})
+		err := has(bconn)
+		return err == nil, fmt.Sprint(err)
+	})
+	if _, err := adminpb.NewBigtableInstanceAdminClient(conn).DeleteAppProfile(ctx, &adminpb.DeleteAppProfileRequest{Name: name, IgnoreWarnings: true}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "deletion on b", func() (bool, string) {
+		err := has(bconn)
+		return status.Code(err) == codes.NotFound, fmt.Sprint(err)
+	})
+	// Several pulls later, a still has no profile (b's copy was older).
+	time.Sleep(700 * time.Millisecond)
+	if err := has(conn); status.Code(err) != codes.NotFound {
+		t.Fatalf("profile deleted on a came back: %v", err)
+	}
+	_, err = adminpb.NewBigtableInstanceAdminClient(bconn).CreateAppProfile(ctx, &adminpb.CreateAppProfileRequest{
+		Parent: "projects/" + testProject + "/instances/" + testInstance, AppProfileId: "any",
+		AppProfile: &adminpb.AppProfile{Description: "again", RoutingPolicy: &adminpb.AppProfile_MultiClusterRoutingUseAny_{MultiClusterRoutingUseAny: &adminpb.AppProfile_MultiClusterRoutingUseAny{}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "profile created again, on a", func() (bool, string) {
+		err := has(conn)
 		return err == nil, fmt.Sprint(err)
 	})
 }

@@ -44,6 +44,25 @@ func (e *Engine) DeleteInstanceMeta(kind, instance, name string) error {
 	return e.commit(b)
 }
 
+// ReplaceInstanceMeta removes the entry (removeKind, instance, name) and
+// stores value as (putKind, instance, name) in one atomic batch: a deleted
+// entry and the tombstone that remembers its deletion, or the reverse.
+func (e *Engine) ReplaceInstanceMeta(removeKind, putKind, instance, name string, value []byte) error {
+	if err := e.enter(); err != nil {
+		return err
+	}
+	defer e.leave()
+	b := e.store.NewBatch()
+	defer b.Close()
+	if err := b.Delete(instanceMetaKey(removeKind, instance, name), nil); err != nil {
+		return err
+	}
+	if err := b.Set(instanceMetaKey(putKind, instance, name), value, nil); err != nil {
+		return err
+	}
+	return e.commit(b)
+}
+
 // InstanceMeta lists the entries of one kind; with instance "" it lists
 // every instance's. The callback gets instance, name and value (the value is
 // only valid during the call).
