@@ -52,7 +52,7 @@ func BenchmarkGCPass(b *testing.B) {
 const (
 	benchRows     = 100_000
 	benchVersions = 10
-	benchRounds   = 4
+	benchRounds   = 8
 )
 
 func benchPass(b *testing.B, rule string) {
