@@ -173,6 +173,7 @@ func TestGCServeFlags(t *testing.T) {
 		{"negative batch", []string{"--gc-batch-cells", "-1"}, "--gc-batch-cells -1 must be between 1 and"},
 		{"zero batch", []string{"--gc-batch-cells", "0"}, "--gc-batch-cells 0 must be between 1 and"},
 		{"negative pause", []string{"--gc-pause", "-1ms"}, "--gc-pause -1ms is negative"},
+		{"negative reclaim rate", []string{"--gc-reclaim-rate", "-1"}, "--gc-reclaim-rate -1 is negative"},
 		{"zero go gc percent", []string{"--go-gc-percent", "0"}, "--go-gc-percent 0 must be positive"},
 	} {
 		r := ebbtable(t, append([]string{"serve", "--addr", "127.0.0.1:0", "--http-addr", "off", "--data", dir}, tc.args...)...)
@@ -190,7 +191,7 @@ func TestGCServeFlags(t *testing.T) {
 		}
 	}
 	r = ebbtable(t, "serve", "--help").mustSucceed(t, "serve --help")
-	for _, s := range []string{"--gc-interval duration", "(default 1m0s)", "--gc-batch-cells int", "(default 250)", "--go-gc-percent int", "(default 400)", "--gc-pause duration"} {
+	for _, s := range []string{"--gc-interval duration", "(default 1m0s)", "--gc-batch-cells int", "(default 250)", "--go-gc-percent int", "(default 400)", "--gc-reclaim-rate float", "(default 4)", "--gc-pause duration"} {
 		if !strings.Contains(r.stdout, s) {
 			t.Errorf("serve --help lacks %q:\n%s", s, r.stdout)
 		}

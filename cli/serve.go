@@ -32,9 +32,10 @@ type serveFlags struct {
 	debugClock string
 	advertise  string
 
-	gcInterval   time.Duration
-	gcBatchCells int
-	gcPause      time.Duration
+	gcInterval    time.Duration
+	gcBatchCells  int
+	gcPause       time.Duration
+	gcReclaimRate float64
 
 	ttlInterval  time.Duration
 	ttlBatchSize int
@@ -62,7 +63,9 @@ The garbage collector starts a pass every --gc-interval (a fixed cadence,
 however long a pass runs); 'ebbtable gc run' starts one at once. A pass
 deletes at most --gc-batch-cells cells per batch (examining up to 2,000 cells,
 or twice the batch size when that is more) and waits at least --gc-pause
-between batches.
+between batches. It then compacts what it deleted so the disk space comes
+back, writing at --gc-reclaim-rate (faster when the span would not be
+rewritten within half an interval at that rate).
 
 Several processes form one instance, each serving one cluster: start the
 first with --cluster-id A, then each further one with its own --cluster-id
@@ -100,6 +103,7 @@ its own: a process that joined once rejoins by itself on restart.`,
 	fl.DurationVar(&f.gcInterval, "gc-interval", time.Minute, "start a garbage-collection pass this often")
 	fl.IntVar(&f.gcBatchCells, "gc-batch-cells", collector.DefaultBatchCells, "most cells the garbage collector deletes in one batch")
 	fl.DurationVar(&f.gcPause, "gc-pause", time.Millisecond, "pause between the garbage collector's batches, so foreground reads keep their latency (0: none)")
+	fl.Float64Var(&f.gcReclaimRate, "gc-reclaim-rate", float64(collector.DefaultReclaimRate)/(1<<20), "MiB/s the compaction after a GC pass writes at, raised when needed to finish within half an interval (0: full speed)")
 	fl.DurationVar(&f.ttlInterval, "ttl-interval", time.Hour, "start a run of the row deletion job this often")
 	fl.IntVar(&f.ttlBatchSize, "ttl-batch-size", 500, "most expired rows the row deletion job deletes in one atomic batch")
 	fl.IntVar(&f.goGCPercent, "go-gc-percent", DefaultGoGCPercent, "the Go runtime's GC percent for this process (the GOGC environment variable, when set, wins)")
@@ -211,13 +215,21 @@ func (f *serveFlags) gcOptions() (collector.Options, error) {
 	if pause == 0 {
 		pause = -1 // the collector's "no pause"; its zero means 1ms
 	}
+	if f.gcReclaimRate < 0 {
+		return collector.Options{}, usagef("--gc-reclaim-rate %v is negative", f.gcReclaimRate)
+	}
+	reclaim := int64(f.gcReclaimRate * (1 << 20))
+	if reclaim == 0 {
+		reclaim = -1 // the collector's "unpaced"; its zero means the default
+	}
 	return collector.Options{
 		Interval:   f.gcInterval,
 		BatchCells: f.gcBatchCells,
 		// A batch examines up to the collector's default scan size, or
 		// twice the batch size when that is more.
-		ScanCells: max(collector.DefaultScanCells, 2*f.gcBatchCells),
-		Pause:     pause,
+		ScanCells:   max(collector.DefaultScanCells, 2*f.gcBatchCells),
+		Pause:       pause,
+		ReclaimRate: reclaim,
 	}, nil
 }
 
@@ -245,6 +257,7 @@ func serve(ctx context.Context, opts server.Options, stdout io.Writer) error {
 	err := server.Run(ctx, opts, func(addr string) {
 		opts.Logger.Info("serving", "addr", addr, "data", opts.DataDir, "http", opts.HTTPAddr, "gc_visibility", opts.Visibility.String(),
 			"gc_interval", opts.GC.Interval, "gc_batch_cells", opts.GC.BatchCells, "gc_pause", max(opts.GC.Pause, 0),
+			"gc_reclaim_bytes_per_sec", max(opts.GC.ReclaimRate, 0),
 			"ttl_interval", opts.TTL.Interval, "ttl_batch_size", opts.TTL.BatchRows)
 		fmt.Fprintf(stdout, "ebbtable running on %s\n", addr)
 	})

@@ -167,7 +167,7 @@ func (c *Collector) sweepTableAt(ctx context.Context, m *table.Meta, onlyFamily 
 	}
 	if res.collectedBytes >= c.opts.CompactMinBytes && first != nil {
 		t0 := time.Now()
-		if err := c.eng.Store().Compact(ctx, first, storage.PrefixEnd(last), false); err != nil {
+		if err := c.reclaim(ctx, first, storage.PrefixEnd(last)); err != nil {
 			return res, err
 		}
 		res.compaction = time.Since(t0)
@@ -181,6 +181,23 @@ func (c *Collector) sweepTableAt(ctx context.Context, m *table.Meta, onlyFamily 
 		return res, err
 	}
 	return res, nil
+}
+
+// reclaim compacts [start, end) so the space of what a pass deleted comes
+// back, at the reclaim rate, or faster when the span would not be rewritten
+// within half an interval at that rate.
+func (c *Collector) reclaim(ctx context.Context, start, end []byte) error {
+	rate := c.opts.ReclaimRate
+	if rate > 0 {
+		size, err := c.eng.Store().EstimateDiskUsage(start, end)
+		if err != nil {
+			return err
+		}
+		if half := c.opts.Interval / 2; half > 0 {
+			rate = max(rate, int64(float64(size)/half.Seconds()))
+		}
+	}
+	return c.eng.Store().CompactPaced(ctx, start, end, rate)
 }
 
 // scanBatch examines cells from cursor until a batch is full, stopping at a

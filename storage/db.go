@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -47,6 +48,9 @@ type DB struct {
 	*pebble.DB
 	dir  string
 	opts *pebble.Options // as opened, with Pebble's defaults filled in
+
+	pacer  *pacer
+	paceMu sync.Mutex // one paced compaction at a time
 }
 
 // Open opens (creating if needed) the database in opts.Dir.
@@ -57,12 +61,17 @@ func Open(opts Options) (*DB, error) {
 	if opts.CacheBytes == 0 {
 		opts.CacheBytes = 64 << 20
 	}
+	fs := opts.FS
+	if fs == nil {
+		fs = vfs.Default
+	}
+	pc := &pacer{}
 	cache := pebble.NewCache(opts.CacheBytes)
 	defer cache.Unref()
 	po := &pebble.Options{
 		Comparer:           Comparer,
 		Cache:              cache,
-		FS:                 opts.FS,
+		FS:                 pacedFS{fs, pc},
 		FormatMajorVersion: pebble.FormatNewest,
 		BlockPropertyCollectors: []func() pebble.BlockPropertyCollector{
 			NewTimestampCollector,
@@ -90,7 +99,7 @@ func Open(opts Options) (*DB, error) {
 	}
 	full := po.Clone()
 	full.EnsureDefaults()
-	return &DB{DB: db, dir: opts.Dir, opts: full}, nil
+	return &DB{DB: db, dir: opts.Dir, opts: full, pacer: pc}, nil
 }
 
 // SSTWriterOptions are the options for writing SSTables this database can
