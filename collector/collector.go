@@ -67,8 +67,8 @@ const (
 // DefaultReclaimRate paces the compaction after a pass. At full speed it
 // took about half a second of a core to rewrite BenchmarkGCPass's 13 MB
 // table, and reads beside it had about twice their idle p99; written at
-// 4 MiB/s it takes about three seconds in short bursts, and the reads'
-// p99 meanwhile stayed within about 1.1–1.4× idle.
+// 4 MiB/s it takes about 2.7 s in short bursts, and the reads' p99
+// meanwhile was about idle's.
 const DefaultReclaimRate = 4 << 20
 
 // EnsureDefaults fills unset options.
