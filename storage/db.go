@@ -49,8 +49,9 @@ type DB struct {
 	dir  string
 	opts *pebble.Options // as opened, with Pebble's defaults filled in
 
-	pacer  *pacer
-	paceMu sync.Mutex // one paced compaction at a time
+	pacer      *pacer
+	paceMu     sync.Mutex  // one paced compaction at a time
+	backlogged func() bool // nil: writesBacklogged asks Pebble
 }
 
 // Open opens (creating if needed) the database in opts.Dir.

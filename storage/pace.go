@@ -45,8 +45,9 @@ func (p *pacer) wrote(n int) {
 	p.bytes += int64(n)
 	due := p.start.Add(time.Duration(float64(p.bytes) / float64(rate) * float64(time.Second)))
 	p.mu.Unlock()
-	if d := due.Sub(now); d > time.Millisecond {
-		time.Sleep(d)
+	// Sleep in slices, so pacing switched off ends a long wait early.
+	for d := due.Sub(now); d > time.Millisecond && p.rate.Load() > 0; d = time.Until(due) {
+		time.Sleep(min(d, 20*time.Millisecond))
 	}
 }
 
@@ -79,6 +80,11 @@ func (f pacedFile) Write(b []byte) (int, error) {
 // CompactPaced compacts [start, end) like Compact, with the compactions'
 // output written at no more than bytesPerSec (0 or less: unpaced). Paced
 // compactions run one at a time.
+//
+// Pacing slows every compaction running meanwhile, Pebble's own included,
+// so foreground writes could pile up files in L0 until Pebble stalls them.
+// The pacing is dropped for the rest of the call once L0 holds half the
+// sublevels at which Pebble stops writes.
 func (d *DB) CompactPaced(ctx context.Context, start, end []byte, bytesPerSec int64) error {
 	if bytesPerSec <= 0 {
 		return d.Compact(ctx, start, end, false)
@@ -86,6 +92,39 @@ func (d *DB) CompactPaced(ctx context.Context, start, end []byte, bytesPerSec in
 	d.paceMu.Lock()
 	defer d.paceMu.Unlock()
 	d.pacer.rate.Store(bytesPerSec)
-	defer d.pacer.rate.Store(0)
+	done := make(chan struct{})
+	var watch sync.WaitGroup
+	watch.Add(1)
+	go func() {
+		defer watch.Done()
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if d.writesBacklogged() {
+					d.pacer.rate.Store(0)
+					return
+				}
+			}
+		}
+	}()
+	defer func() {
+		close(done)
+		watch.Wait()
+		d.pacer.rate.Store(0)
+	}()
 	return d.Compact(ctx, start, end, false)
+}
+
+// writesBacklogged says whether L0 holds half the sublevels at which Pebble
+// stops writes (tests replace it).
+func (d *DB) writesBacklogged() bool {
+	if d.backlogged != nil {
+		return d.backlogged()
+	}
+	limit := max(d.opts.L0CompactionThreshold, d.opts.L0StopWritesThreshold/2)
+	return int(d.Metrics().Levels[0].Sublevels) >= limit
 }

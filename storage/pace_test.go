@@ -82,3 +82,41 @@ func TestCompactPaced(t *testing.T) {
 		t.Error("pacing still on after the compaction")
 	}
 }
+
+// TestCompactPacedGivesWayToWrites: once foreground writes back up in L0,
+// a paced compaction stops pacing, whatever its rate.
+func TestCompactPacedGivesWayToWrites(t *testing.T) {
+	db, err := Open(Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	db.backlogged = func() bool { return true }
+	val := make([]byte, 200)
+	rng := rand.New(rand.NewPCG(3, 4))
+	b := db.NewBatch()
+	for i := 0; i < 20_000; i++ {
+		for j := range val {
+			val[j] = byte(rng.Uint32())
+		}
+		b.Set(CellKey(1, []byte(fmt.Sprintf("row%06d", i)), 1, []byte("q"), 1000), val, nil)
+	}
+	if err := b.Commit(nil); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// About 4 MB of output at 1 KiB/s would take an hour paced.
+	t0 := time.Now()
+	if err := db.CompactPaced(context.Background(), TablePrefix(1), TableEnd(1), 1<<10); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(t0); took > 30*time.Second {
+		t.Fatalf("compaction took %v: pacing was not dropped", took)
+	}
+	if db.pacer.rate.Load() != 0 {
+		t.Error("pacing still on after the compaction")
+	}
+}
