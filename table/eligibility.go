@@ -83,13 +83,7 @@ func (e *Engine) visible(m *Meta, cells []cell.Cell, now int64) []cell.Cell {
 	var tsBuf, expBuf [16]int64
 	var reasonBuf [16]Reason
 	ts, exp, reasons := tsBuf[:0], expBuf[:0], reasonBuf[:0]
-	for i := 0; i < len(cells); {
-		j := i + 1
-		for j < len(cells) && cell.SameColumn(&cells[i], &cells[j]) {
-			j++
-		}
-		col := cells[i:j]
-		i = j
+	cell.Columns(cells, func(col []cell.Cell) {
 		fam, _ := m.Family(col[0].Family)
 		ts, exp = ts[:0], exp[:0]
 		anyExp := false
@@ -100,18 +94,18 @@ func (e *Engine) visible(m *Meta, cells []cell.Cell, now int64) []cell.Cell {
 		}
 		if !anyExp && (e.vis == UntilCollected || fam == nil || fam.GC.IsNone()) {
 			kept = append(kept, col...)
-			continue
+			return
 		}
 		rule := gcrule.Rule{}
 		if e.vis == HideEligible && fam != nil {
 			rule = fam.GC
 		}
 		reasons = ColumnEligibility(rule, ts, exp, now, reasons)
-		for k, c := range col {
-			if reasons[k] == Keep {
+		for i, c := range col {
+			if reasons[i] == Keep {
 				kept = append(kept, c)
 			}
 		}
-	}
+	})
 	return kept
 }

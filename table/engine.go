@@ -93,8 +93,8 @@ type Engine struct {
 	log   *slog.Logger
 	vis   Visibility
 
-	// cellsHint is the cell count of the row a scan last emitted: how
-	// large the next scan starts its first row (a point read's only one).
+	// cellsHint is the cell count (up to 64) of the row a scan last
+	// emitted: how large the next row read starts its cell slice.
 	cellsHint atomic.Int32
 
 	mu          sync.RWMutex // guards tables and nextTableID, and serialises schema changes

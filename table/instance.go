@@ -17,47 +17,40 @@ func instanceMetaKey(kind, instance, name string) []byte {
 // PutInstanceMeta durably stores one instance metadata entry (kind is
 // "cluster" or "appprofile", chosen by the caller).
 func (e *Engine) PutInstanceMeta(kind, instance, name string, value []byte) error {
-	if err := e.enter(); err != nil {
-		return err
-	}
-	defer e.leave()
-	b := e.store.NewBatch()
-	defer b.Close()
-	if err := b.Set(instanceMetaKey(kind, instance, name), value, nil); err != nil {
-		return err
-	}
-	return e.commit(b)
+	return e.writeInstanceMeta(func(b *pebble.Batch) error {
+		return b.Set(instanceMetaKey(kind, instance, name), value, nil)
+	})
 }
 
 // DeleteInstanceMeta durably removes one entry; removing a missing entry is
 // not an error.
 func (e *Engine) DeleteInstanceMeta(kind, instance, name string) error {
-	if err := e.enter(); err != nil {
-		return err
-	}
-	defer e.leave()
-	b := e.store.NewBatch()
-	defer b.Close()
-	if err := b.Delete(instanceMetaKey(kind, instance, name), nil); err != nil {
-		return err
-	}
-	return e.commit(b)
+	return e.writeInstanceMeta(func(b *pebble.Batch) error {
+		return b.Delete(instanceMetaKey(kind, instance, name), nil)
+	})
 }
 
 // ReplaceInstanceMeta removes the entry (removeKind, instance, name) and
 // stores value as (putKind, instance, name) in one atomic batch: a deleted
 // entry and the tombstone that remembers its deletion, or the reverse.
 func (e *Engine) ReplaceInstanceMeta(removeKind, putKind, instance, name string, value []byte) error {
+	return e.writeInstanceMeta(func(b *pebble.Batch) error {
+		if err := b.Delete(instanceMetaKey(removeKind, instance, name), nil); err != nil {
+			return err
+		}
+		return b.Set(instanceMetaKey(putKind, instance, name), value, nil)
+	})
+}
+
+// writeInstanceMeta commits, synced, the batch fill builds.
+func (e *Engine) writeInstanceMeta(fill func(*pebble.Batch) error) error {
 	if err := e.enter(); err != nil {
 		return err
 	}
 	defer e.leave()
 	b := e.store.NewBatch()
 	defer b.Close()
-	if err := b.Delete(instanceMetaKey(removeKind, instance, name), nil); err != nil {
-		return err
-	}
-	if err := b.Set(instanceMetaKey(putKind, instance, name), value, nil); err != nil {
+	if err := fill(b); err != nil {
 		return err
 	}
 	return e.commit(b)

@@ -193,7 +193,6 @@ type scanner struct {
 	// a shared chunk, and a column's versions share one decoded qualifier.
 	arena           []byte
 	lastQEnc, lastQ []byte
-	cellsHint       int // the previous row's cell count, to size the next
 }
 
 // copyValue returns v copied into the scanner's value chunk.
@@ -273,20 +272,14 @@ func (s *scanner) scan(emit func(cell.Row) error, backward bool) error {
 		if backward {
 			slices.Reverse(row.Cells)
 		}
-		s.cellsHint = min(len(row.Cells), 64)
+		if n := int32(min(len(row.Cells), 64)); n != s.e.cellsHint.Load() {
+			s.e.cellsHint.Store(n)
+		}
 		return emit(row)
 	}
 	valid, step := s.it.First(), s.it.Next
 	if backward {
 		valid, step = s.it.Last(), s.it.Prev
-	}
-	if s.cellsHint == 0 {
-		s.cellsHint = int(s.e.cellsHint.Load())
-		defer func() {
-			if h := int32(s.cellsHint); h != s.e.cellsHint.Load() {
-				s.e.cellsHint.Store(h)
-			}
-		}()
 	}
 	for ; valid; valid = step() {
 		k := s.it.Key()
@@ -302,7 +295,7 @@ func (s *scanner) scan(emit func(cell.Row) error, backward bool) error {
 			if err != nil {
 				return err
 			}
-			row = cell.Row{Key: key, Cells: make([]cell.Cell, 0, max(s.cellsHint, 1))}
+			row = cell.Row{Key: key, Cells: make([]cell.Cell, 0, max(s.e.cellsHint.Load(), 1))}
 		}
 		c, ok, err := s.decodeCell(k, n)
 		if err != nil {
