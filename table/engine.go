@@ -10,8 +10,10 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/storage"
@@ -61,6 +63,21 @@ type Options struct {
 	Visibility Visibility
 	// CacheBytes is Pebble's block cache size; 0 means the storage default.
 	CacheBytes int64
+	// OnFatal is called once, from whichever goroutine met it, with the
+	// first storage error the engine cannot continue after: a WAL write or
+	// sync that failed, a disk stall past MaxSyncDuration, corruption met in
+	// the background. The engine has already stopped serving (every call
+	// fails with ErrStorageFailed); the process should exit (fail-stop).
+	// nil: the engine only stops serving.
+	OnFatal func(error)
+	// MaxSyncDuration is how long a WAL sync or any disk write may take
+	// before the engine declares the disk stalled and fails; 0 means
+	// DefaultMaxSyncDuration, negative disables the check.
+	MaxSyncDuration time.Duration
+
+	// fs, set by tests (WithFS in export_test.go), replaces the OS
+	// filesystem under Pebble.
+	fs vfs.FS
 }
 
 // EnsureDefaults fills unset options.
@@ -83,6 +100,13 @@ func (o *Options) Validate() error {
 	}
 	return nil
 }
+
+// DefaultMaxSyncDuration is how long a WAL sync or a disk write may take
+// before the engine fails stop, as CockroachDB's storage.max_sync_duration
+// (20 s): long enough that a busy but healthy disk never trips it, short
+// enough that a stalled disk stops the process before clients' deadlines
+// pile up behind it.
+const DefaultMaxSyncDuration = 20 * time.Second
 
 const rowLockStripes = 1024
 
@@ -135,7 +159,7 @@ func Open(opts Options) (*Engine, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	st, err := storage.Open(storage.Options{Dir: opts.Dir, Logger: opts.Logger, CacheBytes: opts.CacheBytes})
+	st, err := storage.Open(storage.Options{Dir: opts.Dir, FS: opts.fs, Logger: opts.Logger, CacheBytes: opts.CacheBytes})
 	if err != nil {
 		return nil, err
 	}

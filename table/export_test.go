@@ -1,0 +1,11 @@
+package table
+
+import "github.com/cockroachdb/pebble/v2/vfs"
+
+// WithFS returns opts with Pebble running on fs instead of the OS
+// filesystem: fault tests open the engine on vfs.NewCrashableMem or an
+// errorfs wrapper.
+func WithFS(opts Options, fs vfs.FS) Options {
+	opts.fs = fs
+	return opts
+}
