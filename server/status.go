@@ -27,6 +27,8 @@ var codeTable = []struct {
 	{table.ErrPrecondition, codes.FailedPrecondition},
 	{table.ErrOutOfRange, codes.OutOfRange},
 	{table.ErrClosed, codes.Unavailable},
+	{table.ErrStorageFailed, codes.Unavailable},
+	{table.ErrDataLoss, codes.DataLoss},
 	{backup.ErrNotFound, codes.NotFound},
 	{backup.ErrExists, codes.AlreadyExists},
 	{errNotFound, codes.NotFound},

@@ -13,4 +13,10 @@ var (
 	ErrPrecondition   = errors.New("ebbtable: failed precondition")
 	ErrOutOfRange     = errors.New("ebbtable: out of range")
 	ErrClosed         = errors.New("ebbtable: engine closed")
+	// ErrStorageFailed: the engine met a storage error it cannot continue
+	// after (see Options.OnFatal) and serves nothing more.
+	ErrStorageFailed = errors.New("ebbtable: storage failed; the server is stopping")
+	// ErrDataLoss: stored data is corrupt (a checksum failed); the error
+	// names the file.
+	ErrDataLoss = errors.New("ebbtable: stored data is corrupt")
 )
