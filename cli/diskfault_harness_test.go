@@ -271,6 +271,7 @@ type diskLoad struct {
 	inflight   map[string]*diskWrite
 	seen       map[string]string // key → the first read on a live server that returned its value
 	seenLater  map[string]bool   // keys a restarted server returned
+	restarted  bool              // verifyRestarted read the whole table
 	wrong      []string          // reads that returned a value no write of theirs wrote
 	started    time.Time
 	firstErrAt time.Time
@@ -462,7 +463,7 @@ func (l *diskLoad) readBack(t *testing.T, client *bigtable.Client, how string) {
 	slices.Sort(failedKeys)
 	tbl := client.Open("df")
 	for _, k := range failedKeys {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		row, err := tbl.ReadRow(ctx, k)
 		cancel()
 		if err != nil {
@@ -471,7 +472,7 @@ func (l *diskLoad) readBack(t *testing.T, client *bigtable.Client, how string) {
 		}
 		l.observe(row, how+" (ReadRow)")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	err := tbl.ReadRows(ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
 		l.observe(r, how+" (ReadRows)")
@@ -499,6 +500,7 @@ func (l *diskLoad) verifyRestarted(t *testing.T, client *bigtable.Client) {
 		return
 	}
 	l.mu.Lock()
+	l.restarted = true
 	var lost []string
 	present := map[outcome]int{}
 	for k, w := range l.writes {
@@ -516,19 +518,25 @@ func (l *diskLoad) verifyRestarted(t *testing.T, client *bigtable.Client) {
 	t.Logf("after the restart: %d rows; present by outcome: %v", len(got), present)
 }
 
-// checkReads reports every read that returned a failed write's value,
-// on the live server and after the restart separately, and every read that
-// returned a value never written.
+// checkReads reports every read that returned a failed write's value, on
+// the live server and after the restart separately; every value a live
+// read returned that the restart lost; and every read that returned a
+// value never written.
 func (l *diskLoad) checkReads(t *testing.T) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var live, later []string
+	var live, later, undurable []string
 	for k, w := range l.writes {
+		how, seen := l.seen[k]
 		if w.out != failed {
+			// Reads see only durable writes: what one returned survives.
+			if seen && l.restarted && !l.seenLater[k] {
+				undurable = append(undurable, fmt.Sprintf("%s (%v: %v) was returned by %s", k, w.out, w.err, how))
+			}
 			continue
 		}
-		if how, ok := l.seen[k]; ok {
+		if seen {
 			live = append(live, fmt.Sprintf("%s: its write returned %v, yet %s returned its value", k, w.err, how))
 		}
 		if l.seenLater[k] {
@@ -537,6 +545,10 @@ func (l *diskLoad) checkReads(t *testing.T) {
 	}
 	slices.Sort(live)
 	slices.Sort(later)
+	slices.Sort(undurable)
+	if len(undurable) > 0 {
+		t.Errorf("reads on the live server returned %d writes that were gone after the restart (not durable when read): %s", len(undurable), sample(undurable))
+	}
 	if len(live) > 0 {
 		t.Errorf("phantom reads on the live server: %d failed writes were read back; %s", len(live), sample(live))
 	}
@@ -629,13 +641,19 @@ func (h *healthWatch) notServingAfter(t0 time.Time) (first time.Time, answer str
 	return time.Time{}, "", nil
 }
 
+// faultProc is a server process that records when it exited.
+type faultProc struct {
+	*serverProc
+	exitedAt time.Time // set before exited is closed
+}
+
 // startServeWithin runs `ebbtable serve args…` and waits up to limit for
 // its readiness line. It reports whether the server became ready, and how
 // long that (or its exit) took; a process not ready within limit is
 // killed. The process is killed at cleanup if still running.
-func startServeWithin(t *testing.T, limit time.Duration, args ...string) (p *serverProc, ready bool, took time.Duration) {
+func startServeWithin(t *testing.T, limit time.Duration, args ...string) (p *faultProc, ready bool, took time.Duration) {
 	t.Helper()
-	p = &serverProc{cmd: exec.Command(ebbtableBin, args...), exited: make(chan struct{})}
+	p = &faultProc{serverProc: &serverProc{cmd: exec.Command(ebbtableBin, args...), exited: make(chan struct{})}}
 	p.cmd.Env = cleanEnv()
 	p.cmd.Stderr = &p.stderr
 	stdout, err := p.cmd.StdoutPipe()
@@ -660,6 +678,7 @@ func startServeWithin(t *testing.T, limit time.Duration, args ...string) (p *ser
 		}
 		// Wait only after stdout is drained, as os/exec requires.
 		p.cmd.Wait()
+		p.exitedAt = time.Now()
 		close(p.exited)
 	}()
 	select {
@@ -681,7 +700,7 @@ func startServeWithin(t *testing.T, limit time.Duration, args ...string) (p *ser
 // kill9 kills the process if it still runs and reaps it. A process stuck
 // in a stalled fsync cannot die until the I/O completes, so callers lift
 // any throttle first.
-func (p *serverProc) kill9() {
+func (p *faultProc) kill9() {
 	select {
 	case <-p.exited:
 	default:
@@ -691,7 +710,7 @@ func (p *serverProc) kill9() {
 }
 
 // exitedWithin waits up to d for the process to exit.
-func (p *serverProc) exitedWithin(d time.Duration) bool {
+func (p *faultProc) exitedWithin(d time.Duration) bool {
 	select {
 	case <-p.exited:
 		return true
