@@ -340,7 +340,9 @@ func (l *diskLoad) read() {
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		// Short: once the server is gone the client would retry until
+		// the deadline, and the load's stop waits for this read.
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		row, err := l.tbl.ReadRow(ctx, w.key)
 		cancel()
 		if err == nil {

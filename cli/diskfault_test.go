@@ -255,7 +255,7 @@ func TestDiskFullStartupNeedsBallastDeleted(t *testing.T) {
 	case srv.cmd.ProcessState.ExitCode() == 0:
 		t.Errorf("serve on a full disk exited with status 0; output:\n%s", out)
 	default:
-		t.Logf("start-up on a full disk: exit status %d after %v", srv.cmd.ProcessState.ExitCode(), took.Round(time.Millisecond))
+		t.Logf("start-up on a full disk: exit status %d after %v:\n%s", srv.cmd.ProcessState.ExitCode(), took.Round(time.Millisecond), tail(out, 3))
 		for _, want := range []string{`(?i)full|no space|free space`, regexp.QuoteMeta(ballast), `(?i)delet|remov`} {
 			if !regexp.MustCompile(want).MatchString(out) {
 				t.Errorf("start-up on a full disk: output does not match /%s/ (it must say the disk is full and name the ballast file to delete):\n%s", want, out)
