@@ -387,13 +387,14 @@ func (l *diskLoad) stop(t *testing.T, limit time.Duration) {
 	}
 }
 
-// waitAcks waits until n writes were acknowledged.
-func (l *diskLoad) waitAcks(t *testing.T, n int64) {
+// waitAcks waits until n writes were acknowledged, failing the test with
+// the server's stderr if the load stops first.
+func (l *diskLoad) waitAcks(t *testing.T, n int64, srv *faultProc) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for l.acks.Load() < n {
 		if l.stopped.Load() || time.Now().After(deadline) {
-			t.Fatalf("only %d writes acknowledged, want %d (first error: %v)", l.acks.Load(), n, l.firstErr)
+			t.Fatalf("only %d writes acknowledged, want %d (first error: %v); server stderr (tail):\n%s", l.acks.Load(), n, l.firstErr, tail(srv.stderr.String(), 5))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -15,7 +15,8 @@ package cli
 //
 // They live here, not in a package of their own, to share this package's
 // binary (built once in TestMain) and its subprocess harness. They need
-// root (to mount); elsewhere they skip, saying why.
+// root (to mount); elsewhere they skip, saying why. Each has its own
+// filesystem and server, so they run in parallel.
 
 import (
 	"context"
@@ -214,6 +215,7 @@ func fillDisk(t *testing.T) *diskFull {
 // write is never read, the server fails stop, and after space is freed a
 // restart has every acknowledged write.
 func TestDiskFullFailStop(t *testing.T) {
+	t.Parallel()
 	d := fillDisk(t)
 	if !d.srv.exitedWithin(0) {
 		d.load.readBack(t, d.client, "a read on the live server after the failure")
@@ -234,6 +236,7 @@ func TestDiskFullFailStop(t *testing.T) {
 // filled up: start-up refuses within 10 s and names the ballast file; once
 // the operator deletes it the server starts with every acknowledged write.
 func TestDiskFullStartupNeedsBallastDeleted(t *testing.T) {
+	t.Parallel()
 	d := fillDisk(t)
 	d.load.stop(t, 10*time.Second)
 	if !d.srv.exitedWithin(time.Until(d.t0.Add(failStopWithin))) {
@@ -278,12 +281,13 @@ func TestDiskFullStartupNeedsBallastDeleted(t *testing.T) {
 // stop, no failed write is ever read, and after a remount a restart has
 // every acknowledged write.
 func TestDiskEIOFailStop(t *testing.T) {
+	t.Parallel()
 	lfs := newLoopFS(t, dfBigImage)
 	args := dfArgs(filepath.Join(lfs.dir, "data"))
 	srv, client := dfStart(t, args)
 	hw := watchHealth(t, srv.addr)
 	load := startDiskLoad(client.Open("df"), dfWorkers, dfValueSize)
-	load.waitAcks(t, 40)
+	load.waitAcks(t, 40, srv)
 	shut := time.Now()
 	lfs.shutdown(t)
 	t0 := load.waitFirstError(t, 10*time.Second)
@@ -309,6 +313,7 @@ func TestDiskEIOFailStop(t *testing.T) {
 // I/O completes, so the exit is checked once the disk recovers (the
 // throttle lifted): within 5 s, non-zero.
 func TestDiskStallFailStop(t *testing.T) {
+	t.Parallel()
 	// Small, to keep the test short; a healthy fsync on the loop device
 	// takes milliseconds.
 	const maxSync = time.Second
@@ -323,7 +328,7 @@ func TestDiskStallFailStop(t *testing.T) {
 	srv, client := dfStart(t, args)
 	hw := watchHealth(t, srv.addr)
 	load := startDiskLoad(client.Open("df"), dfWorkers, dfValueSize)
-	load.waitAcks(t, 20)
+	load.waitAcks(t, 20, srv) // a slow host disk could trip the 1 s limit here: the stderr shows it
 
 	// Registered after the server, so it runs before the server is killed:
 	// a process in a stalled fsync dies only once the I/O completes.

@@ -221,6 +221,7 @@ func checkAfterCrash(t *testing.T, w *walEngine, acked, maybe map[string]string)
 
 // TestWALWriteErrorFailStop: a WAL write fails.
 func TestWALWriteErrorFailStop(t *testing.T) {
+	t.Parallel()
 	f := newWALFault(false, errorfs.OpFileWrite, errorfs.OpFileWriteAt)
 	w, acked := walSetup(t, f, 0)
 	f.armed.Store(true)
@@ -239,6 +240,7 @@ func TestWALWriteErrorFailStop(t *testing.T) {
 // after a read ran while the sync was in progress. Pebble publishes a batch
 // to readers before its sync finishes; that read must not see it.
 func TestWALSyncErrorFailStop(t *testing.T) {
+	t.Parallel()
 	f := newWALFault(true, errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo)
 	w, acked := walSetup(t, f, -1)
 	f.armed.Store(true)
@@ -282,6 +284,7 @@ func TestWALSyncErrorFailStop(t *testing.T) {
 
 // TestWALStallFailStop: a WAL sync blocks for longer than MaxSyncDuration.
 func TestWALStallFailStop(t *testing.T) {
+	t.Parallel()
 	const maxSync = 200 * time.Millisecond
 	f := newWALFault(true) // blocks, fails nothing
 	w, acked := walSetup(t, f, maxSync)
