@@ -274,6 +274,7 @@ type diskLoad struct {
 	restarted  bool              // verifyRestarted read the whole table
 	wrong      []string          // reads that returned a value no write of theirs wrote
 	started    time.Time
+	faultAt    time.Time // when the test injected its fault (zero: none)
 	firstErrAt time.Time
 	firstErr   error
 }
@@ -510,7 +511,11 @@ func (l *diskLoad) verifyRestarted(t *testing.T, client *bigtable.Client) {
 		if got[k] {
 			present[w.out]++
 		} else if w.out == acked {
-			lost = append(lost, k)
+			what := k
+			if !l.faultAt.IsZero() {
+				what += fmt.Sprintf(" (sent %v, acknowledged %v after the fault)", w.start.Sub(l.faultAt).Round(time.Microsecond), w.end.Sub(l.faultAt).Round(time.Microsecond))
+			}
+			lost = append(lost, what)
 		}
 	}
 	l.mu.Unlock()
@@ -770,4 +775,21 @@ func (l *diskLoad) longestSince(t0 time.Time) time.Duration {
 		longest = max(longest, end.Sub(start))
 	}
 	return longest
+}
+
+// listDir lists dir's files with their sizes, for failure reports.
+func listDir(dir string) string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, e := range entries {
+		size := int64(-1)
+		if info, err := e.Info(); err == nil {
+			size = info.Size()
+		}
+		fmt.Fprintf(&b, "%12d %s\n", size, e.Name())
+	}
+	return b.String()
 }

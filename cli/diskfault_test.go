@@ -289,6 +289,9 @@ func TestDiskEIOFailStop(t *testing.T) {
 	load := startDiskLoad(client.Open("df"), dfWorkers, dfValueSize)
 	load.waitAcks(t, 40, srv)
 	shut := time.Now()
+	load.mu.Lock()
+	load.faultAt = shut
+	load.mu.Unlock()
 	lfs.shutdown(t)
 	t0 := load.waitFirstError(t, 10*time.Second)
 	n, _ := load.counts()
@@ -300,6 +303,12 @@ func TestDiskEIOFailStop(t *testing.T) {
 	checkFailStop(t, srv, hw, t0, "input/output error|EIO")
 
 	lfs.remount(t)
+	files := listDir(filepath.Join(lfs.dir, "data"))
+	defer func() {
+		if t.Failed() {
+			t.Logf("the data directory after the remount, before the restart:\n%s", files)
+		}
+	}()
 	srv, client = dfRestart(t, args)
 	load.verifyRestarted(t, client)
 	load.checkReads(t)
@@ -341,6 +350,9 @@ func TestDiskStallFailStop(t *testing.T) {
 	}
 	t.Cleanup(lift)
 	stall := time.Now()
+	load.mu.Lock()
+	load.faultAt = stall
+	load.mu.Unlock()
 	lfs.throttle(t, 1024)
 
 	// Detection takes the limit plus the disk-health checker's polling;
