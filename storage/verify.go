@@ -110,6 +110,9 @@ func (r *Report) DamagedFiles() []string {
 func Verify(dir string) (*Report, error) {
 	fs := vfs.Default
 	if _, err := os.Stat(dir); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %s does not exist", ErrNotDataDir, dir)
+		}
 		return nil, fmt.Errorf("ebbtable: verify %s: %w", dir, err)
 	}
 	desc, err := pebble.Peek(dir, fs)
@@ -282,9 +285,12 @@ const (
 	maxLegacyChunkTyp = 4
 	// The WAL-sync chunk format adds the log number (uint32) and the
 	// offset the log was synced to when the chunk was written (uint64).
-	walSyncHeaderSize = 19
-	walSyncFullChunk  = 9
-	walSyncLastChunk  = 12
+	walSyncHeaderSize    = 19
+	walSyncFullChunk     = 9
+	walSyncLastChunk     = 12
+	recyclableHeaderSize = 11
+	recyclableFullChunk  = 5
+	recyclableLastChunk  = 8
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -483,9 +489,13 @@ func verifyWAL(rep *Report, ll wal.LogicalLog, path string, newest bool) {
 					return
 				}
 				size := int64(len(b))
-				if at, synced, ok := syncedChunkAfter(b, uint32(ll.Num), off.Physical); ok {
-					rep.Damage(KindWAL, path, "bad record at offset %d after %d good records: a later record (at offset %d) says the log was synced to offset %d, so this is corruption, not a torn tail (Pebble, reading ahead only in later 32 KiB blocks, may take it for the end of the log and drop what follows)",
-						off.Physical, n, at, synced)
+				if at, synced, ok := intactChunkAfter(b, uint32(ll.Num), off.Physical); ok {
+					why := fmt.Sprintf("an intact record of this log follows at offset %d (a crash tears only the end of a log)", at)
+					if synced > off.Physical {
+						why = fmt.Sprintf("a later record (at offset %d) says the log was synced to offset %d", at, synced)
+					}
+					rep.Damage(KindWAL, path, "bad record at offset %d after %d good records: %s, so this is corruption, not a torn tail; Pebble may take it for the end of the log and drop every record after it",
+						off.Physical, n, why)
 					return
 				}
 				rep.Note(KindWAL, path, "torn tail: %d complete records, then %d bytes from offset %d that end mid-record (a write cut short by a crash or power loss; it was never acknowledged as synced and Pebble ignores it)",
@@ -503,30 +513,33 @@ func verifyWAL(rep *Report, ll wal.LogicalLog, path string, newest bool) {
 	}
 }
 
-// syncedChunkAfter looks past offset from in a WAL (log number logNum) for
-// an intact chunk in Pebble's WAL-sync format whose recorded synced offset
-// lies beyond from: proof that the bytes at from were written and synced
-// before, so a bad record there is corruption rather than a torn tail. It
-// returns the chunk's offset and the synced offset it records.
-func syncedChunkAfter(b []byte, logNum uint32, from int64) (at, synced int64, ok bool) {
-	const hdr = walSyncHeaderSize
-	for p := int(from) + 1; p+hdr <= len(b); p++ {
+// intactChunkAfter looks past offset from in a WAL (log number logNum) for
+// an intact chunk of the same log: a torn write leaves nothing intact after
+// the tear, so one is evidence of corruption. synced is the offset the log
+// was synced to when that chunk was written (Pebble's WAL-sync chunk
+// format; 0 in the older recyclable format): beyond from, it proves the
+// bad record had been synced.
+func intactChunkAfter(b []byte, logNum uint32, from int64) (at, synced int64, ok bool) {
+	for p := int(from) + 1; p+recyclableHeaderSize <= len(b); p++ {
 		blockEnd := (p/recordBlockSize + 1) * recordBlockSize
-		if p+hdr > blockEnd {
-			p = blockEnd - 1
+		typ := b[p+6]
+		hdr := recyclableHeaderSize
+		if typ >= walSyncFullChunk && typ <= walSyncLastChunk {
+			hdr = walSyncHeaderSize
+		} else if typ < recyclableFullChunk || typ > recyclableLastChunk {
 			continue
 		}
-		typ := b[p+6]
-		if typ < walSyncFullChunk || typ > walSyncLastChunk || binary.LittleEndian.Uint32(b[p+7:]) != logNum {
+		if p+hdr > blockEnd || p+hdr > len(b) || binary.LittleEndian.Uint32(b[p+7:]) != logNum {
 			continue
 		}
 		end := p + hdr + int(binary.LittleEndian.Uint16(b[p+4:]))
 		if end > blockEnd || end > len(b) || maskedCRC(b[p+6:end]) != binary.LittleEndian.Uint32(b[p:]) {
 			continue
 		}
-		if s := int64(binary.LittleEndian.Uint64(b[p+11:])); s > from {
-			return int64(p), s, true
+		if hdr == walSyncHeaderSize {
+			synced = int64(binary.LittleEndian.Uint64(b[p+11:]))
 		}
+		return int64(p), synced, true
 	}
 	return 0, 0, false
 }
