@@ -91,6 +91,11 @@ func Open(opts Options) (*DB, error) {
 	po.Experimental.SpanPolicyFunc = func([]byte) (pebble.SpanPolicy, []byte, error) {
 		return pebble.SpanPolicy{DisableValueSeparationBySuffix: true, ValueStoragePolicy: pebble.ValueStorageLowReadLatency}, nil, nil
 	}
+	if opts.FS == nil {
+		if err := CheckOnOpen(opts.Dir); err != nil {
+			return nil, err
+		}
+	}
 	db, err := pebble.Open(opts.Dir, po)
 	if err != nil && errors.Is(err, syscall.EAGAIN) {
 		return nil, fmt.Errorf("ebbtable: data directory %s is in use by another process: %w", opts.Dir, err)
