@@ -70,7 +70,7 @@ type corruptFixture struct {
 	files map[string][]string
 	// records: for each WAL, the offsets where its records begin and,
 	// last, the offset where the last one ends.
-	records map[string][]int64
+	records   map[string][]int64
 	newestWAL string
 }
 
