@@ -222,7 +222,8 @@ func VerifySST(path string) (keys int64, err error) {
 	}
 	defer r.Close()
 	if err := r.ValidateBlockChecksums(); err != nil {
-		return 0, fmt.Errorf("block checksum: %w", err)
+		// The reader knows no file number; drop its placeholder.
+		return 0, fmt.Errorf("block checksum: %s", strings.ReplaceAll(err.Error(), "file 000000: ", ""))
 	}
 	it, err := r.NewIter(sstable.NoTransforms, nil, nil, sstable.AssertNoBlobHandles)
 	if err != nil {
