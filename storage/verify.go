@@ -378,6 +378,16 @@ func legacyTornAt(b []byte, off int64) bool {
 	}
 }
 
+// verifyLogger drops Pebble's chatter; a fatal error panics, and the
+// read-only open that could meet one recovers it as damage.
+type verifyLogger struct{}
+
+func (verifyLogger) Infof(string, ...interface{})  {}
+func (verifyLogger) Errorf(string, ...interface{}) {}
+func (verifyLogger) Fatalf(f string, a ...interface{}) {
+	panic(fmt.Sprintf("pebble: "+f, a...))
+}
+
 // hideWALs is a filesystem that does not list WAL and OPTIONS files, so a
 // read-only open decodes the MANIFEST without replaying the WAL or reading
 // the options (both checked apart).
@@ -412,7 +422,7 @@ func liveTables(rep *Report, dir string, lock *pebble.Lock, manifest string) (li
 	o.Lock = lock
 	o.DisableConsistencyCheck = true
 	o.DisableTableStats = true
-	o.Logger = quietLogger{}
+	o.Logger = verifyLogger{}
 	o.Cache = pebble.NewCache(1 << 20)
 	defer o.Cache.Unref()
 	db, err := pebble.Open(dir, o)
