@@ -627,7 +627,7 @@ func CheckOnOpen(dir string) error {
 	}
 	for _, f := range rep.Findings {
 		if f.Damaged {
-			return fmt.Errorf("ebbtable: %s is corrupt: %s. Opening would silently lose data; run 'ebbtable verify --data %s' and restore the data directory or its tables from a backup", f.Path, f.Problem, dir)
+			return fmt.Errorf("ebbtable: the database in %s is damaged: %s: %s (Pebble would open past it and silently lose data). Run 'ebbtable verify --data %s' to see which files; restore from a backup, or move the directory aside and start afresh", dir, f.Path, f.Problem, dir)
 		}
 	}
 	return nil
