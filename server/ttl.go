@@ -51,23 +51,24 @@ func ParseTTL(s string) (int64, error) {
 	return d.Microseconds(), nil
 }
 
-// parseExpireAt reads an absolute expiry.
+// parseExpireAt reads an absolute expiry. Whatever the form, the instant
+// (in UTC) must lie in 1970-01-01T00:00:00.001Z..9999-12-31T23:59:59.999Z:
+// an expiry of zero would mean "no expiry", so one that truncates to it
+// is refused rather than silently dropped.
 func parseExpireAt(s string) (int64, error) {
 	s = strings.TrimSpace(s)
-	if us, err := strconv.ParseInt(s, 10, 64); err == nil {
-		if us <= 0 || us > cell.MaxTimestamp {
-			return 0, fmt.Errorf("%w: cell expiry %d is outside year 1970..9999", table.ErrInvalid, us)
-		}
-		return us - us%cell.MicrosPerMilli, nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
+	us, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: cell expiry %q is neither RFC 3339 nor microseconds: %v", table.ErrInvalid, s, err)
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return 0, fmt.Errorf("%w: cell expiry %q is neither RFC 3339 nor microseconds: %v", table.ErrInvalid, s, err)
+		}
+		us = t.UnixMilli() * 1000 // years 0000..9999 with any offset fit
 	}
-	if t.Year() < 1970 || t.Year() > 9999 {
-		return 0, fmt.Errorf("%w: cell expiry %q is outside year 1970..9999", table.ErrInvalid, s)
+	if us < cell.MicrosPerMilli || us > cell.MaxTimestamp {
+		return 0, fmt.Errorf("%w: cell expiry %q is outside 1970-01-01T00:00:00.001Z..9999-12-31T23:59:59.999Z", table.ErrInvalid, s)
 	}
-	return t.UnixMilli() * 1000, nil
+	return us - us%cell.MicrosPerMilli, nil
 }
 
 // expiry is the native cell expiry a request's metadata asks for: a TTL in
