@@ -694,6 +694,9 @@ func (e *Engine) ImportTable(peer *Meta) (*Meta, error) {
 		return nil, err
 	}
 	defer e.leave()
+	if err := peer.CheckFamilies(); err != nil {
+		return nil, err
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	m := peer.clone()
