@@ -34,8 +34,8 @@ type panicLog struct {
 }
 
 func (h *panicLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h *panicLog) WithAttrs([]slog.Attr) slog.Handler      { return h }
-func (h *panicLog) WithGroup(string) slog.Handler           { return h }
+func (h *panicLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *panicLog) WithGroup(string) slog.Handler            { return h }
 func (h *panicLog) Handle(_ context.Context, r slog.Record) error {
 	if !strings.Contains(r.Message, "panic in handler") {
 		return nil
