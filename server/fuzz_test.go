@@ -65,8 +65,9 @@ func FuzzConsistencyToken(f *testing.F) {
 // write RPC runs. A refusal wraps table.ErrInvalid (InvalidArgument); an
 // accepted TTL is at least the 1 ms minimum and, if given in days, within
 // the documented bound; an accepted expiry is a millisecond of years
-// 1970..9999 — never zero, which would mean "no expiry" — and an RFC 3339
-// expiry names the same instant, truncated to the millisecond.
+// 1970..9999 (UTC) — never zero, which would mean "no expiry" — and an RFC
+// 3339 expiry names the same instant, truncated to the millisecond (the
+// first millisecond of 1970 at the earliest).
 func FuzzCellExpiryMetadata(f *testing.F) {
 	for _, s := range []string{"90s", "36h", "2d", "1h30m", "500ms", "0.5ms", "-1s", "0d", "3000000d", "3000001d", "+5d", " 7d ", "9223372036854775807ns", "106751d"} {
 		f.Add(s, "", true, false)
@@ -117,7 +118,7 @@ func FuzzCellExpiryMetadata(f *testing.F) {
 			t.Fatalf("expire-at %q → %d: not a millisecond of years 1970..9999 (0 would mean no expiry)", expArg, at)
 		}
 		if ts, perr := time.Parse(time.RFC3339Nano, strings.TrimSpace(expArg)); perr == nil {
-			if want := ts.UnixMilli() * 1000; at != want {
+			if want := max(ts.UnixMilli()*1000, cell.MicrosPerMilli); at != want {
 				t.Fatalf("expire-at %q → %d, want %d", expArg, at, want)
 			}
 		}

@@ -51,13 +51,17 @@ func ParseTTL(s string) (int64, error) {
 	return d.Microseconds(), nil
 }
 
-// parseExpireAt reads an absolute expiry. Whatever the form, the instant
-// (in UTC) must lie in 1970-01-01T00:00:00.001Z..9999-12-31T23:59:59.999Z:
-// an expiry of zero would mean "no expiry", so one that truncates to it
-// is refused rather than silently dropped.
+// parseExpireAt reads an absolute expiry: microseconds since the epoch
+// (positive), or RFC 3339 whose instant, in UTC, lies in years 1970..9999
+// (a local year in range with an offset that crosses a bound does not).
+// Expiries are kept to the millisecond; one in the first millisecond of
+// 1970 becomes 1 ms — as far past as it was — because 0 means "no expiry".
 func parseExpireAt(s string) (int64, error) {
 	s = strings.TrimSpace(s)
 	us, err := strconv.ParseInt(s, 10, 64)
+	if err == nil && us <= 0 {
+		return 0, fmt.Errorf("%w: cell expiry %d is outside year 1970..9999", table.ErrInvalid, us)
+	}
 	if err != nil {
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
@@ -65,10 +69,10 @@ func parseExpireAt(s string) (int64, error) {
 		}
 		us = t.UnixMilli() * 1000 // years 0000..9999 with any offset fit
 	}
-	if us < cell.MicrosPerMilli || us > cell.MaxTimestamp {
-		return 0, fmt.Errorf("%w: cell expiry %q is outside 1970-01-01T00:00:00.001Z..9999-12-31T23:59:59.999Z", table.ErrInvalid, s)
+	if us < 0 || us > cell.MaxTimestamp {
+		return 0, fmt.Errorf("%w: cell expiry %q is outside year 1970..9999 (UTC)", table.ErrInvalid, s)
 	}
-	return us - us%cell.MicrosPerMilli, nil
+	return max(us-us%cell.MicrosPerMilli, cell.MicrosPerMilli), nil
 }
 
 // expiry is the native cell expiry a request's metadata asks for: a TTL in
