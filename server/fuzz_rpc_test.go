@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -146,6 +147,10 @@ func (fs *fuzzServer) digest(t *testing.T) [32]byte {
 	return [32]byte(h.Sum(nil))
 }
 
+// fuzzMetaValues are values for the TTL request metadata.
+var fuzzMetaValues = []string{"1ms", "2d", "0s", "-1s", "0.5ms", "3000000d", "90s", "true",
+	"1767225600000000", "1", "0", "253402300799999999", "1970-01-01T00:00:00Z", "9999-12-31T23:59:59.999Z", "9999-12-31T23:00:00-05:00", "2026-11-23T00:00:01Z"}
+
 // allowedCodes are the documented outcomes of a request; Internal,
 // Unknown, Unavailable, DataLoss or a deadline are failures.
 var allowedCodes = map[codes.Code]bool{
@@ -171,7 +176,8 @@ var reqNames = [reqKinds]string{"MutateRow", "MutateRows", "ReadRows", "CheckAnd
 
 // FuzzRequests sends request messages built from the fuzzer's bytes to one
 // in-process server: the first byte picks the RPC, the second whether the
-// request's table name is replaced by a real table's, the rest is
+// request's table name is replaced by a real table's (bit 0) and which
+// cell-TTL request metadata it carries (bits 1-7), the rest is
 // proto.Unmarshal'ed into the request. Pass: no handler panics (the
 // recover interceptor's log is watched), every status is a documented one,
 // and a refused request changes nothing (catalog and stored cells compare
@@ -191,6 +197,11 @@ func FuzzRequests(f *testing.F) {
 			flags = 1
 		}
 		f.Add(append([]byte{byte(kind), flags}, b...))
+		if kind == reqMutateRow || kind == reqReadModifyWrite || kind == reqReadRows {
+			for _, meta := range []byte{1<<1 | 0<<3, 2<<1 | 12<<3, 2<<1 | 14<<3, 3<<1 | 7<<3} {
+				f.Add(append([]byte{byte(kind), flags | meta}, b...))
+			}
+		}
 	}
 	set := func(fam, q string, ts int64, v string) *btpb.Mutation {
 		return &btpb.Mutation{Mutation: &btpb.Mutation_SetCell_{SetCell: &btpb.Mutation_SetCell{FamilyName: fam, ColumnQualifier: []byte(q), TimestampMicros: ts, Value: []byte(v)}}}
@@ -226,7 +237,7 @@ func FuzzRequests(f *testing.F) {
 		if len(in) < 2 {
 			return
 		}
-		kind, fix, body := int(in[0])%reqKinds, in[1]&1 != 0, in[2:]
+		kind, flags, body := int(in[0])%reqKinds, in[1], in[2:]
 		fs.n++
 		scratch := fmt.Sprintf("s%d", fs.n)
 		if kind == reqModifyColumnFamilies || kind == reqDropRowRange {
@@ -240,7 +251,7 @@ func FuzzRequests(f *testing.F) {
 			target = scratch
 		}
 		before := fs.digest(t)
-		code, refused, desc, err := fs.send(kind, fix, body, target, scratch)
+		code, refused, desc, err := fs.send(kind, flags, body, target, scratch)
 		if err != nil {
 			return // the body does not unmarshal into the request
 		}
@@ -291,9 +302,16 @@ func (fs *fuzzServer) copyRows(t *testing.T, id string) {
 // asked, sends it and returns the status code and the error (nil when the
 // request was carried out; for MutateRows, when any entry was). err is set
 // only when body does not unmarshal.
-func (fs *fuzzServer) send(kind int, fix bool, body []byte, target, scratch string) (code codes.Code, refused error, desc string, err error) {
+func (fs *fuzzServer) send(kind int, flags byte, body []byte, target, scratch string) (code codes.Code, refused error, desc string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	fix := flags&1 != 0
+	// Bits 1-2 attach the cell TTL metadata, bits 3-7 pick its value.
+	if key := [4]string{"", MetaCellTTL, MetaCellExpireAt, MetaShowExpiry}[flags>>1&3]; key != "" {
+		v := fuzzMetaValues[int(flags>>3)%len(fuzzMetaValues)]
+		ctx = metadata.AppendToOutgoingContext(ctx, key, v)
+		defer func() { desc = key + ": " + v + " " + desc }()
+	}
 	name := tableName(target)
 	var rpcErr error
 	switch kind {
