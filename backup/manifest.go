@@ -154,8 +154,32 @@ func readManifest(dir string, name Name) (*Manifest, error) {
 	if m.Name != name.String() || m.Schema == nil {
 		return nil, fmt.Errorf("ebbtable: backup manifest %s names %q, not %q, or has no schema", dir, m.Name, name)
 	}
+	if err := m.check(); err != nil {
+		return nil, fmt.Errorf("ebbtable: backup manifest %s: %w", dir, err)
+	}
 	m.name, m.State = name, Ready
 	return &m, nil
+}
+
+// check refuses a manifest whose contents the backup code would trust
+// wrongly: a file name that is not a plain name in the backup's directory
+// (restore and copy join it to that directory), negative sizes or counts,
+// a schema the engine would not have written.
+func (m *Manifest) check() error {
+	if m.SizeBytes < 0 || m.Cells < 0 {
+		return fmt.Errorf("negative size %d or cell count %d", m.SizeBytes, m.Cells)
+	}
+	seen := map[string]bool{}
+	for _, f := range m.Files {
+		if f.Name == "" || f.Name == "." || f.Name == ".." || strings.ContainsAny(f.Name, "/\\\x00") || f.Name == manifestFile || seen[f.Name] {
+			return fmt.Errorf("file name %q is not a plain, unique file name", f.Name)
+		}
+		seen[f.Name] = true
+		if f.Bytes < 0 || f.Cells < 0 {
+			return fmt.Errorf("file %s has negative size %d or cell count %d", f.Name, f.Bytes, f.Cells)
+		}
+	}
+	return m.Schema.CheckFamilies()
 }
 
 // writeManifest writes m into dir through a temporary file, synced and

@@ -51,23 +51,28 @@ func ParseTTL(s string) (int64, error) {
 	return d.Microseconds(), nil
 }
 
-// parseExpireAt reads an absolute expiry.
+// parseExpireAt reads an absolute expiry: microseconds since the epoch
+// (positive), or RFC 3339 whose instant, in UTC, lies in years 1970..9999
+// (a local year in range with an offset that crosses a bound does not).
+// Expiries are kept to the millisecond; one in the first millisecond of
+// 1970 becomes 1 ms — as far past as it was — because 0 means "no expiry".
 func parseExpireAt(s string) (int64, error) {
 	s = strings.TrimSpace(s)
-	if us, err := strconv.ParseInt(s, 10, 64); err == nil {
-		if us <= 0 || us > cell.MaxTimestamp {
-			return 0, fmt.Errorf("%w: cell expiry %d is outside year 1970..9999", table.ErrInvalid, us)
-		}
-		return us - us%cell.MicrosPerMilli, nil
+	us, err := strconv.ParseInt(s, 10, 64)
+	if err == nil && us <= 0 {
+		return 0, fmt.Errorf("%w: cell expiry %d is outside year 1970..9999", table.ErrInvalid, us)
 	}
-	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return 0, fmt.Errorf("%w: cell expiry %q is neither RFC 3339 nor microseconds: %v", table.ErrInvalid, s, err)
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return 0, fmt.Errorf("%w: cell expiry %q is neither RFC 3339 nor microseconds: %v", table.ErrInvalid, s, err)
+		}
+		us = t.UnixMilli() * 1000 // years 0000..9999 with any offset fit
 	}
-	if t.Year() < 1970 || t.Year() > 9999 {
-		return 0, fmt.Errorf("%w: cell expiry %q is outside year 1970..9999", table.ErrInvalid, s)
+	if us < 0 || us > cell.MaxTimestamp {
+		return 0, fmt.Errorf("%w: cell expiry %q is outside year 1970..9999 (UTC)", table.ErrInvalid, s)
 	}
-	return t.UnixMilli() * 1000, nil
+	return max(us-us%cell.MicrosPerMilli, cell.MicrosPerMilli), nil
 }
 
 // expiry is the native cell expiry a request's metadata asks for: a TTL in

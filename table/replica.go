@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbtable/ebbtable/cell"
 	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/storage"
 )
@@ -369,6 +370,9 @@ func (e *Engine) ApplyReplicated(m *Meta, origin string, recs []changestream.Rec
 	if origin == "" {
 		return st, fmt.Errorf("%w: replicated records need an origin cluster", ErrInvalid)
 	}
+	if err := validateReplicated(recs); err != nil {
+		return st, err
+	}
 	rows := make([][]byte, 0, len(recs))
 	for _, r := range recs {
 		rows = append(rows, r.RowKey)
@@ -416,6 +420,48 @@ func (e *Engine) ApplyReplicated(m *Meta, origin string, recs []changestream.Rec
 	// Not synced: a batch lost in a crash takes its checkpoint with it, and
 	// the records are pulled again.
 	return st, e.commitRecorded(b, m, out, pebble.NoSync)
+}
+
+// validateReplicated checks a peer's records as the local write path checks
+// a client's mutations — row key, commit time, timestamps, expiry, sizes,
+// delete ranges — so a record no client could have written (a peer of
+// another version, damaged bytes) refuses the whole batch before anything
+// is applied or the commit sequence moves. Mods of kinds unknown here stay
+// skipped, as before.
+func validateReplicated(recs []changestream.Record) error {
+	for i, r := range recs {
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("%w: replicated record %d: %s", ErrInvalid, i, fmt.Sprintf(format, args...))
+		}
+		if err := validateRowKey(r.RowKey); err != nil {
+			return bad("%v", err)
+		}
+		if r.Commit <= 0 || r.Commit > cell.MaxTimestamp {
+			return bad("commit time %d is outside year 1970..9999", r.Commit)
+		}
+		for _, mod := range r.Mods {
+			if len(mod.Qualifier) > MaxQualifierBytes {
+				return bad("column qualifier is %d bytes, the limit is %d", len(mod.Qualifier), MaxQualifierBytes)
+			}
+			switch mod.Kind {
+			case changestream.SetCell:
+				if len(mod.Value) > MaxValueBytes {
+					return bad("value is %d bytes, the limit is %d", len(mod.Value), MaxValueBytes)
+				}
+				if mod.Timestamp < 0 || mod.Timestamp > cell.MaxTimestamp {
+					return bad("timestamp %d is outside 0..year 9999", mod.Timestamp)
+				}
+				if mod.ExpireAt < 0 || mod.ExpireAt > cell.MaxTimestamp {
+					return bad("cell expiry %d is outside year 1970..9999", mod.ExpireAt)
+				}
+			case changestream.DeleteFromColumn:
+				if mod.StartTS < 0 || mod.EndTS < 0 || mod.EndTS != 0 && mod.EndTS < mod.StartTS {
+					return bad("delete time range [%d, %d) is negative or reversed", mod.StartTS, mod.EndTS)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 type remoteResult int
@@ -648,6 +694,9 @@ func (e *Engine) ImportTable(peer *Meta) (*Meta, error) {
 		return nil, err
 	}
 	defer e.leave()
+	if err := peer.CheckFamilies(); err != nil {
+		return nil, err
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	m := peer.clone()
@@ -676,13 +725,16 @@ func (e *Engine) ImportPairs(m *Meta, kind ExportKind, pairs [][2][]byte) error 
 		var k []byte
 		switch kind {
 		case ExportCells:
+			if err := validImportedCell(p[0], p[1]); err != nil {
+				return err
+			}
 			var err error
 			if k, err = storage.WithTableID(nil, p[0], m.ID); err != nil {
 				return err
 			}
 		case ExportTombstones:
-			if !bytes.HasPrefix(p[0], tomb) || len(p[0]) < len(tomb)+8 {
-				return fmt.Errorf("%w: tombstone key %x", storage.ErrCorruptKey, p[0])
+			if err := validImportedTombstone(tomb, p[0], p[1]); err != nil {
+				return err
 			}
 			k = bytes.Clone(p[0])
 			binary.BigEndian.PutUint64(k[len(tomb):], m.ID)
@@ -694,4 +746,50 @@ func (e *Engine) ImportPairs(m *Meta, kind ExportKind, pairs [][2][]byte) error 
 		}
 	}
 	return e.commitOpts(b, pebble.NoSync)
+}
+
+// validImportedCell checks a cell a peer's snapshot carries as the engine's
+// own reads will decode it: a well-formed cell key of a row and timestamp a
+// client could have written, and a value whose header decodes.
+func validImportedCell(k, v []byte) error {
+	d, err := storage.DecodeCellKey(k)
+	if err != nil {
+		return err
+	}
+	if err := validateRowKey(d.Row); err != nil {
+		return fmt.Errorf("%w: imported cell: %w", storage.ErrCorruptKey, err)
+	}
+	if d.Timestamp < 0 || d.Timestamp > cell.MaxTimestamp {
+		return fmt.Errorf("%w: imported cell with timestamp %d", storage.ErrCorruptKey, d.Timestamp)
+	}
+	_, exp, _, err := storage.DecodeStamped(v)
+	if err != nil {
+		return err
+	}
+	if exp < 0 || exp > cell.MaxTimestamp {
+		return fmt.Errorf("%w: imported cell expiring at %d", storage.ErrCorruptKey, exp)
+	}
+	return nil
+}
+
+// validImportedTombstone checks a tombstone of a peer's snapshot as
+// coveredByTombstone and TrimTombstones will read it: prefix, table id,
+// escaped row, eight bytes of commit time and the cluster id; a value that
+// decodes as a delete span.
+func validImportedTombstone(prefix, k, v []byte) error {
+	bad := fmt.Errorf("%w: tombstone key %x", storage.ErrCorruptKey, k)
+	if !bytes.HasPrefix(k, prefix) || len(k) < len(prefix)+8 {
+		return bad
+	}
+	rest := k[len(prefix):]
+	n := storage.EscapedLen(rest[8:])
+	if n < 0 || len(rest) < 8+n+8 {
+		return bad
+	}
+	row, err := storage.DecodeRowKey(append(storage.TablePrefix(0)[:1], rest[:8+n]...))
+	if err != nil || validateRowKey(row) != nil {
+		return bad
+	}
+	_, err = decodeSpan(v)
+	return err
 }
