@@ -12,6 +12,7 @@ package table_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"strings"
 	"sync"
@@ -26,6 +27,12 @@ import (
 )
 
 const walInst = "projects/p/instances/i"
+
+// walConcurrent turns on TestWALWriteErrorConcurrentWriters. Off by default
+// while it can crash the package's test binary: Pebble v2.1.7 can die with
+// "fatal error: sync: unlock of unlocked mutex" (a runtime fatal no recover
+// catches) when rotateWAL panics with the WAL's error under DB.mu.
+var walConcurrent = flag.Bool("walfault.concurrent", false, "run TestWALWriteErrorConcurrentWriters (it may crash the test binary until Pebble's panics on a failed WAL are contained)")
 
 // walFault injects into the WAL (*.log files) only: an error on every write
 // or on every sync once armed, and optionally a sync that blocks until
@@ -326,4 +333,85 @@ func TestWALStallFailStop(t *testing.T) {
 		t.Fatalf("the stalled write did not return once the disk recovered")
 	}
 	checkAfterCrash(t, w, acked, maybe)
+}
+
+// TestWALWriteErrorConcurrentWriters: many writers commit while a WAL write
+// fails. Once the WAL writer has taken up the failed write's error (when a
+// record crosses a WAL block), Pebble's commit pipeline panics with it on
+// the next commit (pebble v2.1.7 db.go:997, commitWrite); no writer may see
+// that panic: every one gets ErrStorageFailed or succeeds, and OnFatal is
+// called once.
+func TestWALWriteErrorConcurrentWriters(t *testing.T) {
+	if !*walConcurrent {
+		t.Skip("run with -walfault.concurrent (it may crash the test binary, see walConcurrent)")
+	}
+	t.Parallel()
+	f := newWALFault(false, errorfs.OpFileWrite, errorfs.OpFileWriteAt)
+	w, acked := walSetup(t, f, 0)
+	var mu sync.Mutex
+	var panics []string
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := range 50 {
+				// 40 KiB: each record crosses a 32 KiB WAL block, which is
+				// when Pebble's WAL writer takes up the flusher's error.
+				k, v := fmt.Sprintf("g%d-%02d", g, i), fmt.Sprintf("v%d-%02d-", g, i)+strings.Repeat("x", 40<<10)
+				err := func() (err error) {
+					defer func() {
+						if p := recover(); p != nil {
+							err = fmt.Errorf("panic: %v", p)
+							mu.Lock()
+							panics = append(panics, fmt.Sprint(p))
+							mu.Unlock()
+						}
+					}()
+					return w.e.MutateRow(walInst, "t", []byte(k), walSet(k, v))
+				}()
+				mu.Lock()
+				switch {
+				case err == nil:
+					acked[k] = v
+				case errors.Is(err, table.ErrStorageFailed):
+				default:
+					t.Errorf("MutateRow %s: %v, want nil or ErrStorageFailed", k, err)
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+	}
+	close(start)
+	time.Sleep(time.Millisecond)
+	f.armed.Store(true)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("writers still blocked 10s after a WAL write error (panics so far: %d)", len(panics))
+	}
+	if len(panics) > 0 {
+		t.Errorf("%d writers panicked (a fatal storage error must reach them as ErrStorageFailed); first: %.300s", len(panics), panics[0])
+	}
+	select {
+	case <-w.fatal:
+	case <-time.After(2 * time.Second):
+		t.Errorf("OnFatal not called within 2s of the failure")
+	}
+	select {
+	case err := <-w.fatal:
+		t.Errorf("OnFatal called again: %v", err)
+	default:
+	}
+	// A write that failed was never synced: after power loss it is gone.
+	checkAfterCrash(t, w, acked, nil)
 }
