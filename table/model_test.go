@@ -40,6 +40,7 @@ var (
 	modelSeedFlag  = flag.Uint64("model.seed", 0, "TestModel: run only this seed (0 runs the default seeds)")
 	modelOpsFlag   = flag.Int("model.ops", 2000, "TestModel: operations per seed")
 	modelSeedsFlag = flag.Int("model.seeds", 0, "TestModel, TestModelFaults: run seeds 1..N (0 runs the default seeds)")
+	modelTailFlag  = flag.Int("model.tail", 40, "TestModel, TestModelFaults: how many of the last operations a failure prints (0: all)")
 	modelLongKeys  = flag.Bool("model.longkeys", true, "TestModel: also use row keys and qualifiers long enough to hit TestModelRepro_LongKeyBounds")
 )
 
@@ -399,6 +400,12 @@ func (r *modelRun) now() int64   { return r.clk.Now().UnixMicro() }
 func (r *modelRun) nowMs() int64 { return r.clk.Now().UnixMilli() * 1000 }
 
 func (r *modelRun) open() {
+	if err := r.tryOpen(); err != nil {
+		r.fatalf("open: %v", err)
+	}
+}
+
+func (r *modelRun) tryOpen() error {
 	opts := table.Options{Dir: r.dir, Clock: r.clk, Logger: slog.New(slog.DiscardHandler)}
 	if r.ref.untilCollected {
 		opts.Visibility = table.UntilCollected
@@ -408,14 +415,16 @@ func (r *modelRun) open() {
 	}
 	eng, err := table.Open(opts)
 	if err != nil {
-		r.fatalf("open: %v", err)
+		return err
 	}
 	gc, err := collector.New(eng, collector.Options{Clock: r.clk, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		r.fatalf("collector: %v", err)
+		eng.Close()
+		return err
 	}
 	eng.SetSchemaHook(gc.BeforeRuleChange)
 	r.eng, r.gc = eng, gc
+	return nil
 }
 
 func newModelRun(t *testing.T, seed uint64) *modelRun {
@@ -465,7 +474,10 @@ func newModelRunWith(t *testing.T, seed uint64, replay string, f *modelFaults) *
 
 func (r *modelRun) fatalf(format string, args ...any) {
 	r.t.Helper()
-	tail := r.log[max(0, len(r.log)-40):]
+	tail := r.log
+	if *modelTailFlag > 0 {
+		tail = r.log[max(0, len(r.log)-*modelTailFlag):]
+	}
 	r.t.Fatalf("seed %d, op %d: %s\n\nlast %d ops (clock t0 = %s):\n%s\nreplay: go test ./table -run '%s$' -model.seed=%d -model.ops=%d",
 		r.seed, r.op, fmt.Sprintf(format, args...), len(tail), modelStart.Format(time.RFC3339), strings.Join(tail, "\n"), r.replay, r.seed, r.op+1)
 }
@@ -1031,6 +1043,9 @@ func (r *modelRun) opCollect() {
 	}
 	r.ref.collect(r.now(), "")
 	r.checkAll("after collector pass")
+	if r.f != nil {
+		r.checkCollected("collector pass")
+	}
 }
 
 func (r *modelRun) opReopen() {
@@ -1053,6 +1068,9 @@ func (r *modelRun) opChangeRule() {
 	// until-collected mode eligible cells stay until a pass removes them).
 	if !r.ref.untilCollected && gcrule.Looser(r.ref.rules[fam].gc(), rule.gc()) {
 		r.ref.collect(r.now(), fam)
+		if r.f != nil {
+			r.checkCollected("collection before a rule change")
+		}
 	}
 	r.ref.rules[fam] = rule
 	r.checkAll("after rule change")
