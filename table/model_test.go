@@ -781,7 +781,11 @@ func (r *modelRun) same(what string, want, got []cell.Row) {
 
 func (r *modelRun) engineRead(req table.ReadRequest) []cell.Row {
 	r.t.Helper()
-	rows, err := r.tryRead(req)
+	var rows []cell.Row
+	err := r.retryLate("read", func() (err error) {
+		rows, err = r.tryRead(req)
+		return err
+	})
 	if err != nil {
 		r.fatalf("read %s: %v", r.fmtReq(req), err)
 	}
@@ -1034,7 +1038,11 @@ func (r *modelRun) opCollect() {
 	r.logf("collector pass")
 	before := r.engineRead(table.ReadRequest{})
 	r.same("before collector pass", r.ref.read(table.ReadRequest{}, r.now()), before)
-	if _, err := r.gc.RunPass(context.Background(), collector.Selector{}); err != nil {
+	err := r.retryLate("collector pass", func() error {
+		_, err := r.gc.RunPass(context.Background(), collector.Selector{})
+		return err
+	})
+	if err != nil {
 		r.fatalf("collector pass: %v", err)
 	}
 	if !r.ref.untilCollected {
