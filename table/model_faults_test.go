@@ -16,11 +16,12 @@ package table_test
 //   - with -model.openerrors, fails reads while the engine opens after a
 //     power loss: the open may fail, but never drops what it could not read.
 //
-// The model stays as it is across a crash, with one exception: a collector
-// deletion is not synced in the default visibility mode (readers never see
-// an eligible cell, so the next pass redoes a lost one), so a collected cell
-// may come back after a crash. It is taken back into the model only if it
-// does not change what readers see. In until-collected mode a pass syncs its
+// The model stays as it is across a crash, with one exception: in the
+// default visibility mode the collector does not sync the deletion of a cell
+// whose eligibility only grows with time (age, TTL: readers never see it, and
+// the next pass redoes a lost deletion), so such a collected cell may come
+// back after a crash. It is taken back into the model only if it does not
+// change what readers see. In until-collected mode a pass syncs its
 // deletions, so a collected cell that comes back is a failure. Even seeds
 // run in until-collected mode, odd ones in the default mode.
 //
@@ -80,7 +81,6 @@ const (
 var walModeName = [...]string{"off", "write", "sync"}
 
 type modelFaults struct {
-	r   *modelRun
 	mem *vfs.MemFS
 
 	reads     *errorfs.Toggle  // fails a share of file reads while on
@@ -124,7 +124,6 @@ func (s modelFaultStats) String() string {
 
 // setUp prepares r to run on a fresh in-memory filesystem.
 func (f *modelFaults) setUp(r *modelRun) {
-	f.r = r
 	r.dir = "/ebb"
 	f.mem = vfs.NewCrashableMem()
 	f.readCount = &errorfs.Counter{Injector: errorfs.ErrInjected.If(errorfs.And(errorfs.Reads, errorfs.Randomly(modelReadErrRate, int64(r.seed))))}
