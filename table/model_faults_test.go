@@ -64,11 +64,12 @@ var modelOpenErrorsFlag = flag.Bool("model.openerrors", false, "TestModelFaults:
 
 // The chances of the faults, per operation.
 const (
-	modelCrashPer1000   = 5   // power loss: about every 200 operations
-	modelWALFailPer     = 150 // one write in 150 meets a WAL error
-	modelReadErrPerRead = 3   // one read in 3 runs with read errors on
-	modelReadErrPerOp   = 10  // one write in 10 runs with read errors on
-	modelReadErrRate    = 0.2 // share of file reads that fail while on
+	modelCrashPer1000   = 5    // power loss: about every 200 operations
+	modelWALFailPer     = 150  // one write in 150 meets a WAL error
+	modelReadErrPerRead = 3    // one read in 3 runs with read errors on
+	modelReadErrPerOp   = 10   // one write in 10 runs with read errors on
+	modelReadErrRate    = 0.2  // share of file reads that fail while on
+	modelOpenErrRate    = 0.01 // the same while an open recovers: it reads many files
 )
 
 // WAL error modes.
@@ -85,6 +86,7 @@ type modelFaults struct {
 
 	reads     *errorfs.Toggle  // fails a share of file reads while on
 	readCount *errorfs.Counter // inside reads: counts what it failed
+	openReads *errorfs.Toggle  // the same at modelOpenErrRate, for opens
 	wal       atomic.Int32     // a WAL error mode, while one write runs
 	walFired  atomic.Uint64
 	lastWAL   int32 // the mode of the last armed call
@@ -101,6 +103,7 @@ type modelShot struct{ reads, wal uint64 }
 
 type modelFaultStats struct {
 	ops, crashes, walFailures, readsArmed, failedByReads, lateReadErrors, failStops, collectedBack, expiredLeft int
+	opensArmed, opensFailed                                                                                     int
 }
 
 func (s *modelFaultStats) add(o modelFaultStats) {
@@ -113,13 +116,16 @@ func (s *modelFaultStats) add(o modelFaultStats) {
 	s.failStops += o.failStops
 	s.collectedBack += o.collectedBack
 	s.expiredLeft += o.expiredLeft
+	s.opensArmed += o.opensArmed
+	s.opensFailed += o.opensFailed
 }
 
 func (s modelFaultStats) String() string {
 	return fmt.Sprintf("%d ops, %d power losses, %d writes failed by WAL errors (each a fail-stop and restart), "+
 		"%d calls with read errors on, %d of them failed, %d calls failed by a read error injected earlier, %d fail-stops after read errors, "+
-		"%d collected cells came back (hidden), %d expired cells a collection left stored",
-		s.ops, s.crashes, s.walFailures, s.readsArmed, s.failedByReads, s.lateReadErrors, s.failStops, s.collectedBack, s.expiredLeft)
+		"%d collected cells came back (hidden), %d expired cells a collection left stored, %d opens with read errors on, %d of them failed",
+		s.ops, s.crashes, s.walFailures, s.readsArmed, s.failedByReads, s.lateReadErrors, s.failStops, s.collectedBack, s.expiredLeft,
+		s.opensArmed, s.opensFailed)
 }
 
 // setUp prepares r to run on a fresh in-memory filesystem.
@@ -128,6 +134,7 @@ func (f *modelFaults) setUp(r *modelRun) {
 	f.mem = vfs.NewCrashableMem()
 	f.readCount = &errorfs.Counter{Injector: errorfs.ErrInjected.If(errorfs.And(errorfs.Reads, errorfs.Randomly(modelReadErrRate, int64(r.seed))))}
 	f.reads = &errorfs.Toggle{Injector: f.readCount}
+	f.openReads = &errorfs.Toggle{Injector: errorfs.ErrInjected.If(errorfs.And(errorfs.Reads, errorfs.Randomly(modelOpenErrRate, int64(r.seed))))}
 	r.ref.untilCollected = r.seed%2 == 0
 	r.ref.collected = map[refKey]refCell{}
 }
@@ -141,7 +148,7 @@ func (f *modelFaults) options(opts table.Options) table.Options {
 	opts.OnFatal = func(err error) { f.fatal.Store(&err) }
 	f.fatal.Store(nil)
 	f.openBase = f.counts()
-	inj := errorfs.Any(f.reads, errorfs.InjectorFunc(f.walError))
+	inj := errorfs.Any(f.reads, f.openReads, errorfs.InjectorFunc(f.walError))
 	return table.WithFS(opts, errorfs.Wrap(f.mem, inj))
 }
 
@@ -366,15 +373,15 @@ func (r *modelRun) crash(why string, keep int) {
 		// Recovery reads the WAL and the manifest: a read error must fail
 		// the open, never drop what it could not read.
 		r.logf("  open with read errors on")
-		f.stats.readsArmed++
-		f.reads.On()
+		f.stats.opensArmed++
+		f.openReads.On()
 		err := r.tryOpen()
-		f.reads.Off()
+		f.openReads.Off()
 		if err != nil {
 			if !injected(err) {
 				r.fatalf("open under read errors: got %v, want the injected error", err)
 			}
-			f.stats.failedByReads++
+			f.stats.opensFailed++
 			r.logf("  -> %v", err)
 			r.open()
 		}
