@@ -81,10 +81,14 @@ that talk to a running server.`,
 	root.AddGroup(
 		&cobra.Group{ID: "server", Title: "Server:"},
 		&cobra.Group{ID: "client", Title: "Client commands (talk to a running server):"},
+		&cobra.Group{ID: "offline", Title: "Offline (on a stopped server's data directory):"},
 	)
 	serve := newServeCmd(stdout, stderr)
 	serve.GroupID = "server"
 	root.AddCommand(serve)
+	verify := newVerifyCmd(stdout)
+	verify.GroupID = "offline"
+	root.AddCommand(verify)
 	for _, c := range []*cobra.Command{newLsCmd(), newCreateTableCmd(), newReadCmd(), newSetCmd(), newGCCmd(), newFamilyCmd(), newWatchCmd(), newChangeStreamCmd(), newBackupCmd(), newRestoreCmd(), newDDLCmd(), newTTLCmd(), newReplicationCmd(), newDebugCmd()} {
 		c.GroupID = "client"
 		root.AddCommand(c)

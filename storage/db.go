@@ -142,6 +142,15 @@ func Open(opts Options) (*DB, error) {
 	po.Experimental.SpanPolicyFunc = func([]byte) (pebble.SpanPolicy, []byte, error) {
 		return pebble.SpanPolicy{DisableValueSeparationBySuffix: true, ValueStoragePolicy: pebble.ValueStorageLowReadLatency}, nil, nil
 	}
+	if opts.FS == nil {
+		// Damage Pebble would step over silently (see CheckOnOpen).
+		if err := CheckOnOpen(opts.Dir); err != nil {
+			if closeHealth != nil {
+				closeHealth()
+			}
+			return nil, err
+		}
+	}
 	db, err := openPebble(opts.Dir, po, fail)
 	if err != nil {
 		if closeHealth != nil {

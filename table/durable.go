@@ -33,8 +33,9 @@ type durability struct {
 	stripes  [rowLockStripes]atomic.Int32
 	tables   [tableSlots]atomic.Int32
 
+	next atomic.Uint64 // the last ticket handed out (changed under mu)
+
 	mu      sync.Mutex
-	next    uint64   // the last ticket handed out
 	pending []uint64 // tickets not given back, ascending
 	notify  chan struct{}
 	err     error // the engine's fatal error, once it has one
@@ -60,8 +61,7 @@ type commitTicket struct {
 // before the batch is applied.
 func (d *durability) begin(tableSlot int, stripes []int) commitTicket {
 	d.mu.Lock()
-	d.next++
-	t := commitTicket{n: d.next, table: tableSlot, stripes: stripes}
+	t := commitTicket{n: d.next.Add(1), table: tableSlot, stripes: stripes}
 	d.pending = append(d.pending, t.n)
 	d.mu.Unlock()
 	if tableSlot < 0 {
@@ -101,11 +101,7 @@ func (d *durability) end(t commitTicket) {
 }
 
 // mark returns the ticket count; call it after opening the snapshot.
-func (d *durability) mark() uint64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.next
-}
+func (d *durability) mark() uint64 { return d.next.Load() }
 
 // busyRow says whether a write to the row with this stripe, or one that
 // named no rows, may be in flight.
@@ -167,7 +163,7 @@ func (e *Engine) gate() readGate { return readGate{e: e, mark: e.dur.mark()} }
 
 // row waits, if needed, before the read returns something of row in table.
 func (g *readGate) row(ctx context.Context, tableID uint64, row []byte) error {
-	if g.waited || !g.e.dur.busyRow(g.e.stripe(tableID, row)) {
+	if g.waited || g.e.dur.inflight.Load() == 0 || !g.e.dur.busyRow(g.e.stripe(tableID, row)) {
 		return nil
 	}
 	g.waited = true

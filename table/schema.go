@@ -173,7 +173,29 @@ func loadCatalog(db *storage.DB) (map[string]*Meta, uint64, error) {
 		seq = binary.BigEndian.Uint64(v)
 		closer.Close()
 	}
+	// Never hand out a table id whose cells remain: a new table must not
+	// show another's cells, even when the catalog lost a table (a MANIFEST
+	// cut back to an older version of the database).
+	if last, err := lastCellTableID(db); err != nil {
+		return nil, 0, err
+	} else if last > seq {
+		seq = last
+	}
 	return tables, seq, nil
+}
+
+// lastCellTableID is the highest table id with cells in the store (0: none).
+func lastCellTableID(db *storage.DB) (uint64, error) {
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: storage.TablePrefix(0), UpperBound: storage.PrefixEnd(storage.TablePrefix(0)[:1])})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	var id uint64
+	if it.Last() && len(it.Key()) >= 9 {
+		id = binary.BigEndian.Uint64(it.Key()[1:9])
+	}
+	return id, it.Error()
 }
 
 func catalogKey(instance, name string) string { return instance + "\x00" + name }

@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"github.com/ebbtable/ebbtable/storage"
+)
+
+// dataDirBytes is the size of the files in a data directory, the emergency
+// ballast aside.
+func dataDirBytes(t *testing.T, dir string) (int64, string) {
+	t.Helper()
+	var n int64
+	var big string
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || fi.IsDir() || fi.Name() == storage.BallastName {
+			return err
+		}
+		n += fi.Size()
+		if fi.Size() >= 1<<20 {
+			big += fmt.Sprintf(" %s (%d MiB)", fi.Name(), fi.Size()>>20)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, big
+}
+
+// TestGCRunGivesSpaceBack is the first thing a user tries: write 30 MiB,
+// make it all expire, run a pass — the data directory must shrink, even
+// though every deleted cell still lived in the memtable and its WAL.
+func TestGCRunGivesSpaceBack(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv := startServe(t, "serve", "--addr", "127.0.0.1:0", "--http-addr", "off", "--data", dir, "--gc-interval", "1h")
+	ctx := context.Background()
+	client, admin := gcClients(t, srv.addr)
+	if err := admin.CreateTable(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.CreateColumnFamily(ctx, "t", "cf"); err != nil {
+		t.Fatal(err)
+	}
+	tbl := client.Open("t")
+	val := make([]byte, 64<<10)
+	for round := 0; round < 2; round++ {
+		for i := 0; i < 480; i++ {
+			row := fmt.Sprintf("row%04d", i)
+			copy(val, row)
+			m := bigtable.NewMutation()
+			m.Set("cf", "q", bigtable.ServerTime, val)
+			if err := tbl.Apply(ctx, row, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if round == 0 {
+			for i := 0; i < 480; i++ {
+				if err := tbl.Apply(ctx, fmt.Sprintf("row%04d", i), func() *bigtable.Mutation { m := bigtable.NewMutation(); m.DeleteRow(); return m }()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b, big := dataDirBytes(t, dir)
+			t.Logf("after round 0: %d MiB:%s", b>>20, big)
+		}
+	}
+	before, big := dataDirBytes(t, dir)
+	if before < 30<<20 {
+		t.Fatalf("the data directory holds %d bytes after writing 30 MiB", before)
+	}
+	t.Logf("after writing: %d MiB:%s", before>>20, big)
+	if err := admin.SetGCPolicy(ctx, "t", "cf", bigtable.MaxAgePolicy(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // every cell older than 1 ms
+	out := run(t, nil, ebbtableBin, "gc", "run", "--table", "t", "--wait", "--addr", srv.addr)
+	if out.code != 0 {
+		t.Fatalf("gc run: exit %d: %s%s", out.code, out.stdout, out.stderr)
+	}
+	t.Logf("gc run: %s", out.stdout)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		after, big := dataDirBytes(t, dir)
+		if after < before/2 {
+			t.Logf("the data directory fell from %d MiB to %d MiB", before>>20, after>>20)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("15 s after gc run --wait the data directory still holds %d of %d MiB:%s", after>>20, before>>20, big)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
