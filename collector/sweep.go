@@ -422,8 +422,14 @@ func (c *Collector) deleteBatch(m *table.Meta, cands []candidate, now int64, res
 	// collected cell readable again, so it is synced like any write. In the
 	// default mode readers never see an eligible cell, so a lost deletion
 	// (with its change-stream records, which share the batch) is only found
-	// again by the next pass: no fsync needed.
-	sync := c.eng.Visibility() == table.UntilCollected
+	// again by the next pass: no fsync needed, as long as the cell stays
+	// eligible. Age and TTL eligibility only grow with time, but a version
+	// position counts only unexpired cells: once a newer version's native
+	// expiry passes, a cell collected for its position is readable again,
+	// and a crash that lost its deletion would bring back what readers saw
+	// gone. A batch with such a deletion is synced.
+	sync := c.eng.Visibility() == table.UntilCollected ||
+		slices.ContainsFunc(done, func(cd candidate) bool { return cd.reason == table.Versions })
 	if err := c.eng.CommitSystem(b, m, recs, sync); err != nil {
 		return err
 	}
