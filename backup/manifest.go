@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -122,6 +123,12 @@ type Manifest struct {
 	SizeBytes int64      `json:"size_bytes"`
 	Cells     int64      `json:"cells"`
 	Files     []FileInfo `json:"files"`
+	// Checksum is the CRC-32C (Castagnoli), in hex, of the manifest's
+	// canonical encoding with Checksum empty: a flipped byte that still
+	// parses as a manifest (a family id turned into another number) is
+	// caught. Manifests written before it existed have none and are read
+	// unchecked.
+	Checksum string `json:"checksum,omitempty"`
 
 	// State is not stored: a backup on disk is Ready.
 	State State `json:"-"`
@@ -146,6 +153,9 @@ func readManifest(dir string, name Name) (*Manifest, error) {
 	}
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("ebbtable: backup manifest %s: %w", dir, err)
+	}
+	if err := m.verifyChecksum(); err != nil {
 		return nil, fmt.Errorf("ebbtable: backup manifest %s: %w", dir, err)
 	}
 	if m.Format != formatVersion {
@@ -185,7 +195,13 @@ func (m *Manifest) check() error {
 // writeManifest writes m into dir through a temporary file, synced and
 // renamed, so a reader sees the old manifest or the new one.
 func writeManifest(dir string, m *Manifest) error {
-	b, err := json.MarshalIndent(m, "", "  ")
+	sum, err := m.checksum()
+	if err != nil {
+		return err
+	}
+	c := *m
+	c.Checksum = sum
+	b, err := json.MarshalIndent(&c, "", "  ")
 	if err != nil {
 		return fmt.Errorf("ebbtable: encode backup manifest: %w", err)
 	}
@@ -197,6 +213,34 @@ func writeManifest(dir string, m *Manifest) error {
 		return err
 	}
 	return syncDir(dir)
+}
+
+// checksum is the manifest's checksum: CRC-32C of its canonical JSON
+// encoding with Checksum empty.
+func (m *Manifest) checksum() (string, error) {
+	c := *m
+	c.Checksum = ""
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return "", fmt.Errorf("ebbtable: encode backup manifest: %w", err)
+	}
+	return fmt.Sprintf("%08x", crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli))), nil
+}
+
+// verifyChecksum checks a manifest read from disk against its checksum,
+// when it has one.
+func (m *Manifest) verifyChecksum() error {
+	if m.Checksum == "" {
+		return nil
+	}
+	want, err := m.checksum()
+	if err != nil {
+		return err
+	}
+	if m.Checksum != want {
+		return fmt.Errorf("checksum mismatch (stored %s, computed %s): the file is damaged", m.Checksum, want)
+	}
+	return nil
 }
 
 func writeFileSync(path string, b []byte) error {

@@ -48,45 +48,6 @@ type tableResult struct {
 	leftToLeader int64
 }
 
-// scanPlan decides how to scan a table: a full scan when any rule counts
-// versions (positions need every newer cell) or dropped families await
-// sweeping; otherwise block-property-filtered scans that skip blocks with
-// nothing old enough, plus one for native expiries.
-type scanPlan struct {
-	full      bool
-	ageCutoff int64 // for age-only tables: skip blocks with every ts >= this
-	hasAge    bool
-}
-
-func planFor(m *table.Meta, now int64, onlyFamily uint32) scanPlan {
-	p := scanPlan{}
-	if len(m.DroppedFamilies) > 0 && onlyFamily == sweepAll {
-		p.full = true
-		return p
-	}
-	var minAge time.Duration = -1
-	for _, f := range m.Families {
-		if onlyFamily != sweepAll && f.ID != onlyFamily {
-			continue
-		}
-		if f.GC.IsNone() {
-			continue
-		}
-		if f.GC.HasVersions() {
-			p.full = true
-			return p
-		}
-		if a := f.GC.MinMaxAge(); a > 0 && (minAge < 0 || a < minAge) {
-			minAge = a
-		}
-	}
-	if minAge > 0 {
-		p.hasAge = true
-		p.ageCutoff = now - minAge.Microseconds()
-	}
-	return p
-}
-
 // sweepTable collects one table (or one family of it) under the rules in m,
 // at the time the sweep starts; with skipVersions it leaves versions-eligible
 // cells to the GC leader.
@@ -105,19 +66,17 @@ type sweepRules struct {
 // sweepTableAt is sweepTable as if the sweep started at now (micros).
 func (c *Collector) sweepTableAt(ctx context.Context, m *table.Meta, onlyFamily uint32, rules sweepRules, now int64) (tableResult, error) {
 	res := tableResult{}
-	plan := planFor(m, now, onlyFamily)
-	res.fullScan = plan.full && onlyFamily == sweepAll
+	res.fullScan = onlyFamily == sweepAll
 	lo, hi := storage.TablePrefix(m.ID), storage.TableEnd(m.ID)
-	var scans [][]pebble.BlockPropertyFilter
-	switch {
-	case plan.full:
-		scans = [][]pebble.BlockPropertyFilter{nil}
-	default:
-		if plan.hasAge {
-			scans = append(scans, []pebble.BlockPropertyFilter{storage.OlderThanFilter(plan.ageCutoff)})
-		}
-		scans = append(scans, []pebble.BlockPropertyFilter{storage.ExpiredByFilter(now)})
-	}
+	// Every table is scanned whole. A block-property filter can only skip
+	// blocks by what their keys show: Pebble's columnar SSTables hand
+	// collectors no values, so native expiries (in the value header) leave
+	// no trace a filter could use, and any block may hold an expired cell.
+	// (Until this was found, an age-only table's pass skipped blocks by an
+	// expiry property that was always empty, and expired cells flushed to
+	// SSTables were never collected.) The timestamp filter alone cannot
+	// replace the scan: it finds age-eligible cells, not expired ones.
+	scans := [][]pebble.BlockPropertyFilter{nil}
 	var first, last []byte
 	var sc scratch
 	for _, filters := range scans {
@@ -422,8 +381,14 @@ func (c *Collector) deleteBatch(m *table.Meta, cands []candidate, now int64, res
 	// collected cell readable again, so it is synced like any write. In the
 	// default mode readers never see an eligible cell, so a lost deletion
 	// (with its change-stream records, which share the batch) is only found
-	// again by the next pass: no fsync needed.
-	sync := c.eng.Visibility() == table.UntilCollected
+	// again by the next pass: no fsync needed, as long as the cell stays
+	// eligible. Age and TTL eligibility only grow with time, but a version
+	// position counts only unexpired cells: once a newer version's native
+	// expiry passes, a cell collected for its position is readable again,
+	// and a crash that lost its deletion would bring back what readers saw
+	// gone. A batch with such a deletion is synced.
+	sync := c.eng.Visibility() == table.UntilCollected ||
+		slices.ContainsFunc(done, func(cd candidate) bool { return cd.reason == table.Versions })
 	if err := c.eng.CommitSystem(b, m, recs, sync); err != nil {
 		return err
 	}

@@ -126,7 +126,6 @@ func Open(opts Options) (*DB, error) {
 		FormatMajorVersion: pebble.FormatNewest,
 		BlockPropertyCollectors: []func() pebble.BlockPropertyCollector{
 			NewTimestampCollector,
-			NewExpiryCollector,
 		},
 		Logger:        logger{fail},
 		EventListener: &events,

@@ -1,6 +1,7 @@
 package table
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -10,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/ebbtable/ebbtable/cell"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/gcrule"
+	"github.com/ebbtable/ebbtable/storage"
 )
 
 // walHold is an errorfs injector that, while armed, holds the next WAL sync
@@ -106,7 +109,33 @@ func (r *gateRig) heldWrite(row, val string) <-chan error {
 	case <-time.After(10 * time.Second):
 		r.t.Fatal("the write's WAL sync never came")
 	}
-	return done
+	// The WAL may start its sync before the batch reaches the memtable:
+	// wait until Pebble itself (below the gate) shows the row.
+	m, err := r.eng.Table("i", "t")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	prefix := storage.RowPrefix(m.ID, []byte(row))
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		it, err := r.eng.store.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		found := false
+		for ok := it.First(); ok; ok = it.Next() {
+			if bytes.Contains(it.Value(), []byte(val)) {
+				found = true
+			}
+		}
+		it.Close()
+		if found {
+			return done
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatal("the held write never became visible in Pebble")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // TestReadWaitsForSync: a read that could return a write still waiting for

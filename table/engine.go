@@ -475,8 +475,11 @@ func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs [
 		defer b.Close()
 		if err := b.SyncWait(); err != nil {
 			// Readers never saw it (the ticket stays taken) and the
-			// engine serves nothing more.
-			return e.fail(fmt.Errorf("WAL write or sync failed: %w", err))
+			// engine serves nothing more. A failed write(2) left no
+			// record; a failed fsync may have left one the disk kept,
+			// which a restart replays: the writer must not count on
+			// either outcome.
+			return fmt.Errorf("%w (the write may or may not be applied after a restart)", e.fail(fmt.Errorf("WAL write or sync failed: %w", err)))
 		}
 		e.dur.end(t)
 		if recorded {

@@ -7,6 +7,9 @@ package table_test
 // exactly what the model says. Try another seed or a longer run with
 //
 //	go test ./table -run 'TestModel$' -model.seed=7 -model.ops=20000
+//
+// TestModelFaults (model_faults_test.go) runs the same operations on an
+// in-memory filesystem that loses power and fails reads and WAL writes.
 
 import (
 	"bytes"
@@ -34,9 +37,11 @@ import (
 )
 
 var (
-	modelSeedFlag = flag.Uint64("model.seed", 0, "TestModel: run only this seed (0 runs the default seeds)")
-	modelOpsFlag  = flag.Int("model.ops", 2000, "TestModel: operations per seed")
-	modelLongKeys = flag.Bool("model.longkeys", true, "TestModel: also use row keys and qualifiers long enough to hit TestModelRepro_LongKeyBounds")
+	modelSeedFlag  = flag.Uint64("model.seed", 0, "TestModel: run only this seed (0 runs the default seeds)")
+	modelOpsFlag   = flag.Int("model.ops", 2000, "TestModel: operations per seed")
+	modelSeedsFlag = flag.Int("model.seeds", 0, "TestModel, TestModelFaults: run seeds 1..N (0 runs the default seeds)")
+	modelTailFlag  = flag.Int("model.tail", 40, "TestModel, TestModelFaults: how many of the last operations a failure prints (0: all)")
+	modelLongKeys  = flag.Bool("model.longkeys", true, "TestModel: also use row keys and qualifiers long enough to hit TestModelRepro_LongKeyBounds")
 )
 
 // ---------------------------------------------------------------------------
@@ -112,6 +117,12 @@ type refModel struct {
 	fams  []string // in family-id order: creation order, by name at CreateTable
 	rules map[string]refRule
 	cells map[refKey]refCell
+	// untilCollected mirrors table.UntilCollected: readers see GC-eligible
+	// cells until a collection removes them.
+	untilCollected bool
+	// collected holds, when not nil, every cell collect removed since the
+	// last crash: a collector deletion that was not synced may come back.
+	collected map[refKey]refCell
 }
 
 func (m *refModel) hasFamily(f string) bool { _, ok := m.rules[f]; return ok }
@@ -151,7 +162,10 @@ func (m *refModel) apply(row string, muts []table.Mutation, nowMs int64) bool {
 
 // rows returns every row's visible cells at now: rows by key, families in
 // family order, qualifiers ascending, timestamps descending.
-func (m *refModel) rows(now int64) []cell.Row {
+func (m *refModel) rows(now int64) []cell.Row { return m.rowsHiding(now, !m.untilCollected) }
+
+// rowsHiding is rows with GC-eligible cells hidden or not.
+func (m *refModel) rowsHiding(now int64, hideEligible bool) []cell.Row {
 	famPos := map[string]int{}
 	for i, f := range m.fams {
 		famPos[f] = i
@@ -172,7 +186,7 @@ func (m *refModel) rows(now int64) []cell.Row {
 			continue // expired: invisible, and not counted as a version
 		}
 		pos++
-		if m.rules[k.fam].eligible(pos-1, k.ts, now) {
+		if hideEligible && m.rules[k.fam].eligible(pos-1, k.ts, now) {
 			continue
 		}
 		if len(out) == 0 || string(out[len(out)-1].Key) != k.row {
@@ -283,17 +297,21 @@ func (m *refModel) rmw(row string, rules []table.RMWRule, now, nowMs int64) (cel
 	return out, true
 }
 
-// collect removes every cell of family fam ("" = all) that is invisible at now.
+// collect removes every cell of family fam ("" = all) that is expired or
+// GC-eligible at now.
 func (m *refModel) collect(now int64, fam string) {
 	vis := map[refKey]bool{}
-	for _, r := range m.rows(now) {
+	for _, r := range m.rowsHiding(now, true) {
 		for _, c := range r.Cells {
 			vis[refKey{string(r.Key), c.Family, string(c.Qualifier), c.Timestamp}] = true
 		}
 	}
-	for k := range m.cells {
+	for k, c := range m.cells {
 		if (fam == "" || k.fam == fam) && !vis[k] {
 			delete(m.cells, k)
+			if m.collected != nil {
+				m.collected[k] = c
+			}
 		}
 	}
 }
@@ -312,6 +330,11 @@ func (m *refModel) recreate(fam string, r refRule) {
 	for k := range m.cells {
 		if k.fam == fam {
 			delete(m.cells, k)
+		}
+	}
+	for k := range m.collected {
+		if k.fam == fam {
+			delete(m.collected, k) // the new family shares the name, not the cells
 		}
 	}
 	m.fams = append(slices.DeleteFunc(m.fams, func(f string) bool { return f == fam }), fam)
@@ -354,16 +377,20 @@ var (
 )
 
 type modelRun struct {
-	t    *testing.T
-	seed uint64
-	rng  *rand.Rand
-	dir  string
-	clk  *clock.Fake
-	eng  *table.Engine
-	gc   *collector.Collector
-	ref  *refModel
-	op   int
-	log  []string
+	t      *testing.T
+	seed   uint64
+	rng    *rand.Rand
+	dir    string
+	clk    *clock.Fake
+	eng    *table.Engine
+	gc     *collector.Collector
+	ref    *refModel
+	op     int
+	log    []string
+	replay string // the test to name in the replay command
+	// f injects power loss and I/O errors (TestModelFaults); nil runs on
+	// the OS filesystem without faults.
+	f *modelFaults
 
 	// What the random operations pick from.
 	fams, rows, hot, quals, bounds, readKeys, prefixes []string
@@ -373,23 +400,49 @@ func (r *modelRun) now() int64   { return r.clk.Now().UnixMicro() }
 func (r *modelRun) nowMs() int64 { return r.clk.Now().UnixMilli() * 1000 }
 
 func (r *modelRun) open() {
-	eng, err := table.Open(table.Options{Dir: r.dir, Clock: r.clk, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
+	if err := r.tryOpen(); err != nil {
 		r.fatalf("open: %v", err)
+	}
+}
+
+func (r *modelRun) tryOpen() error {
+	opts := table.Options{Dir: r.dir, Clock: r.clk, Logger: slog.New(slog.DiscardHandler)}
+	if r.ref.untilCollected {
+		opts.Visibility = table.UntilCollected
+	}
+	if r.f != nil {
+		opts = r.f.options(opts)
+	}
+	eng, err := table.Open(opts)
+	if err != nil {
+		return err
 	}
 	gc, err := collector.New(eng, collector.Options{Clock: r.clk, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		r.fatalf("collector: %v", err)
+		eng.Close()
+		return err
 	}
 	eng.SetSchemaHook(gc.BeforeRuleChange)
 	r.eng, r.gc = eng, gc
+	return nil
 }
 
 func newModelRun(t *testing.T, seed uint64) *modelRun {
+	return newModelRunWith(t, seed, "TestModel", nil)
+}
+
+// newModelRunWith starts a run whose failures name the test replay, with
+// faults f (nil for none).
+func newModelRunWith(t *testing.T, seed uint64, replay string, f *modelFaults) *modelRun {
 	r := &modelRun{
 		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)),
-		dir: t.TempDir(), clk: clock.NewFake(modelStart),
+		clk: clock.NewFake(modelStart), replay: replay, f: f,
 		ref: &refModel{rules: map[string]refRule{}, cells: map[refKey]refCell{}},
+	}
+	if f == nil {
+		r.dir = t.TempDir()
+	} else {
+		f.setUp(r)
 	}
 	r.rows, r.hot, r.quals, r.prefixes = modelRowKeys, modelHotRows, modelQuals, modelPrefixes
 	if *modelLongKeys {
@@ -421,9 +474,12 @@ func newModelRun(t *testing.T, seed uint64) *modelRun {
 
 func (r *modelRun) fatalf(format string, args ...any) {
 	r.t.Helper()
-	tail := r.log[max(0, len(r.log)-40):]
-	r.t.Fatalf("seed %d, op %d: %s\n\nlast %d ops (clock t0 = %s):\n%s\nreplay: go test ./table -run 'TestModel$' -model.seed=%d -model.ops=%d",
-		r.seed, r.op, fmt.Sprintf(format, args...), len(tail), modelStart.Format(time.RFC3339), strings.Join(tail, "\n"), r.seed, r.op+1)
+	tail := r.log
+	if *modelTailFlag > 0 {
+		tail = r.log[max(0, len(r.log)-*modelTailFlag):]
+	}
+	r.t.Fatalf("seed %d, op %d: %s\n\nlast %d ops (clock t0 = %s):\n%s\nreplay: go test ./table -run '%s$' -model.seed=%d -model.ops=%d",
+		r.seed, r.op, fmt.Sprintf(format, args...), len(tail), modelStart.Format(time.RFC3339), strings.Join(tail, "\n"), r.replay, r.seed, r.op+1)
 }
 
 // recoverPanic turns a panic inside the engine (Pebble's invariant checks
@@ -726,14 +782,23 @@ func (r *modelRun) same(what string, want, got []cell.Row) {
 func (r *modelRun) engineRead(req table.ReadRequest) []cell.Row {
 	r.t.Helper()
 	var rows []cell.Row
-	err := r.eng.ReadRows(context.Background(), modelInstance, modelTable, req, func(row cell.Row) error {
-		rows = append(rows, row)
-		return nil
+	err := r.retryLate("read", func() (err error) {
+		rows, err = r.tryRead(req)
+		return err
 	})
 	if err != nil {
 		r.fatalf("read %s: %v", r.fmtReq(req), err)
 	}
 	return rows
+}
+
+func (r *modelRun) tryRead(req table.ReadRequest) ([]cell.Row, error) {
+	var rows []cell.Row
+	err := r.eng.ReadRows(context.Background(), modelInstance, modelTable, req, func(row cell.Row) error {
+		rows = append(rows, row)
+		return nil
+	})
+	return rows, err
 }
 
 // checkRead runs req against both and compares.
@@ -750,6 +815,9 @@ func (r *modelRun) checkAll(what string) {
 // The operations.
 
 func (r *modelRun) step() {
+	if r.f != nil && r.faultStep() {
+		return
+	}
 	x := r.rng.IntN(1000)
 	switch {
 	case x < 330:
@@ -773,16 +841,32 @@ func (r *modelRun) step() {
 	case x < 651:
 		r.opRecreateFamily()
 	default:
-		req := r.randRead()
-		r.logf("read %s", r.fmtReq(req))
-		r.checkRead(req)
+		r.opRead()
 	}
+}
+
+func (r *modelRun) opRead() {
+	req := r.randRead()
+	r.logf("read %s", r.fmtReq(req))
+	r.faultsOn(false)
+	got, err := r.tryRead(req)
+	if r.failedByFault("read", err, r.faultsOff()) {
+		return
+	}
+	if err != nil {
+		r.fatalf("read %s: %v", r.fmtReq(req), err)
+	}
+	r.same("read "+r.fmtReq(req), r.ref.read(req, r.now()), got)
 }
 
 func (r *modelRun) opMutateRow(bad bool) {
 	row, muts := r.pickRow(), r.randMutations(bad)
 	r.logf("MutateRow %q %s", row, r.fmtMuts(muts))
+	r.faultsOn(true)
 	err := r.eng.MutateRow(modelInstance, modelTable, []byte(row), muts)
+	if r.failedByFault("MutateRow", err, r.faultsOff(), row) {
+		return
+	}
 	applied := r.ref.apply(row, muts, r.nowMs())
 	switch {
 	case applied && err != nil:
@@ -803,7 +887,15 @@ func (r *modelRun) opMutateRows() {
 		desc = append(desc, fmt.Sprintf("%q %s", entries[i].Row, r.fmtMuts(entries[i].Mutations)))
 	}
 	r.logf("MutateRows {%s}", strings.Join(desc, ", "))
+	r.faultsOn(true)
 	errs, err := r.eng.MutateRows(modelInstance, modelTable, entries)
+	var rows []string
+	for _, en := range entries {
+		rows = append(rows, string(en.Row))
+	}
+	if r.failedByFault("MutateRows", err, r.faultsOff(), rows...) {
+		return
+	}
 	if err != nil {
 		r.fatalf("MutateRows: %v", err)
 	}
@@ -835,7 +927,11 @@ func (r *modelRun) opCheckAndMutate() {
 		pred = p
 	}
 	r.logf("CheckAndMutate %q pred=family(%s) true=%s false=%s", row, predFam, r.fmtMuts(trueMuts), r.fmtMuts(falseMuts))
+	r.faultsOn(true)
 	matched, err := r.eng.CheckAndMutate(modelInstance, modelTable, []byte(row), pred, trueMuts, falseMuts)
+	if r.failedByFault("CheckAndMutate", err, r.faultsOff(), row) {
+		return
+	}
 
 	valid := func(ms []table.Mutation) bool {
 		return !slices.ContainsFunc(ms, func(m table.Mutation) bool { return m.Kind != table.DeleteFromRow && !r.ref.hasFamily(m.Family) })
@@ -883,7 +979,11 @@ func (r *modelRun) opReadModifyWrite() {
 		}
 	}
 	r.logf("ReadModifyWrite %q [%s]", row, strings.Join(desc, "; "))
+	r.faultsOn(true)
 	got, err := r.eng.ReadModifyWrite(modelInstance, modelTable, []byte(row), rules)
+	if r.failedByFault("ReadModifyWrite", err, r.faultsOff(), row) {
+		return
+	}
 	want, ok := r.ref.rmw(row, rules, r.now(), r.nowMs())
 	if !ok {
 		if err == nil {
@@ -938,13 +1038,22 @@ func (r *modelRun) opCollect() {
 	r.logf("collector pass")
 	before := r.engineRead(table.ReadRequest{})
 	r.same("before collector pass", r.ref.read(table.ReadRequest{}, r.now()), before)
-	if _, err := r.gc.RunPass(context.Background(), collector.Selector{}); err != nil {
+	err := r.retryLate("collector pass", func() error {
+		_, err := r.gc.RunPass(context.Background(), collector.Selector{})
+		return err
+	})
+	if err != nil {
 		r.fatalf("collector pass: %v", err)
 	}
-	after := r.engineRead(table.ReadRequest{})
-	r.same("collector pass changed what readers see (want = before the pass)", before, after)
+	if !r.ref.untilCollected {
+		after := r.engineRead(table.ReadRequest{})
+		r.same("collector pass changed what readers see (want = before the pass)", before, after)
+	}
 	r.ref.collect(r.now(), "")
 	r.checkAll("after collector pass")
+	if r.f != nil {
+		r.checkCollected("collector pass")
+	}
 }
 
 func (r *modelRun) opReopen() {
@@ -962,8 +1071,15 @@ func (r *modelRun) opChangeRule() {
 	if _, err := r.eng.ModifyFamilies(modelInstance, modelTable, []table.FamilyMod{{Name: fam, Update: true, GC: rule.gc()}}); err != nil {
 		r.fatalf("ModifyFamilies: %v", err)
 	}
-	// The schema hook collects the family under its old rule first.
-	r.ref.collect(r.now(), fam)
+	// The schema hook collects the family under its old rule first when
+	// the new rule is looser (in the default visibility mode; in
+	// until-collected mode eligible cells stay until a pass removes them).
+	if !r.ref.untilCollected && gcrule.Looser(r.ref.rules[fam].gc(), rule.gc()) {
+		r.ref.collect(r.now(), fam)
+		if r.f != nil {
+			r.checkCollected("collection before a rule change")
+		}
+	}
 	r.ref.rules[fam] = rule
 	r.checkAll("after rule change")
 }
@@ -979,12 +1095,23 @@ func (r *modelRun) opRecreateFamily() {
 	r.checkAll("after family drop and create")
 }
 
-func TestModel(t *testing.T) {
-	seeds := []uint64{1, 2, 3, 4}
-	if *modelSeedFlag != 0 {
-		seeds = []uint64{*modelSeedFlag}
+// modelSeeds returns the seeds to run: -model.seed, 1..-model.seeds, or def.
+func modelSeeds(def ...uint64) []uint64 {
+	switch {
+	case *modelSeedFlag != 0:
+		return []uint64{*modelSeedFlag}
+	case *modelSeedsFlag > 0:
+		var seeds []uint64
+		for s := range *modelSeedsFlag {
+			seeds = append(seeds, uint64(s+1))
+		}
+		return seeds
 	}
-	for _, seed := range seeds {
+	return def
+}
+
+func TestModel(t *testing.T) {
+	for _, seed := range modelSeeds(1, 2, 3, 4) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
 			r := newModelRun(t, seed)
