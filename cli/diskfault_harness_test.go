@@ -211,19 +211,24 @@ type outcome int
 const (
 	pending outcome = iota
 	acked           // returned OK: must survive everything
-	failed          // the server answered with an error: must never be read
-	unknown         // no answer (deadline, connection lost): may or may not have happened
+	failed          // the server answered with an error: never read, before or after a restart
+	// uncertain: the server answered with an error and said the write
+	// may or may not be applied after a restart (its WAL sync failed: the
+	// disk may have kept the record). Never read while the server runs.
+	uncertain
+	unknown // no answer (deadline, connection lost): may or may not have happened
 )
 
 func (o outcome) String() string {
-	return [...]string{"pending", "acked", "failed", "unknown"}[o]
+	return [...]string{"pending", "acked", "failed", "uncertain", "unknown"}[o]
 }
 
 // classify reads a write's error. An error the server produced (every
 // ebbtable status message starts "ebbtable:", and codes other than
 // Unavailable, DeadlineExceeded, Canceled and Unknown are never made by the
-// transport) means the write did not happen; a lost connection or a
-// deadline leaves it undecided.
+// transport) means the write did not happen, unless it says the write may
+// be applied after a restart; a lost connection or a deadline leaves it
+// undecided.
 func classify(err error) outcome {
 	if err == nil {
 		return acked
@@ -233,6 +238,9 @@ func classify(err error) outcome {
 		return unknown
 	}
 	if strings.Contains(st.Message(), "ebbtable") {
+		if strings.Contains(st.Message(), "may or may not be applied") {
+			return uncertain
+		}
 		return failed
 	}
 	switch st.Code() {
@@ -451,15 +459,15 @@ func (l *diskLoad) errorSample() []string {
 	return out
 }
 
-// readBack reads each failed write's row and then the whole table on the
-// live server: neither may return a failed write's value. A read that
+// readBack reads each failed or uncertain write's row and then the whole
+// table on the live server: neither may return such a write's value. A read that
 // errors (the server is stopping) sees nothing and is only logged.
 func (l *diskLoad) readBack(t *testing.T, client *bigtable.Client, how string) {
 	t.Helper()
 	l.mu.Lock()
 	var failedKeys []string
 	for k, w := range l.writes {
-		if w.out == failed {
+		if w.out == failed || w.out == uncertain {
 			failedKeys = append(failedKeys, k)
 		}
 	}
@@ -526,10 +534,11 @@ func (l *diskLoad) verifyRestarted(t *testing.T, client *bigtable.Client) {
 	t.Logf("after the restart: %d rows; present by outcome: %v", len(got), present)
 }
 
-// checkReads reports every read that returned a failed write's value, on
-// the live server and after the restart separately; every value a live
-// read returned that the restart lost; and every read that returned a
-// value never written.
+// checkReads reports every read on the live server that returned the value
+// of a write that returned an error; every failed write (one not said to be
+// uncertain) present after the restart; every value a live read returned
+// that the restart lost; and every read that returned a value never
+// written.
 func (l *diskLoad) checkReads(t *testing.T) {
 	t.Helper()
 	l.mu.Lock()
@@ -537,17 +546,14 @@ func (l *diskLoad) checkReads(t *testing.T) {
 	var live, later, undurable []string
 	for k, w := range l.writes {
 		how, seen := l.seen[k]
-		if w.out != failed {
-			// Reads see only durable writes: what one returned survives.
-			if seen && l.restarted && !l.seenLater[k] {
-				undurable = append(undurable, fmt.Sprintf("%s (%v: %v) was returned by %s", k, w.out, w.err, how))
-			}
-			continue
+		// Reads see only durable writes: what one returned survives.
+		if seen && l.restarted && !l.seenLater[k] {
+			undurable = append(undurable, fmt.Sprintf("%s (%v: %v) was returned by %s", k, w.out, w.err, how))
 		}
-		if seen {
+		if seen && (w.out == failed || w.out == uncertain) {
 			live = append(live, fmt.Sprintf("%s: its write returned %v, yet %s returned its value", k, w.err, how))
 		}
-		if l.seenLater[k] {
+		if l.seenLater[k] && w.out == failed {
 			later = append(later, fmt.Sprintf("%s (its write returned %v)", k, w.err))
 		}
 	}

@@ -4,8 +4,11 @@ package cli
 // small loop-mounted ext4 that fills up, dies (EIO) or stalls, and the
 // official client checks the fail-stop contract (docs/reliability.md):
 //
-//   - no read ever returns a value whose write returned an error, before
-//     or after a restart;
+//   - reads return only durable writes: no read on the live server returns
+//     a write that returned an error, and what a read returned survives a
+//     restart; a write that failed without being told its outcome is
+//     unknown (a failed WAL write rather than a failed fsync) is not there
+//     after a restart either;
 //   - on the first fatal storage error the server stops serving at once
 //     (gRPC health stops saying SERVING), logs one ERROR line containing
 //     "fatal storage error" and the cause, and exits non-zero within 5 s;
