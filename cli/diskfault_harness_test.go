@@ -636,6 +636,23 @@ func (h *healthWatch) stop() {
 	<-h.done
 }
 
+// waitPollAfter waits, up to limit, until a check sent after t0 has been
+// answered (or has timed out), so the record covers t0.
+func (h *healthWatch) waitPollAfter(t0 time.Time, limit time.Duration) {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		h.mu.Lock()
+		n := len(h.obs)
+		last := healthObs{}
+		if n > 0 {
+			last = h.obs[n-1]
+		}
+		h.mu.Unlock()
+		if !last.sent.Before(t0) {
+			return
+		}
+	}
+}
+
 // notServingAfter returns when a poll sent after t0 first got anything but
 // SERVING, and the first poll sent after that which got SERVING again.
 func (h *healthWatch) notServingAfter(t0 time.Time) (first time.Time, answer string, servingAgain *healthObs) {

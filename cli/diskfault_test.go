@@ -138,6 +138,7 @@ func checkFailStop(t *testing.T, srv *faultProc, hw *healthWatch, t0 time.Time, 
 		t.Errorf("the server still runs %v after t0 (want it to exit non-zero within %v); killing it", time.Since(t0).Round(time.Millisecond), failStopWithin)
 		srv.kill9()
 	}
+	hw.waitPollAfter(t0, notServingWithin)
 	hw.stop()
 	first, answer, again := hw.notServingAfter(t0)
 	switch {
