@@ -1,0 +1,268 @@
+//go:build unix
+
+package robustness
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"testing"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// opKind is what one recorded operation did.
+type opKind uint8
+
+const (
+	opSet    opKind = iota // MutateRow: SetCell f:r = Value (server timestamp)
+	opRead                 // ReadRow, latest cell of each column
+	opCAS                  // CheckAndMutateRow: if latest f:r == Expect then SetCell f:r = Value
+	opIncr                 // ReadModifyWriteRow: f:n += Delta
+	opAppend               // ReadModifyWriteRow: f:a += Value
+)
+
+// linInput is an operation's call: what a worker asked for.
+type linInput struct {
+	Kind   opKind
+	Row    int
+	Value  string // Set and CAS: the new register value; Append: the token
+	Expect string // CAS: the value the predicate matches
+	Delta  int64  // Incr
+}
+
+// linOutput is what the operation returned. Unknown marks a write that
+// failed or timed out: it may or may not have taken effect, and its result
+// fields mean nothing.
+type linOutput struct {
+	Unknown bool
+	Matched bool   // CAS: whether the predicate matched
+	Reg     string // Read: the register ("" when the column is empty)
+	N       int64  // Read and Incr: the counter (0 when empty)
+	Log     string // Read and Append: the append log ("" when empty)
+	Err     string // for the visualization only
+}
+
+// rowState is the model's state of one row. It is a comparable value, so
+// porcupine's default equality (==) applies.
+type rowState struct {
+	Reg string
+	N   int64
+	Log string
+}
+
+// step applies in to s and reports whether out is a result the row could
+// have given. Unknown outputs are accepted whatever they say.
+func step(s rowState, in linInput, out linOutput) (bool, rowState) {
+	switch in.Kind {
+	case opSet:
+		s.Reg = in.Value
+		return true, s
+	case opRead:
+		return out.Reg == s.Reg && out.N == s.N && out.Log == s.Log, s
+	case opCAS:
+		matched := s.Reg == in.Expect
+		if matched {
+			s.Reg = in.Value
+		}
+		return out.Unknown || out.Matched == matched, s
+	case opIncr:
+		s.N += in.Delta
+		return out.Unknown || out.N == s.N, s
+	case opAppend:
+		s.Log += in.Value
+		return out.Unknown || out.Log == s.Log, s
+	}
+	panic(fmt.Sprintf("unknown op kind %d", in.Kind))
+}
+
+// rowModel is the sequential specification of the table as porcupine sees
+// it: rows are independent, so the history is checked one row at a time.
+var rowModel = porcupine.Model{
+	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		byRow := map[int][]porcupine.Operation{}
+		var rows []int
+		for _, op := range history {
+			r := op.Input.(linInput).Row
+			if _, ok := byRow[r]; !ok {
+				rows = append(rows, r)
+			}
+			byRow[r] = append(byRow[r], op)
+		}
+		out := make([][]porcupine.Operation, 0, len(rows))
+		for _, r := range rows {
+			out = append(out, byRow[r])
+		}
+		return out
+	},
+	Init: func() interface{} { return rowState{} },
+	Step: func(state, input, output interface{}) (bool, interface{}) {
+		return step(state.(rowState), input.(linInput), output.(linOutput))
+	},
+	Hash: func(state interface{}) uint64 {
+		s := state.(rowState)
+		h := fnv.New64a()
+		fmt.Fprintf(h, "%s\x00%d\x00%d", s.Reg, s.N, len(s.Log))
+		return h.Sum64()
+	},
+	DescribeOperation: func(input, output interface{}) string {
+		return describeOp(input.(linInput), output.(linOutput))
+	},
+	DescribeState: func(state interface{}) string {
+		s := state.(rowState)
+		return fmt.Sprintf("r=%q n=%d a=%s", s.Reg, s.N, shortLog(s.Log))
+	},
+	DescribeOperationMetadata: func(info interface{}) string {
+		if info == nil {
+			return ""
+		}
+		return fmt.Sprint(info)
+	},
+}
+
+func describeOp(in linInput, out linOutput) string {
+	var call, ret string
+	switch in.Kind {
+	case opSet:
+		call, ret = fmt.Sprintf("set(%s)", in.Value), "ok"
+	case opRead:
+		call, ret = "read()", fmt.Sprintf("r=%q n=%d a=%s", out.Reg, out.N, shortLog(out.Log))
+	case opCAS:
+		call, ret = fmt.Sprintf("cas(%s→%s)", in.Expect, in.Value), fmt.Sprint(out.Matched)
+	case opIncr:
+		call, ret = fmt.Sprintf("incr(%d)", in.Delta), fmt.Sprint(out.N)
+	case opAppend:
+		call, ret = fmt.Sprintf("append(%s)", in.Value), shortLog(out.Log)
+	}
+	if out.Unknown {
+		ret = "unknown (" + out.Err + ")"
+	}
+	return call + " → " + ret
+}
+
+// shortLog shows an append log by its length and last tokens.
+func shortLog(log string) string {
+	tokens := strings.Split(strings.TrimSuffix(log, ";"), ";")
+	if log == "" {
+		tokens = nil
+	}
+	if len(tokens) <= 3 {
+		return fmt.Sprintf("[%s]", strings.Join(tokens, " "))
+	}
+	return fmt.Sprintf("[%d tokens … %s]", len(tokens), strings.Join(tokens[len(tokens)-3:], " "))
+}
+
+// TestRowModel shows the checker the hand-made histories it must tell
+// apart: what a crash may legally do to a failed write, and the anomalies
+// the campaign hunts for.
+func TestRowModel(t *testing.T) {
+	const unknown = infinity
+	op := func(client int, call, ret int64, in linInput, out linOutput) porcupine.Operation {
+		return porcupine.Operation{ClientId: client, Call: call, Return: ret, Input: in, Output: out}
+	}
+	set := func(v string) linInput { return linInput{Kind: opSet, Value: v} }
+	read := linInput{Kind: opRead}
+	lost := linOutput{Unknown: true, Err: "Unavailable"}
+	for _, tc := range []struct {
+		name string
+		ops  []porcupine.Operation
+		want porcupine.CheckResult
+	}{{
+		name: "a failed write that took effect",
+		ops: []porcupine.Operation{
+			op(0, 0, 10, set("a"), linOutput{}),
+			op(1, 20, unknown, set("b"), lost),
+			op(0, 100, 110, read, linOutput{Reg: "b"}),
+		},
+		want: porcupine.Ok,
+	}, {
+		name: "a failed write that did not",
+		ops: []porcupine.Operation{
+			op(0, 0, 10, set("a"), linOutput{}),
+			op(1, 20, unknown, set("b"), lost),
+			op(0, 100, 110, read, linOutput{Reg: "a"}),
+		},
+		want: porcupine.Ok,
+	}, {
+		name: "a failed write seen, then gone (phantom read)",
+		ops: []porcupine.Operation{
+			op(0, 0, 10, set("a"), linOutput{}),
+			op(1, 20, unknown, set("b"), lost),
+			op(0, 30, 40, read, linOutput{Reg: "b"}),
+			op(0, 100, 110, read, linOutput{Reg: "a"}),
+		},
+		want: porcupine.Illegal,
+	}, {
+		name: "an acknowledged write lost",
+		ops: []porcupine.Operation{
+			op(0, 0, 10, set("a"), linOutput{}),
+			op(0, 20, 30, set("b"), linOutput{}),
+			op(1, 100, 110, read, linOutput{Reg: "a"}),
+		},
+		want: porcupine.Illegal,
+	}, {
+		name: "compare-and-set against the current value",
+		ops: []porcupine.Operation{
+			op(0, 0, 10, set("a"), linOutput{}),
+			op(1, 20, 30, linInput{Kind: opCAS, Expect: "a", Value: "c"}, linOutput{Matched: true}),
+			op(0, 40, 50, linInput{Kind: opCAS, Expect: "a", Value: "d"}, linOutput{Matched: false}),
+			op(1, 60, 70, read, linOutput{Reg: "c"}),
+		},
+		want: porcupine.Ok,
+	}, {
+		name: "two compare-and-sets from one value both win",
+		ops: []porcupine.Operation{
+			op(0, 0, 10, set("a"), linOutput{}),
+			op(1, 20, 30, linInput{Kind: opCAS, Expect: "a", Value: "c"}, linOutput{Matched: true}),
+			op(0, 40, 50, linInput{Kind: opCAS, Expect: "a", Value: "d"}, linOutput{Matched: true}),
+		},
+		want: porcupine.Illegal,
+	}, {
+		name: "concurrent increments, one failed",
+		ops: []porcupine.Operation{
+			op(0, 0, 10, linInput{Kind: opIncr, Delta: 5}, linOutput{N: 5}),
+			op(1, 5, unknown, linInput{Kind: opIncr, Delta: 7}, lost),
+			op(2, 6, 20, linInput{Kind: opIncr, Delta: 1}, linOutput{N: 13}),
+			op(0, 30, 40, read, linOutput{N: 13}),
+		},
+		want: porcupine.Ok,
+	}, {
+		name: "an increment counted twice",
+		ops: []porcupine.Operation{
+			op(0, 0, 10, linInput{Kind: opIncr, Delta: 5}, linOutput{N: 5}),
+			op(0, 30, 40, read, linOutput{N: 10}),
+		},
+		want: porcupine.Illegal,
+	}, {
+		name: "appends in order, a failed one absent",
+		ops: []porcupine.Operation{
+			op(0, 0, 10, linInput{Kind: opAppend, Value: "x;"}, linOutput{Log: "x;"}),
+			op(1, 15, unknown, linInput{Kind: opAppend, Value: "y;"}, lost),
+			op(0, 20, 30, linInput{Kind: opAppend, Value: "z;"}, linOutput{Log: "x;z;"}),
+			op(1, 40, 50, read, linOutput{Log: "x;z;"}),
+		},
+		want: porcupine.Ok,
+	}, {
+		name: "a read that goes back in the log",
+		ops: []porcupine.Operation{
+			op(0, 0, 10, linInput{Kind: opAppend, Value: "x;"}, linOutput{Log: "x;"}),
+			op(1, 15, 18, read, linOutput{Log: "x;"}),
+			op(1, 20, 25, read, linOutput{Log: ""}),
+		},
+		want: porcupine.Illegal,
+	}, {
+		name: "rows are independent",
+		ops: []porcupine.Operation{
+			op(0, 0, 10, linInput{Kind: opSet, Row: 1, Value: "a"}, linOutput{}),
+			op(1, 20, 30, linInput{Kind: opRead, Row: 2}, linOutput{}),
+			op(1, 40, 50, linInput{Kind: opRead, Row: 1}, linOutput{Reg: "a"}),
+		},
+		want: porcupine.Ok,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := porcupine.CheckOperationsTimeout(rowModel, tc.ops, 0); got != tc.want {
+				t.Errorf("checker says %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
