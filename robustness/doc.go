@@ -11,8 +11,10 @@
 // rows, while a nemesis kills the server with SIGKILL and restarts it on the
 // same data directory, or pauses it with SIGSTOP and resumes it with SIGCONT.
 // Every operation is recorded with its call and return time. A write that
-// failed or timed out may or may not have taken effect, so it is recorded
-// as returning at infinity; a failed read tells nothing and is dropped. After
+// failed or timed out may or may not have taken effect, even after its
+// client gave up, so it is recorded as returning at the next kill (the end
+// of the process that could apply it) or at infinity if no kill follows; a
+// failed read tells nothing and is dropped. After
 // the last fault every row is read once more, and that read must succeed.
 // The history is then checked with porcupine
 // (github.com/anishathalye/porcupine) against a sequential model of one row

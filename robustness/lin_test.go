@@ -3,6 +3,7 @@
 package robustness
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"flag"
@@ -90,6 +91,7 @@ func replayCommand(seed uint64) string {
 type linStats struct {
 	load                      time.Duration
 	ok, unknownWrites, failed int // successful ops, failed writes kept as unknown, failed reads dropped
+	openWrites                int // unknown writes no kill followed: open to the end
 	kills, stops              int
 	check                     time.Duration
 }
@@ -161,32 +163,20 @@ func runLinHistory(t *testing.T, seed uint64) {
 	var ops []porcupine.Operation
 	var st linStats
 	st.load, st.kills, st.stops = load, nem.kills, nem.stops
-	var end int64
 	for _, w := range append(workers, final) {
 		ops = append(ops, w.history...)
 		st.ok += w.ok
 		st.unknownWrites += w.unknownWrites
 		st.failed += w.failedReads
-		for _, op := range w.history {
-			if op.Return != infinity {
-				end = max(end, op.Return)
-			}
-		}
 	}
-	// A write that may or may not have happened returns at infinity: after
-	// everything else, so the checker may place it anywhere after its call.
-	for i := range ops {
-		if ops[i].Return == infinity {
-			ops[i].Return = end + int64(time.Second)
-		}
-	}
+	st.openWrites = boundUnknown(ops, nem.killed)
 	qps := float64(st.ok) / load.Seconds()
 
 	checkStart := time.Now()
 	res := porcupine.CheckOperationsTimeout(rowModel, ops, *linCheckTimeout)
 	st.check = time.Since(checkStart)
-	t.Logf("seed %d: %v of load, %d ops checked (%d ok, %d failed writes kept as unknown, %d failed reads dropped), %.0f ok ops/s, %d kills, %d pauses, check %v: %s",
-		seed, load.Round(time.Millisecond), len(ops), st.ok, st.unknownWrites, st.failed, qps, st.kills, st.stops, st.check.Round(time.Millisecond), res)
+	t.Logf("seed %d: %v of load, %d ops checked (%d ok, %d failed writes kept as unknown, %d of them open to the end; %d failed reads dropped), %.0f ok ops/s, %d kills, %d pauses, check %v: %s",
+		seed, load.Round(time.Millisecond), len(ops), st.ok, st.unknownWrites, st.openWrites, st.failed, qps, st.kills, st.stops, st.check.Round(time.Millisecond), res)
 
 	switch res {
 	case porcupine.Ok:
@@ -204,9 +194,41 @@ func runLinHistory(t *testing.T, seed uint64) {
 	failed = false
 }
 
-// infinity marks, while recording, the return time of a write whose outcome
-// is unknown.
-const infinity = int64(1<<63 - 1)
+// boundUnknown gives each write whose outcome is unknown the latest return
+// time it can have, and returns how many are open to the end of the history.
+//
+// A failed write may still take effect after its client gave up (the server
+// was paused with the request in its socket, or is still working on it), so
+// etcd's robustness tests let it return at infinity. But only the server
+// process that received the request can apply it, and that process was
+// alive when the client sent it, before the client returned; it is gone once
+// the next kill has reaped it. So the write returns at the first kill after
+// the client's failure (killed holds the times each kill was complete), or,
+// if no kill followed, after every other operation. This keeps the checker's
+// search small: a write that never happened stops being a candidate at the
+// next kill instead of staying one for the rest of the history.
+func boundUnknown(ops []porcupine.Operation, killed []int64) (open int) {
+	var end int64
+	for _, op := range ops {
+		if !op.Output.(linOutput).Unknown {
+			end = max(end, op.Return)
+		}
+	}
+	for i := range ops {
+		if !ops[i].Output.(linOutput).Unknown {
+			continue
+		}
+		failedAt := ops[i].Return
+		j, _ := slices.BinarySearch(killed, failedAt)
+		if j < len(killed) {
+			ops[i].Return = killed[j]
+		} else {
+			ops[i].Return = max(end, failedAt) + int64(time.Second)
+			open++
+		}
+	}
+	return open
+}
 
 // reportViolation writes porcupine's visualization and each illegal row's
 // history, and fails the test naming them.
@@ -232,12 +254,55 @@ func reportViolation(t *testing.T, seed uint64, ops []porcupine.Operation, event
 		}
 		row := part[0].Input.(linInput).Row
 		txt := filepath.Join(dir, fmt.Sprintf("ebbtable-lin-%d-%s-row%02d.txt", seed, stamp, row))
-		if err := os.WriteFile(txt, []byte(dumpHistory(part, events)), 0o644); err != nil {
+		if err := os.WriteFile(txt, []byte(explainRow(part)+"\n"+dumpHistory(part, events)), 0o644); err != nil {
 			t.Errorf("writing row %d's history: %v", row, err)
 		}
 		illegal = append(illegal, fmt.Sprintf("row %d (history: %s)", row, txt))
 	}
 	t.Fatalf("NOT LINEARIZABLE: %s\nvisualization: %s\nseed %d; replay: %s", strings.Join(illegal, ", "), html, seed, replayCommand(seed))
+}
+
+// explainRow describes where the checker got stuck on one row's history: the
+// end of its longest partial linearization, with the row's state after each
+// step, and the first operations to return that it could not place after it.
+func explainRow(ops []porcupine.Operation) string {
+	single := rowModel
+	single.Partition = nil
+	_, info := porcupine.CheckOperationsVerbose(single, ops, *linCheckTimeout)
+	var longest []porcupine.Operation
+	for _, p := range info.PartialLinearizationsOperations()[0] {
+		if len(p) > len(longest) {
+			longest = p
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "The checker placed %d of %d operations; the last it placed, with the states the row can be in after each:\n", len(longest), len(ops))
+	state := rowModel.Init()
+	type key struct{ call, ret int64 }
+	placed := map[key]bool{}
+	for i, op := range longest {
+		_, state = rowModel.Step(state, op.Input, op.Output)
+		placed[key{op.Call, op.Return}] = true
+		if i >= len(longest)-8 {
+			fmt.Fprintf(&b, "  %s  ⇒ %s\n", describeTimed(op), rowModel.DescribeState(state))
+		}
+	}
+	var rest []porcupine.Operation
+	for _, op := range ops {
+		if !placed[key{op.Call, op.Return}] {
+			rest = append(rest, op)
+		}
+	}
+	slices.SortFunc(rest, func(a, b porcupine.Operation) int { return cmp.Compare(a.Return, b.Return) })
+	b.WriteString("Unplaced, by return time (none of these fits next):\n")
+	for _, op := range rest[:min(len(rest), 6)] {
+		fmt.Fprintf(&b, "  %s\n", describeTimed(op))
+	}
+	return b.String()
+}
+
+func describeTimed(op porcupine.Operation) string {
+	return fmt.Sprintf("%12.6f .. %12.6f  w%d  %s", float64(op.Call)/1e9, float64(op.Return)/1e9, op.ClientId, describeOp(op.Input.(linInput), op.Output.(linOutput)))
 }
 
 // dumpHistory lists one row's operations by call time, with the nemesis's
@@ -249,8 +314,7 @@ func dumpHistory(ops []porcupine.Operation, events []porcupine.Annotation) strin
 	}
 	var lines []line
 	for _, op := range ops {
-		lines = append(lines, line{op.Call, fmt.Sprintf("%12.6f .. %12.6f  w%d  %s",
-			float64(op.Call)/1e9, float64(op.Return)/1e9, op.ClientId, describeOp(op.Input.(linInput), op.Output.(linOutput)))})
+		lines = append(lines, line{op.Call, describeTimed(op)})
 	}
 	for _, ev := range events {
 		lines = append(lines, line{ev.Start, fmt.Sprintf("%12.6f .. %12.6f  nemesis  %s", float64(ev.Start)/1e9, float64(ev.End)/1e9, ev.Description)})
@@ -397,8 +461,9 @@ func (w *linWorker) do(clock func() int64, in linInput) bool {
 			w.failedReads++
 			return false
 		}
+		// A failed write may or may not have happened; boundUnknown sets its
+		// return time once the history is complete.
 		out = linOutput{Unknown: true, Err: errSummary(err)}
-		ret = infinity
 		w.unknownWrites++
 	} else {
 		w.ok++
@@ -521,6 +586,7 @@ type nemesis struct {
 	rng          *rand.Rand
 	clock        func() int64
 	kills, stops int
+	killed       []int64                // when each kill was complete (the process reaped)
 	events       []porcupine.Annotation // for the visualization
 }
 
@@ -569,6 +635,7 @@ func (n *nemesis) run(duration time.Duration) error {
 			if err := n.srv.kill(); err != nil {
 				return err
 			}
+			n.killed = append(n.killed, n.clock())
 			if err := n.srv.start(); err != nil {
 				return err
 			}

@@ -52,7 +52,8 @@ type rowState struct {
 }
 
 // step applies in to s and reports whether out is a result the row could
-// have given. Unknown outputs are accepted whatever they say.
+// have given. Unknown outputs are accepted whatever they say (rowModel adds
+// the choice that such a write did not happen).
 func step(s rowState, in linInput, out linOutput) (bool, rowState) {
 	switch in.Kind {
 	case opSet:
@@ -77,8 +78,11 @@ func step(s rowState, in linInput, out linOutput) (bool, rowState) {
 }
 
 // rowModel is the sequential specification of the table as porcupine sees
-// it: rows are independent, so the history is checked one row at a time.
-var rowModel = porcupine.Model{
+// it: rows are independent, so the history is checked one row at a time. A
+// write whose outcome is unknown either took effect or did not, so the model
+// is nondeterministic: porcupine tracks the set of states a row can be in,
+// and the next read narrows it.
+var rowModel = (&porcupine.NondeterministicModel{
 	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
 		byRow := map[int][]porcupine.Operation{}
 		var rows []int
@@ -95,9 +99,18 @@ var rowModel = porcupine.Model{
 		}
 		return out
 	},
-	Init: func() interface{} { return rowState{} },
-	Step: func(state, input, output interface{}) (bool, interface{}) {
-		return step(state.(rowState), input.(linInput), output.(linOutput))
+	Init: func() []interface{} { return []interface{}{rowState{}} },
+	Step: func(state, input, output interface{}) []interface{} {
+		s, out := state.(rowState), output.(linOutput)
+		ok, next := step(s, input.(linInput), out)
+		switch {
+		case !ok:
+			return nil
+		case out.Unknown && next != s:
+			return []interface{}{s, next}
+		default:
+			return []interface{}{next}
+		}
 	},
 	Hash: func(state interface{}) uint64 {
 		s := state.(rowState)
@@ -118,7 +131,7 @@ var rowModel = porcupine.Model{
 		}
 		return fmt.Sprint(info)
 	},
-}
+}).ToModel()
 
 func describeOp(in linInput, out linOutput) string {
 	var call, ret string
@@ -156,7 +169,7 @@ func shortLog(log string) string {
 // apart: what a crash may legally do to a failed write, and the anomalies
 // the campaign hunts for.
 func TestRowModel(t *testing.T) {
-	const unknown = infinity
+	const unknown = 1 << 40 // a failed write's return: after everything
 	op := func(client int, call, ret int64, in linInput, out linOutput) porcupine.Operation {
 		return porcupine.Operation{ClientId: client, Call: call, Return: ret, Input: in, Output: out}
 	}
@@ -264,5 +277,46 @@ func TestRowModel(t *testing.T) {
 				t.Errorf("checker says %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestBoundUnknown shows what bounding a failed write by the next kill buys:
+// a write that surfaces only after the process that received it was killed
+// is caught, where an unbounded one would be taken as late but legal.
+func TestBoundUnknown(t *testing.T) {
+	history := func() []porcupine.Operation {
+		return []porcupine.Operation{
+			{ClientId: 0, Call: 0, Return: 10, Input: linInput{Kind: opSet, Value: "a"}, Output: linOutput{}},
+			// Fails at 30; the server is killed and reaped at 40.
+			{ClientId: 1, Call: 20, Return: 30, Input: linInput{Kind: opSet, Value: "b"}, Output: linOutput{Unknown: true}},
+			{ClientId: 0, Call: 50, Return: 60, Input: linInput{Kind: opRead}, Output: linOutput{Reg: "a"}},
+			{ClientId: 0, Call: 70, Return: 80, Input: linInput{Kind: opRead}, Output: linOutput{Reg: "b"}},
+		}
+	}
+	bounded := history()
+	if open := boundUnknown(bounded, []int64{5, 40, 90}); open != 0 {
+		t.Fatalf("boundUnknown left %d writes open, want 0", open)
+	}
+	if got := bounded[1].Return; got != 40 {
+		t.Fatalf("failed write returns at %d, want 40 (the next kill)", got)
+	}
+	if got := porcupine.CheckOperationsTimeout(rowModel, bounded, 0); got != porcupine.Illegal {
+		t.Errorf("bounded by the kill: checker says %s, want Illegal", got)
+	}
+	// Bounded, the failed write may still not have happened at all.
+	lost := history()[:3]
+	boundUnknown(lost, []int64{40})
+	if got := porcupine.CheckOperationsTimeout(rowModel, lost, 0); got != porcupine.Ok {
+		t.Errorf("bounded, never happened: checker says %s, want Ok", got)
+	}
+	open := history()
+	if n := boundUnknown(open, []int64{5}); n != 1 {
+		t.Fatalf("boundUnknown left %d writes open, want 1", n)
+	}
+	if got := open[1].Return; got <= 80 {
+		t.Fatalf("open failed write returns at %d, want after every other operation", got)
+	}
+	if got := porcupine.CheckOperationsTimeout(rowModel, open, 0); got != porcupine.Ok {
+		t.Errorf("no kill after the failure: checker says %s, want Ok", got)
 	}
 }
