@@ -35,6 +35,7 @@ var (
 	linRows         = flag.Int("lin.rows", 10, "hot rows the workers share")
 	linMinQPS       = flag.Float64("lin.min-qps", 40, "fewest successful operations per second of load for a valid run")
 	linCheckTimeout = flag.Duration("lin.check-timeout", 5*time.Minute, "give up checking one history after this long (the run then fails)")
+	linFaults       = flag.String("lin.faults", "kill,stop", `faults the nemesis injects: "kill" (SIGKILL and restart), "stop" (SIGSTOP, later SIGCONT), both, or "none"`)
 	linOut          = flag.String("lin.out", "", "directory for the visualization of a failing history (default: the system's temporary directory)")
 )
 
@@ -72,11 +73,32 @@ func TestLinearizability(t *testing.T) {
 	}
 }
 
+// faultKinds parses -lin.faults.
+func faultKinds(s string) (kill, stop bool, err error) {
+	if s == "none" {
+		return false, false, nil
+	}
+	for _, k := range strings.Split(s, ",") {
+		switch strings.TrimSpace(k) {
+		case "kill":
+			kill = true
+		case "stop":
+			stop = true
+		default:
+			return false, false, fmt.Errorf("-lin.faults=%q: want a comma-separated list of kill and stop, or none", s)
+		}
+	}
+	return kill, stop, nil
+}
+
 // replayCommand is the command line that runs one history again.
 func replayCommand(seed uint64) string {
 	cmd := fmt.Sprintf("go test ./robustness -run 'TestLinearizability$' -count=1 -lin.seed=%d", seed)
 	if *linDuration > 0 {
 		cmd += fmt.Sprintf(" -lin.duration=%v", *linDuration)
+	}
+	if *linFaults != "kill,stop" {
+		cmd += fmt.Sprintf(" -lin.faults=%s", *linFaults)
 	}
 	if *linWorkers != 6 {
 		cmd += fmt.Sprintf(" -lin.workers=%d", *linWorkers)
@@ -97,6 +119,10 @@ type linStats struct {
 }
 
 func runLinHistory(t *testing.T, seed uint64) {
+	killOn, stopOn, err := faultKinds(*linFaults)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("seed %d; replay: %s", seed, replayCommand(seed))
 	failed := true
 	defer func() {
@@ -132,7 +158,7 @@ func runLinHistory(t *testing.T, seed uint64) {
 		}()
 	}
 	nem := &nemesis{srv: srv, rng: rand.New(rand.NewPCG(seed, 0x6e656d65)), clock: clock}
-	nemErr := nem.run(*linDuration)
+	nemErr := nem.run(*linDuration, killOn, stopOn)
 	// A quiet tail after the last fault, so that the server is seen healthy.
 	tail := time.NewTimer(300 * time.Millisecond)
 	select {
@@ -188,7 +214,7 @@ func runLinHistory(t *testing.T, seed uint64) {
 	if qps < *linMinQPS {
 		t.Fatalf("invalid run: %.1f successful ops/s, want at least %.0f (-lin.min-qps)", qps, *linMinQPS)
 	}
-	if *linDuration == 0 && (st.kills < 2 || st.stops < 1) {
+	if *linDuration == 0 && ((killOn && st.kills < 2) || (stopOn && st.stops < 1)) {
 		t.Fatalf("short mode ran %d kills and %d pauses, want at least 2 and 1", st.kills, st.stops)
 	}
 	failed = false
@@ -591,29 +617,42 @@ type nemesis struct {
 }
 
 // fault is one planned action: wait gap, then kill (pause 0) or pause for
-// pause.
+// pause. A fault with quiet set only waits.
 type fault struct {
 	gap, pause time.Duration
+	quiet      bool
 }
 
-// plan draws the faults of one history. The short mode (duration 0) is two
-// kills and one pause in random order, 0.5–0.8 s apart, the pause 1–1.2 s.
-// Otherwise faults come every 0.5–3 s until duration has passed, two in
-// three a kill, the rest a pause of 1–3 s.
-func (n *nemesis) plan(duration time.Duration) []fault {
+// plan draws the faults of one history, of the kinds -lin.faults allows. The
+// short mode (duration 0) is two kills and one pause in random order, 0.5–0.8
+// s apart, the pause 1–1.2 s. Otherwise faults come every 0.5–3 s until
+// duration has passed, two in three a kill, the rest a pause of 1–3 s.
+func (n *nemesis) plan(duration time.Duration, kill, stop bool) []fault {
 	between := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(n.rng.Int64N(int64(hi-lo))) }
 	if duration == 0 {
-		f := []fault{{}, {}, {pause: between(time.Second, 1200*time.Millisecond)}}
+		var f []fault
+		if kill {
+			f = append(f, fault{}, fault{})
+		}
+		if stop {
+			f = append(f, fault{pause: between(time.Second, 1200*time.Millisecond)})
+		}
 		n.rng.Shuffle(len(f), func(i, j int) { f[i], f[j] = f[j], f[i] })
 		for i := range f {
 			f[i].gap = between(500*time.Millisecond, 800*time.Millisecond)
 		}
+		if len(f) == 0 {
+			f = []fault{{gap: 3 * time.Second, quiet: true}}
+		}
 		return f
+	}
+	if !kill && !stop {
+		return []fault{{gap: duration, quiet: true}}
 	}
 	var f []fault
 	for total := time.Duration(0); ; {
 		next := fault{gap: between(500*time.Millisecond, 3*time.Second)}
-		if n.rng.IntN(3) == 2 {
+		if !kill || (stop && n.rng.IntN(3) == 2) {
 			next.pause = between(time.Second, 3*time.Second)
 		}
 		total += next.gap + next.pause
@@ -625,9 +664,9 @@ func (n *nemesis) plan(duration time.Duration) []fault {
 }
 
 // run carries out the plan. It returns early if the server exits by itself.
-func (n *nemesis) run(duration time.Duration) error {
-	for _, f := range n.plan(duration) {
-		if !n.sleep(f.gap) {
+func (n *nemesis) run(duration time.Duration, kill, stop bool) error {
+	for _, f := range n.plan(duration, kill, stop) {
+		if !n.sleep(f.gap) || f.quiet {
 			return nil
 		}
 		if f.pause == 0 {
