@@ -33,7 +33,7 @@ var (
 	linDuration     = flag.Duration("lin.duration", 0, "load per history with random faults every 0.5–3 s; 0 is the short mode: two kills and one pause in about 5 s")
 	linWorkers      = flag.Int("lin.workers", 6, "client workers, each on its own connection")
 	linRows         = flag.Int("lin.rows", 10, "hot rows the workers share")
-	linMinQPS       = flag.Float64("lin.min-qps", 40, "fewest successful operations per second of load for a valid run")
+	linMinQPS       = flag.Float64("lin.min-qps", 100, "fewest successful operations per second of load for a valid run")
 	linCheckTimeout = flag.Duration("lin.check-timeout", 5*time.Minute, "give up checking one history after this long (the run then fails)")
 	linFaults       = flag.String("lin.faults", "kill,stop", `faults the nemesis injects: "kill" (SIGKILL and restart), "stop" (SIGSTOP, later SIGCONT), both, or "none"`)
 	linOut          = flag.String("lin.out", "", "directory for the visualization of a failing history (default: the system's temporary directory)")

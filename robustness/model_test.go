@@ -320,3 +320,20 @@ func TestBoundUnknown(t *testing.T) {
 		t.Errorf("no kill after the failure: checker says %s, want Ok", got)
 	}
 }
+
+// TestExplainRow checks the description a violation report starts with: it
+// names the read the checker could not place.
+func TestExplainRow(t *testing.T) {
+	ops := []porcupine.Operation{
+		{ClientId: 0, Call: 0, Return: 10, Input: linInput{Kind: opSet, Value: "a"}, Output: linOutput{}},
+		{ClientId: 1, Call: 20, Return: 1 << 40, Input: linInput{Kind: opSet, Value: "b"}, Output: linOutput{Unknown: true, Err: "Unavailable"}},
+		{ClientId: 0, Call: 30, Return: 40, Input: linInput{Kind: opRead}, Output: linOutput{Reg: "b"}},
+		{ClientId: 0, Call: 100, Return: 110, Input: linInput{Kind: opRead}, Output: linOutput{Reg: "a"}},
+	}
+	got := explainRow(ops)
+	for _, want := range []string{"placed 3 of 4", `read() → r="a"`, `set(b) → unknown (Unavailable)`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("explanation lacks %q:\n%s", want, got)
+		}
+	}
+}
