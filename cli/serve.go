@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/ebbtable/ebbtable/collector"
 	"github.com/ebbtable/ebbtable/rowttl"
 	"github.com/ebbtable/ebbtable/server"
+	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/spf13/cobra"
 )
@@ -41,6 +44,9 @@ type serveFlags struct {
 	ttlBatchSize int
 
 	goGCPercent int
+
+	maxSyncDuration time.Duration
+	ballastSize     string
 }
 
 func newServeCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -84,6 +90,10 @@ its own: a process that joined once rejoins by itself on restart.`,
 				return err
 			}
 			opts.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+			// Fail-stop: the server has already stopped serving and logged
+			// the cause; a process that cannot trust its disk exits rather
+			// than linger half-alive.
+			opts.OnFatal = func(error) { os.Exit(exitFatal) }
 			if os.Getenv("GOGC") == "" {
 				debug.SetGCPercent(f.goGCPercent)
 			}
@@ -107,6 +117,8 @@ its own: a process that joined once rejoins by itself on restart.`,
 	fl.DurationVar(&f.ttlInterval, "ttl-interval", time.Hour, "start a run of the row deletion job this often")
 	fl.IntVar(&f.ttlBatchSize, "ttl-batch-size", 500, "most expired rows the row deletion job deletes in one atomic batch")
 	fl.IntVar(&f.goGCPercent, "go-gc-percent", DefaultGoGCPercent, "the Go runtime's GC percent for this process (the GOGC environment variable, when set, wins)")
+	fl.DurationVar(&f.maxSyncDuration, "max-sync-duration", table.DefaultMaxSyncDuration, "a disk write or sync taking longer than this stops the server (a stalled disk); 0 disables the check")
+	fl.StringVar(&f.ballastSize, "ballast-size", "1%", `size of the emergency ballast file DATA/`+storage.BallastName+` that gives a full disk a way back: bytes with a unit (64MiB), a percentage of the filesystem (at most 1 GiB), or 0 for none`)
 	return cmd
 }
 
@@ -159,6 +171,17 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 	if f.ttlBatchSize <= 0 || f.ttlBatchSize > maxBatchCells {
 		return server.Options{}, usagef("--ttl-batch-size %d must be between 1 and %d", f.ttlBatchSize, maxBatchCells)
 	}
+	if f.maxSyncDuration < 0 {
+		return server.Options{}, usagef("--max-sync-duration %v is negative", f.maxSyncDuration)
+	}
+	maxSync := f.maxSyncDuration
+	if maxSync == 0 {
+		maxSync = -1 // the engine's "no check"; its zero means the default
+	}
+	ballast, err := parseBallast(f.ballastSize)
+	if err != nil {
+		return server.Options{}, err
+	}
 	var clk clock.Clock
 	switch f.debugClock {
 	case "":
@@ -182,7 +205,45 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 		AdvertiseAddr: f.advertise,
 		Visibility:    vis,
 		GC:            gc,
+
+		MaxSyncDuration: maxSync,
+		Ballast:         ballast,
 	}, nil
+}
+
+// exitFatal is the exit status after a fatal storage error.
+const exitFatal = 3
+
+// parseBallast reads --ballast-size: "0", a percentage ("1%"), or a size
+// with a unit (B, KiB, MiB, GiB; KB, MB, GB are read as powers of 1024 too).
+func parseBallast(v string) (storage.Ballast, error) {
+	v = strings.TrimSpace(v)
+	bad := usagef("--ballast-size %q: want 0, a percentage such as 1%%, or a size such as 64MiB", v)
+	if v == "0" {
+		return storage.Ballast{}, nil
+	}
+	if p, ok := strings.CutSuffix(v, "%"); ok {
+		pct, err := strconv.ParseFloat(p, 64)
+		if err != nil || pct <= 0 || pct > 50 {
+			return storage.Ballast{}, bad
+		}
+		return storage.Ballast{Percent: pct}, nil
+	}
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"GB", 1 << 30}, {"G", 1 << 30}, {"MiB", 1 << 20}, {"MB", 1 << 20}, {"M", 1 << 20},
+		{"KiB", 1 << 10}, {"KB", 1 << 10}, {"K", 1 << 10}, {"B", 1}}
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(v, u.suffix); ok {
+			n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+			if err != nil || n < 0 {
+				return storage.Ballast{}, bad
+			}
+			return storage.Ballast{Bytes: int64(n * float64(u.mult))}, nil
+		}
+	}
+	return storage.Ballast{}, bad
 }
 
 // DefaultGoGCPercent is the Go GC percent a server runs with. Its Go heap is

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
@@ -17,6 +18,7 @@ import (
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/collector"
 	"github.com/ebbtable/ebbtable/rowttl"
+	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -62,6 +64,17 @@ type Options struct {
 	// TTL configures the row deletion job (interval, batch size, pacing,
 	// auditor). Its clock, logger and registerer come from these options.
 	TTL rowttl.Options
+	// MaxSyncDuration: a disk write or sync taking longer stops the server
+	// (see table.Options). 0 means table.DefaultMaxSyncDuration.
+	MaxSyncDuration time.Duration
+	// Ballast sizes the emergency ballast in the data directory; zero:
+	// none.
+	Ballast storage.Ballast
+	// OnFatal is called once when the engine meets a fatal storage error,
+	// after the server has stopped serving (health NOT_SERVING, every call
+	// Unavailable). The serve command exits the process from it
+	// (fail-stop); nil leaves the process up, serving nothing.
+	OnFatal func(error)
 }
 
 // EnsureDefaults fills unset options.
@@ -115,12 +128,26 @@ type Server struct {
 	// their own (tailing change streams) end and let the server stop.
 	stopping  chan struct{}
 	closeOnce sync.Once
+	// failed is set once the engine met a fatal storage error.
+	failed atomic.Bool
 }
 
 // New opens the engine and builds the services. It does not listen yet.
 func New(opts Options) (*Server, error) {
 	opts.EnsureDefaults()
-	eng, err := table.Open(table.Options{Dir: opts.DataDir, Clock: opts.Clock, Logger: opts.Logger, Visibility: opts.Visibility})
+	// The server is built below; a fatal error before then is Open's to
+	// return, or is handled once the health server exists.
+	var srv atomic.Pointer[Server]
+	var early atomic.Pointer[error]
+	eng, err := table.Open(table.Options{Dir: opts.DataDir, Clock: opts.Clock, Logger: opts.Logger, Visibility: opts.Visibility,
+		MaxSyncDuration: opts.MaxSyncDuration, Ballast: opts.Ballast,
+		OnFatal: func(err error) {
+			if s := srv.Load(); s != nil {
+				s.fatal(err)
+				return
+			}
+			early.Store(&err)
+		}})
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +180,10 @@ func New(opts Options) (*Server, error) {
 	s := &Server{opts: opts, engine: eng, collector: col, ttl: job, backups: bk, opWait: defaultOpWait, ops: newOperations(), health: health.NewServer(), log: opts.Logger,
 		stopping: make(chan struct{})}
 	self = s
+	srv.Store(s)
+	if p := early.Load(); p != nil {
+		s.fatal(*p)
+	}
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
 		grpc.MaxSendMsgSize(opts.MaxMessageBytes),
@@ -181,7 +212,23 @@ func New(opts Options) (*Server, error) {
 	s.grpc.RegisterService(&ebbAdminDesc, &ebbAdmin{s: s})
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := eng.Err(); err != nil {
+		eng.Close()
+		return nil, err
+	}
 	return s, nil
+}
+
+// fatal stops serving after the engine met a fatal storage error: health
+// NOT_SERVING at once (and kept so: Start does not turn it back), then the
+// OnFatal callback, which in the serve command exits the process.
+func (s *Server) fatal(err error) {
+	s.failed.Store(true)
+	s.health.Shutdown()
+	s.log.Error("fatal storage error; stopping", "err", err)
+	if s.opts.OnFatal != nil {
+		s.opts.OnFatal(err)
+	}
 }
 
 // Engine exposes the table engine (for in-process tests and tools).
@@ -229,6 +276,9 @@ func (s *Server) Start() error {
 	s.ttl.Start()
 	for _, p := range s.peers.list() {
 		s.repl.start(p.ID)
+	}
+	if s.failed.Load() {
+		return s.engine.Err()
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	return nil

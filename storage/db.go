@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
@@ -41,6 +46,15 @@ type Options struct {
 	Logger *slog.Logger
 	// CacheBytes is the block cache size; 0 means 64 MiB.
 	CacheBytes int64
+	// OnFatal is called once with the first fatal storage error (see
+	// fatal.go); it may end the process. Open returns such an error itself
+	// when it happens before the database is open.
+	OnFatal func(error)
+	// MaxSyncDuration: a disk write or sync taking longer is a fatal
+	// stall. 0 means DefaultMaxSyncDuration; negative disables the check.
+	MaxSyncDuration time.Duration
+	// Ballast sizes the emergency ballast (space.go); zero: none.
+	Ballast Ballast
 }
 
 // DB is ebbtable's Pebble database.
@@ -49,9 +63,13 @@ type DB struct {
 	dir  string
 	opts *pebble.Options // as opened, with Pebble's defaults filled in
 
+	fail *failer
+
 	pacer      *pacer
 	paceMu     sync.Mutex  // one paced compaction at a time
 	backlogged func() bool // nil: writesBacklogged asks Pebble
+
+	closeHealth func() error // stops the disk-health checker; nil: none
 }
 
 // Open opens (creating if needed) the database in opts.Dir.
@@ -62,13 +80,45 @@ func Open(opts Options) (*DB, error) {
 	if opts.CacheBytes == 0 {
 		opts.CacheBytes = 64 << 20
 	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxSyncDuration == 0 {
+		opts.MaxSyncDuration = DefaultMaxSyncDuration
+	}
 	fs := opts.FS
 	if fs == nil {
 		fs = vfs.Default
 	}
+	if err := checkDir(fs, opts.Dir); err != nil {
+		return nil, err
+	}
+	if err := checkSpace(fs, opts.Dir, opts.Ballast, opts.Logger); err != nil {
+		return nil, err
+	}
+	// Errors before Open returns are Open's to report; after, OnFatal's.
+	var opened atomic.Bool
+	fail := newFailer(func(err error) {
+		if opened.Load() && opts.OnFatal != nil {
+			opts.OnFatal(err)
+		}
+	}, opts.Logger)
+	var closeHealth func() error
+	if opts.MaxSyncDuration > 0 {
+		// Every write and sync is watched; one still running past the
+		// limit is a stall (reported repeatedly while it lasts, so the
+		// listener sees it cross the limit). Pacing sleeps happen above
+		// this layer, so they never count.
+		var c io.Closer
+		fs, c = vfs.WithDiskHealthChecks(fs, min(5*time.Second, opts.MaxSyncDuration/2), nil, func(info vfs.DiskSlowInfo) {
+			listenerFor(fail, opts.MaxSyncDuration).DiskSlow(info)
+		})
+		closeHealth = c.Close
+	}
 	pc := &pacer{}
 	cache := pebble.NewCache(opts.CacheBytes)
 	defer cache.Unref()
+	events := listenerFor(fail, opts.MaxSyncDuration)
 	po := &pebble.Options{
 		Comparer:           Comparer,
 		Cache:              cache,
@@ -78,7 +128,8 @@ func Open(opts Options) (*DB, error) {
 			NewTimestampCollector,
 			NewExpiryCollector,
 		},
-		Logger: quietLogger{},
+		Logger:        logger{fail},
+		EventListener: &events,
 		// Larger memtables mean fewer flushes and L0 files for write-heavy
 		// loads; the WAL keeps them durable.
 		MemTableSize:                64 << 20,
@@ -91,16 +142,114 @@ func Open(opts Options) (*DB, error) {
 	po.Experimental.SpanPolicyFunc = func([]byte) (pebble.SpanPolicy, []byte, error) {
 		return pebble.SpanPolicy{DisableValueSeparationBySuffix: true, ValueStoragePolicy: pebble.ValueStorageLowReadLatency}, nil, nil
 	}
-	db, err := pebble.Open(opts.Dir, po)
-	if err != nil && errors.Is(err, syscall.EAGAIN) {
-		return nil, fmt.Errorf("ebbtable: data directory %s is in use by another process: %w", opts.Dir, err)
-	}
+	db, err := openPebble(opts.Dir, po, fail)
 	if err != nil {
-		return nil, fmt.Errorf("ebbtable: open storage in %s: %w", opts.Dir, err)
+		if closeHealth != nil {
+			closeHealth()
+		}
+		return nil, openError(opts.Dir, err)
+	}
+	opened.Store(true)
+	if err := fail.Err(); err != nil { // failed between Open's return and now
+		opts.OnFatal(err)
 	}
 	full := po.Clone()
 	full.EnsureDefaults()
-	return &DB{DB: db, dir: opts.Dir, opts: full, pacer: pc}, nil
+	return &DB{DB: db, dir: opts.Dir, opts: full, pacer: pc, fail: fail, closeHealth: closeHealth}, nil
+}
+
+// openPebble opens the database, unless a fatal error (a flush of the
+// replayed WAL failing on a full disk, say) comes first: Pebble would retry
+// that forever, so Open gives up at once and returns it. The abandoned open
+// goes on in the background; the process is expected to exit.
+func openPebble(dir string, po *pebble.Options, fail *failer) (*pebble.DB, error) {
+	type result struct {
+		db  *pebble.DB
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				fp, ok := p.(FatalPanic)
+				if !ok {
+					panic(p)
+				}
+				done <- result{err: fp.Err}
+			}
+		}()
+		db, err := pebble.Open(dir, po)
+		done <- result{db, err}
+	}()
+	select {
+	case r := <-done:
+		return r.db, r.err
+	case <-fail.notify:
+		return nil, fail.Err()
+	}
+}
+
+// checkDir refuses a data directory that is not empty and holds no Pebble
+// database (someone's files, or a mistyped path): ebbtable would otherwise
+// create its database among them.
+func checkDir(fs vfs.FS, dir string) error {
+	names, err := fs.List(dir)
+	if err != nil {
+		return nil // missing: Pebble creates it
+	}
+	foreign := ""
+	for _, n := range names {
+		switch {
+		case n == "CURRENT" || strings.HasPrefix(n, "MANIFEST-") || strings.HasPrefix(n, "marker."):
+			return nil // a Pebble database
+		case n == BallastName || n == BallastName+".tmp" || n == "backups" || n == "LOCK" || strings.HasPrefix(n, "OPTIONS-") ||
+			strings.HasSuffix(n, ".log") || strings.HasSuffix(n, ".sst") || strings.HasPrefix(n, "."):
+		default:
+			if foreign == "" {
+				foreign = n
+			}
+		}
+	}
+	if foreign != "" {
+		return fmt.Errorf("ebbtable: %s is not an ebbtable data directory: it holds other files (%s) and no database; give an empty or new directory", dir, foreign)
+	}
+	return nil
+}
+
+// openError turns Pebble's open errors into messages that say what is wrong
+// and what the operator can do.
+func openError(dir string, err error) error {
+	switch {
+	case errors.Is(err, syscall.EAGAIN):
+		return fmt.Errorf("ebbtable: data directory %s is in use by another process: %w", dir, err)
+	case errors.Is(err, syscall.ENOSPC):
+		return fmt.Errorf("ebbtable: %w: cannot open %s: %w. Delete %s if it is there to get room, free space or grow the disk, then start again",
+			ErrDiskFull, dir, err, filepath.Join(dir, BallastName))
+	case pebble.IsCorruptionError(err):
+		return fmt.Errorf("ebbtable: the database in %s is damaged: %w. Run 'ebbtable verify --data %s' to see which files; restore from a backup, or move the directory aside and start afresh", dir, err, dir)
+	case strings.Contains(err.Error(), "comparer name"):
+		return fmt.Errorf("ebbtable: %s holds a database of another format (%w); ebbtable opens only its own", dir, err)
+	}
+	return fmt.Errorf("ebbtable: open storage in %s: %w", dir, err)
+}
+
+// Err returns the fatal storage error the database met, or nil.
+func (d *DB) Err() error { return d.fail.Err() }
+
+// Fail reports err as a fatal storage error (the engine calls it when a
+// WAL sync fails) and returns the wrapped error.
+func (d *DB) Fail(err error) error { return d.fail.fail(err) }
+
+// Failed returns a channel closed once the database has a fatal error.
+func (d *DB) Failed() <-chan struct{} { return d.fail.notify }
+
+// Close closes the database and its disk-health checker.
+func (d *DB) Close() error {
+	err := d.DB.Close()
+	if d.closeHealth != nil {
+		d.closeHealth()
+	}
+	return err
 }
 
 // SSTWriterOptions are the options for writing SSTables this database can
@@ -117,12 +266,3 @@ func (d *DB) NewSSTIter(files []sstable.ReadableFile, o *pebble.IterOptions) (*p
 
 // Dir returns the data directory.
 func (d *DB) Dir() string { return d.dir }
-
-// quietLogger drops Pebble's informational chatter and keeps fatal errors.
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...interface{})      {}
-func (quietLogger) Errorf(f string, a ...interface{}) { slog.Error(fmt.Sprintf("pebble: "+f, a...)) }
-func (quietLogger) Fatalf(f string, a ...interface{}) {
-	panic(fmt.Sprintf("pebble: "+f, a...))
-}

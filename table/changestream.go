@@ -115,10 +115,7 @@ func (e *Engine) streaming(tableID uint64) bool {
 // change stream just commit.
 func (e *Engine) commitRecorded(b *pebble.Batch, m *Meta, recs []changestream.Record, opts *pebble.WriteOptions) error {
 	if !e.streaming(m.ID) || len(recs) == 0 {
-		if err := b.Commit(opts); err != nil {
-			return fmt.Errorf("ebbtable: commit: %w", err)
-		}
-		return nil
+		return e.commitOpts(b, opts)
 	}
 	ts := e.seq.begin(e.nowMicros())
 	defer e.seq.end(ts)
@@ -128,10 +125,7 @@ func (e *Engine) commitRecorded(b *pebble.Batch, m *Meta, recs []changestream.Re
 	if err := addRecords(b, m, ts, recs); err != nil {
 		return err
 	}
-	if err := b.Commit(opts); err != nil {
-		return fmt.Errorf("ebbtable: commit: %w", err)
-	}
-	return nil
+	return e.commitOpts(b, opts)
 }
 
 // addRecords adds a transaction's records, at commit timestamp ts, to b.
@@ -291,7 +285,7 @@ func (e *Engine) TrimChanges(m *Meta, cutoff int64) (int64, error) {
 		return 0, err
 	}
 	// Not synced: a trim lost in a crash is done again by the next pass.
-	if err := b.Commit(pebble.NoSync); err != nil {
+	if err := e.commitOpts(b, pebble.NoSync); err != nil {
 		return 0, err
 	}
 	return n, nil

@@ -75,6 +75,10 @@ type Options struct {
 	// DefaultMaxSyncDuration, negative disables the check.
 	MaxSyncDuration time.Duration
 
+	// Ballast sizes the emergency ballast that gives a full disk a way
+	// back (see storage); zero: none.
+	Ballast storage.Ballast
+
 	// fs, set by tests (WithFS in export_test.go), replaces the OS
 	// filesystem under Pebble.
 	fs vfs.FS
@@ -151,6 +155,13 @@ type Engine struct {
 	// by Close, which so waits for them all.
 	closeMu sync.RWMutex
 	closed  atomic.Bool
+
+	// dur keeps readers to what is durable (durable.go).
+	dur *durability
+	// failed holds the fatal storage error once the engine has met one
+	// (fail-stop: every call then fails with ErrStorageFailed).
+	failed  atomic.Pointer[error]
+	onFatal func(error)
 }
 
 // Open opens the engine on opts.Dir.
@@ -159,7 +170,20 @@ func Open(opts Options) (*Engine, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	st, err := storage.Open(storage.Options{Dir: opts.Dir, FS: opts.fs, Logger: opts.Logger, CacheBytes: opts.CacheBytes})
+	if opts.MaxSyncDuration == 0 {
+		opts.MaxSyncDuration = DefaultMaxSyncDuration
+	}
+	var self atomic.Pointer[Engine]
+	var early atomic.Pointer[error] // a fatal error before the engine exists
+	st, err := storage.Open(storage.Options{Dir: opts.Dir, FS: opts.fs, Logger: opts.Logger, CacheBytes: opts.CacheBytes,
+		MaxSyncDuration: opts.MaxSyncDuration, Ballast: opts.Ballast,
+		OnFatal: func(err error) {
+			if e := self.Load(); e != nil {
+				e.failedWith(err)
+				return
+			}
+			early.Store(&err)
+		}})
 	if err != nil {
 		return nil, err
 	}
@@ -183,6 +207,12 @@ func Open(opts Options) (*Engine, error) {
 		nextTableID: seq + 1,
 		reserved:    map[string]bool{},
 		seed:        maphash.MakeSeed(),
+		dur:         newDurability(),
+		onFatal:     opts.OnFatal,
+	}
+	self.Store(e)
+	if p := early.Load(); p != nil {
+		e.failedWith(*p)
 	}
 	for _, m := range tables {
 		if m.ChangeStream != nil {
@@ -197,12 +227,21 @@ func Open(opts Options) (*Engine, error) {
 }
 
 // Close flushes and closes the database. Calls after Close fail with ErrClosed.
-func (e *Engine) Close() error {
+func (e *Engine) Close() (err error) {
 	if !e.closed.CompareAndSwap(false, true) {
 		return nil
 	}
 	e.closeMu.Lock()
 	defer e.closeMu.Unlock()
+	if e.Err() != nil {
+		// Pebble may panic closing a database whose commit pipeline
+		// failed; the error that stopped the engine is the one to report.
+		defer func() {
+			if p := recover(); p != nil {
+				err = e.Err()
+			}
+		}()
+	}
 	return e.store.Close()
 }
 
@@ -275,6 +314,10 @@ func (e *Engine) enter() error {
 		e.closeMu.RUnlock()
 		return ErrClosed
 	}
+	if err := e.Err(); err != nil {
+		e.closeMu.RUnlock()
+		return err
+	}
 	return nil
 }
 
@@ -285,7 +328,49 @@ func (e *Engine) checkOpen() error {
 	if e.closed.Load() {
 		return ErrClosed
 	}
+	return e.Err()
+}
+
+// Err returns ErrStorageFailed, with its cause, once the engine has met a
+// fatal storage error; nil before.
+func (e *Engine) Err() error {
+	if p := e.failed.Load(); p != nil {
+		return *p
+	}
 	return nil
+}
+
+// fail reports a storage error the engine cannot continue after (a WAL
+// sync that failed) and returns the error calls get from now on.
+func (e *Engine) fail(cause error) error {
+	e.store.Fail(cause) // reaches failedWith through storage's OnFatal
+	return e.Err()
+}
+
+// failedWith puts the engine in its failed state: every call fails from now
+// on, readers waiting on durability wake with the error, and OnFatal is
+// told. Storage calls it once, whatever met the error first.
+func (e *Engine) failedWith(cause error) {
+	err := fmt.Errorf("%w: %w", ErrStorageFailed, cause)
+	if !e.failed.CompareAndSwap(nil, &err) {
+		return
+	}
+	e.dur.fail(err)
+	if e.onFatal == nil {
+		e.log.Error("fatal storage error: the engine serves nothing more", "err", cause)
+		return
+	}
+	e.onFatal(cause) // the owner logs it, once
+}
+
+// recoverFatal turns the panic storage raises when Pebble reports a fatal
+// error (storage.FatalPanic) into the engine's error; other panics go on.
+func (e *Engine) recoverFatal(p any) error {
+	fp, ok := p.(storage.FatalPanic)
+	if !ok {
+		panic(p)
+	}
+	return e.fail(fp.Err)
 }
 
 // Table returns the current schema of a table. The result must not be
@@ -334,20 +419,22 @@ func (e *Engine) Tables(instance string) []*Meta {
 	return out
 }
 
-// commitVisible applies b so that readers see it at once, together with the
+// commitVisible applies b, writing the given rows of m, together with the
 // change-stream records describing it when m has a stream, and returns a
 // function that waits until it is durable (the WAL synced) and releases b.
 // Writers drop their row locks before waiting, so concurrent commits share
-// one fsync instead of queueing behind each other's. A recorded commit stays
-// in flight (below the stream's closed timestamp) until it is durable, so a
-// change-stream reader never returns a record a crash could take back.
-func (e *Engine) commitVisible(b *pebble.Batch, m *Meta, recs []changestream.Record) (func() error, error) {
-	return e.commitVisibleAt(b, m, recs, 0)
+// one fsync instead of queueing behind each other's. Readers do not return
+// the batch's rows before it is durable (durable.go). A recorded commit
+// stays in flight (below the stream's closed timestamp) until it is
+// durable, so a change-stream reader never returns a record a crash could
+// take back. A failed WAL write or sync fails the engine.
+func (e *Engine) commitVisible(b *pebble.Batch, m *Meta, rows [][]byte, recs []changestream.Record) (func() error, error) {
+	return e.commitVisibleAt(b, m, rows, recs, 0)
 }
 
 // commitVisibleAt is commitVisible with a commit timestamp already taken
 // (ts, from writeStamp; 0 for none), which it ends.
-func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, recs []changestream.Record, ts int64) (func() error, error) {
+func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs []changestream.Record, ts int64) (wait func() error, err error) {
 	recorded := len(recs) > 0 && (ts != 0 || m.ChangeStream != nil)
 	if !recorded && ts != 0 {
 		e.seq.end(ts)
@@ -366,7 +453,18 @@ func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, recs []changestream.R
 			return nil, err
 		}
 	}
+	t := e.dur.begin(tableSlot(m.ID), e.stripes(m.ID, rows))
+	defer func() {
+		if p := recover(); p != nil {
+			// Pebble's commit pipeline failed: the batch's fate is
+			// unknown, so neither its ticket nor its commit timestamp is
+			// given back, and the engine has failed.
+			err = e.recoverFatal(p)
+		}
+	}()
 	if err := e.store.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+		// Refused before it reached the WAL: nothing was applied.
+		e.dur.end(t)
 		if recorded {
 			e.seq.end(ts)
 		}
@@ -375,24 +473,80 @@ func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, recs []changestream.R
 	}
 	return func() error {
 		defer b.Close()
-		err := b.SyncWait()
+		if err := b.SyncWait(); err != nil {
+			// Readers never saw it (the ticket stays taken) and the
+			// engine serves nothing more.
+			return e.fail(fmt.Errorf("WAL write or sync failed: %w", err))
+		}
+		e.dur.end(t)
 		if recorded {
 			e.seq.end(ts)
-		}
-		if err != nil {
-			return fmt.Errorf("ebbtable: commit: %w", err)
 		}
 		return nil
 	}, nil
 }
 
-// commit writes a batch durably: the WAL is synced (and group-committed with
-// concurrent writers) before the call returns.
-func (e *Engine) commit(b *pebble.Batch) error {
-	if err := b.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("ebbtable: commit: %w", err)
+// stripes returns the row-lock stripes of rows, each once.
+func (e *Engine) stripes(tableID uint64, rows [][]byte) []int {
+	out := make([]int, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, e.stripe(tableID, r))
 	}
-	return nil
+	if len(out) > 1 {
+		slices.Sort(out)
+		out = slices.Compact(out)
+	}
+	return out
+}
+
+// commit writes a batch durably: the WAL is synced (and group-committed with
+// concurrent writers) before the call returns. It names no rows, so until it
+// is durable every read that could see it waits.
+func (e *Engine) commit(b *pebble.Batch) error {
+	return e.commitOpts(b, pebble.Sync)
+}
+
+// commitOpts commits b with opts. A synced commit holds a wildcard
+// durability ticket until it is durable; a failed commit fails the engine.
+func (e *Engine) commitOpts(b *pebble.Batch, opts *pebble.WriteOptions) (err error) {
+	if !opts.Sync {
+		defer func() {
+			if p := recover(); p != nil {
+				err = e.recoverFatal(p)
+			}
+		}()
+		if err := b.Commit(opts); err != nil {
+			return fmt.Errorf("ebbtable: commit: %w", err)
+		}
+		return nil
+	}
+	wait, err := e.applySynced(b)
+	if err != nil {
+		return err
+	}
+	return wait()
+}
+
+// applySynced applies b under a wildcard ticket and returns the wait for
+// its sync; b stays the caller's to close.
+func (e *Engine) applySynced(b *pebble.Batch) (wait func() error, err error) {
+	t := e.dur.begin(-1, nil)
+	defer func() {
+		if p := recover(); p != nil {
+			err = e.recoverFatal(p)
+		}
+	}()
+	if err := e.store.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+		e.dur.end(t)
+		return nil, fmt.Errorf("ebbtable: commit: %w", err)
+	}
+	return func() error {
+		if err := b.SyncWait(); err != nil {
+			return e.fail(fmt.Errorf("WAL write or sync failed: %w", err))
+		}
+		e.dur.end(t)
+		return nil
+	}, nil
 }
 
 var errStop = errors.New("stop")

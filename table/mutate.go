@@ -221,7 +221,7 @@ func (e *Engine) applyLocked(m *Meta, row []byte, ps []prepared) (wait func() er
 	if rec != nil {
 		recs = []changestream.Record{*rec}
 	}
-	return e.commitVisibleAt(b, m, recs, stamp.Commit)
+	return e.commitVisibleAt(b, m, [][]byte{row}, recs, stamp.Commit)
 }
 
 // modWritten is the record of one applied mutation: aggregate inputs are
@@ -419,7 +419,7 @@ func (e *Engine) MutateRows(instance, table string, entries []RowMutation) ([]er
 			recs = append(recs, *rec)
 		}
 	}
-	wait, err := e.commitVisibleAt(b, m, recs, stamp.Commit)
+	wait, err := e.commitVisibleAt(b, m, rows, recs, stamp.Commit)
 	unlock()
 	if err != nil {
 		return nil, err

@@ -103,6 +103,21 @@ func (r *ReadRequest) intervals() ([]interval, error) {
 // consistent snapshot, after hiding expired cells and applying the filter.
 // Rows left with no cells are skipped and do not count toward the limit.
 func (e *Engine) ReadRows(ctx context.Context, instance, table string, req ReadRequest, fn func(cell.Row) error) error {
+	return readError(e.readRows(ctx, instance, table, req, fn))
+}
+
+// readError names corruption met by a read: ErrDataLoss, with the file.
+func readError(err error) error {
+	if err == nil || !pebble.IsCorruptionError(err) {
+		return err
+	}
+	if info := pebble.ExtractDataCorruptionInfo(err); info != nil {
+		return fmt.Errorf("%w in %s: %v", ErrDataLoss, info.Path, err)
+	}
+	return fmt.Errorf("%w: %v", ErrDataLoss, err)
+}
+
+func (e *Engine) readRows(ctx context.Context, instance, table string, req ReadRequest, fn func(cell.Row) error) error {
 	if err := e.enter(); err != nil {
 		return err
 	}
@@ -123,6 +138,20 @@ func (e *Engine) ReadRows(ctx context.Context, instance, table string, req ReadR
 		return err
 	}
 	defer it.Close()
+	// Nothing is returned that a write still waiting for its sync touched:
+	// a point read waits for writes to its rows, a range read for writes
+	// to its table (a row missing from the range may be one an unsynced
+	// write deleted).
+	g := e.gate()
+	if len(req.Ranges) == 0 && len(req.Keys) > 0 {
+		for _, k := range req.Keys {
+			if err := g.row(ctx, m.ID, k); err != nil {
+				return err
+			}
+		}
+	} else if err := g.table(ctx, m.ID); err != nil {
+		return err
+	}
 	s := scanner{e: e, m: m, it: it, now: e.nowMicros()}
 	var sent int64
 	stats := req.Stats
@@ -315,19 +344,23 @@ func (s *scanner) scan(emit func(cell.Row) error, backward bool) error {
 }
 
 // readRowLocked reads one row's visible cells (no filter) from the latest
-// state. Callers hold the row lock.
-func (e *Engine) readRowLocked(m *Meta, row []byte) (cell.Row, error) {
+// state. Callers hold the row lock. What it returns may include a write still
+// waiting for its sync: a caller that answers from it without writing must
+// first call the returned gate's row (a caller that writes is synced after
+// that write, and so after it).
+func (e *Engine) readRowLocked(m *Meta, row []byte) (cell.Row, readGate, error) {
 	prefix := storage.RowPrefix(m.ID, row)
 	it, err := e.store.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
 	if err != nil {
-		return cell.Row{}, err
+		return cell.Row{}, readGate{}, err
 	}
 	defer it.Close()
+	g := e.gate()
 	s := scanner{e: e, m: m, it: it, now: e.nowMicros()}
 	out := cell.Row{Key: bytes.Clone(row)}
 	err = s.scanForward(func(r cell.Row) error {
 		out.Cells = e.visible(m, r.Cells, s.now)
 		return nil
 	})
-	return out, err
+	return out, g, readError(err)
 }

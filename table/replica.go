@@ -283,7 +283,7 @@ func (e *Engine) TrimTombstones(below int64) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
-	return n, b.Commit(pebble.NoSync)
+	return n, e.commitOpts(b, pebble.NoSync)
 }
 
 // spanOf is the tombstone span of a user delete.
@@ -693,5 +693,5 @@ func (e *Engine) ImportPairs(m *Meta, kind ExportKind, pairs [][2][]byte) error 
 			return err
 		}
 	}
-	return b.Commit(pebble.NoSync)
+	return e.commitOpts(b, pebble.NoSync)
 }

@@ -1,6 +1,7 @@
 package table
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 
@@ -44,7 +45,7 @@ func (e *Engine) CheckAndMutate(instance, table string, row []byte, pred RowFilt
 			unlock()
 		}
 	}()
-	r, err := e.readRowLocked(m, row)
+	r, g, err := e.readRowLocked(m, row)
 	if err != nil {
 		return false, err
 	}
@@ -60,6 +61,13 @@ func (e *Engine) CheckAndMutate(instance, table string, row []byte, pred RowFilt
 		ps = tps
 	}
 	if len(ps) == 0 {
+		// Nothing written, so nothing synced after what was read: the
+		// answer must not rest on a write not yet durable.
+		unlock()
+		locked = false
+		if err := g.row(context.Background(), m.ID, row); err != nil {
+			return false, err
+		}
 		return matched, nil
 	}
 	wait, err := e.applyLocked(m, row, ps)
@@ -114,7 +122,7 @@ func (e *Engine) ReadModifyWrite(instance, table string, row []byte, rules []RMW
 			unlock()
 		}
 	}()
-	cur, err := e.readRowLocked(m, row)
+	cur, _, err := e.readRowLocked(m, row)
 	if err != nil {
 		return cell.Row{}, err
 	}
