@@ -21,11 +21,15 @@
 // (the register column, the counter, the append log), partitioned by row.
 // A run in which too few operations succeeded is invalid and fails.
 //
-// The default `go test` runs one short history (about five seconds of load,
+// The default `go test` runs one short history (about four seconds of load,
 // two kills and one pause). Flags select longer campaigns, for example
 //
-//	go test ./robustness -run TestLinearizability -lin.histories=100 -lin.duration=60s
+//	go test ./robustness -run 'TestLinearizability$' -timeout 3h -lin.histories=100 -lin.duration=60s
 //
-// A failure prints the seed, a replay command and the path of porcupine's
-// HTML visualization of the history.
+// and -lin.faults=stop (or kill, or none) narrows the nemesis to one kind of
+// fault, which tells a crash-recovery bug from a concurrency bug. A failure
+// prints the seed, a replay command, the path of porcupine's HTML
+// visualization of the history and, per illegal row, a text file that
+// starts with where the checker got stuck. A seed replays the same workload
+// and faults, not the same timing.
 package robustness
