@@ -241,6 +241,10 @@ func openError(dir string, err error) error {
 	return fmt.Errorf("ebbtable: open storage in %s: %w", dir, err)
 }
 
+// DiskSpaceUsage is the database's disk usage: SSTables, WAL files (the
+// recycled ones too), MANIFEST and obsolete files not yet deleted.
+func (d *DB) DiskSpaceUsage() uint64 { return d.Metrics().DiskSpaceUsage() }
+
 // Err returns the fatal storage error the database met, or nil.
 func (d *DB) Err() error { return d.fail.Err() }
 
