@@ -363,14 +363,20 @@ func (e *Engine) failedWith(cause error) {
 	e.onFatal(cause) // the owner logs it, once
 }
 
-// recoverFatal turns the panic storage raises when Pebble reports a fatal
-// error (storage.FatalPanic) into the engine's error; other panics go on.
+// recoverFatal turns a panic out of Pebble's commit pipeline into the
+// engine's failure. It is called only around Pebble's commit calls, where
+// any panic means the pipeline is broken: storage's FatalPanic (Pebble's
+// logger reporting a fatal commit error), or Pebble panicking with the WAL
+// writer's error (it does, in commitWrite, when a concurrent WAL write
+// failed). Either way the batch's fate is unknown and the engine fails stop.
 func (e *Engine) recoverFatal(p any) error {
-	fp, ok := p.(storage.FatalPanic)
-	if !ok {
-		panic(p)
+	if fp, ok := p.(storage.FatalPanic); ok {
+		return e.fail(fp.Err)
 	}
-	return e.fail(fp.Err)
+	if err, ok := p.(error); ok {
+		return e.fail(fmt.Errorf("pebble's commit pipeline failed: %w", err))
+	}
+	return e.fail(fmt.Errorf("pebble's commit pipeline failed: %v", p))
 }
 
 // Table returns the current schema of a table. The result must not be
