@@ -143,7 +143,11 @@ func Open(opts Options) (*DB, error) {
 	}
 	if opts.FS == nil {
 		// Damage Pebble would step over silently (see CheckOnOpen).
-		if err := CheckOnOpen(opts.Dir); err != nil {
+		notes, err := CheckOnOpen(opts.Dir)
+		for _, n := range notes {
+			opts.Logger.Warn("data directory: " + n)
+		}
+		if err != nil {
 			if closeHealth != nil {
 				closeHealth()
 			}
