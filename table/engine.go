@@ -487,6 +487,13 @@ func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs [
 			// either outcome.
 			return fmt.Errorf("%w (the write may or may not be applied after a restart)", e.fail(fmt.Errorf("WAL write or sync failed: %w", err)))
 		}
+		if err := e.Err(); err != nil {
+			// The WAL failed for another writer while this one waited:
+			// once Pebble's commit pipeline has broken, a sync it reports
+			// as done cannot be trusted (under ext4's shutdown ioctl,
+			// Pebble on its own acknowledged writes no WAL held).
+			return fmt.Errorf("%w (the write may or may not be applied after a restart)", err)
+		}
 		e.dur.end(t)
 		if recorded {
 			e.seq.end(ts)
@@ -552,6 +559,9 @@ func (e *Engine) applySynced(b *pebble.Batch) (wait func() error, err error) {
 	return func() error {
 		if err := b.SyncWait(); err != nil {
 			return e.fail(fmt.Errorf("WAL write or sync failed: %w", err))
+		}
+		if err := e.Err(); err != nil {
+			return err // as in commitVisibleAt: not to be trusted
 		}
 		e.dur.end(t)
 		return nil
