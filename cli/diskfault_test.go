@@ -295,6 +295,7 @@ func TestDiskEIOFailStop(t *testing.T) {
 	shut := time.Now()
 	load.mu.Lock()
 	load.faultAt = shut
+	load.raceAtFault = true
 	load.mu.Unlock()
 	lfs.shutdown(t)
 	t0 := load.waitFirstError(t, 10*time.Second)
