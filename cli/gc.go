@@ -224,7 +224,7 @@ func printGCStatus(w io.Writer, r fields) error {
 	slices.SortFunc(tables, func(a, b fields) int { return cmp.Compare(a.str("table"), b.str("table")) })
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TABLE\tFAMILY\tRULE\tAGE CUTOFF\tLAST PASS\tEXAMINED\tCOLLECTED\tCOLLECTED BYTES\tDEBT CELLS\tDEBT BYTES\tDEBT OLDEST\tLOGICAL BYTES\tDISK BYTES")
+	fmt.Fprintln(tw, "TABLE\tFAMILY\tRULE\tAGE CUTOFF\tLAST PASS\tEXAMINED\tCOLLECTED\tCOLLECTED BYTES\tDEBT CELLS\tDEBT BYTES\tDEBT OLDEST\tLOGICAL BYTES\tDISK BYTES\tRECLAIM")
 	for _, t := range tables {
 		fams := t.list("families")
 		slices.SortFunc(fams, func(a, b fields) int { return cmp.Compare(a.str("name"), b.str("name")) })
@@ -232,16 +232,16 @@ func printGCStatus(w io.Writer, r fields) error {
 		if len(fams) > 0 {
 			name, rule, cut = fams[0].str("name"), fams[0].str("rule"), ageCutoffOf(fams[0])
 		}
-		figures := "-\t-\t-\t-\t-\t-\t-\t-\t-"
+		figures := "-\t-\t-\t-\t-\t-\t-\t-\t-\t-"
 		if lp := t.str("last_pass"); lp != "" {
 			oldest := "-"
 			if t.int("debt_cells") > 0 {
 				oldest = humanDuration(t.seconds("debt_oldest_seconds"))
 			}
-			figures = fmt.Sprintf("%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s",
+			figures = fmt.Sprintf("%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s",
 				formatPassTime(lp), t.int("examined"), t.int("collected"), humanBytes(t.int("collected_bytes")),
 				t.int("debt_cells"), humanBytes(t.int("debt_bytes")), oldest,
-				humanBytes(t.int("logical_bytes")), humanBytes(t.int("disk_bytes")))
+				humanBytes(t.int("logical_bytes")), humanBytes(t.int("disk_bytes")), reclaimOf(t))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.str("table"), name, rule, cut, figures)
 		for _, f := range fams[min(1, len(fams)):] {
@@ -273,4 +273,16 @@ func perSecond(n int64, seconds float64) string {
 		return fmt.Sprintf("%.1fk", r/1e3)
 	}
 	return fmt.Sprintf("%.0f", r)
+}
+
+// reclaimOf says what became of the space the table's last pass collected:
+// freed by its compaction, pending (left to Pebble's compactions), or "-".
+func reclaimOf(t fields) string {
+	switch {
+	case t.int("reclaim_pending_bytes") > 0:
+		return humanBytes(t.int("reclaim_pending_bytes")) + " pending"
+	case t.int("reclaimed_bytes") > 0:
+		return humanBytes(t.int("reclaimed_bytes")) + " freed"
+	}
+	return "-"
 }

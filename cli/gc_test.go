@@ -110,7 +110,7 @@ func TestGCCommands(t *testing.T) {
 	r = ebbtable(t, at("gc", "status")...).mustSucceed(t, "gc status")
 	wantMatch(t, "gc status", r.stdout, `(?m)^interval\s+1h0m0s$`)
 	wantMatch(t, "gc status", r.stdout, `(?m)^visibility\s+hidden$`)
-	wantMatch(t, "gc status", r.stdout, `(?m)^TABLE\s+FAMILY\s+RULE\s+AGE CUTOFF\s+LAST PASS\s+EXAMINED\s+COLLECTED\s+COLLECTED BYTES\s+DEBT CELLS\s+DEBT BYTES\s+DEBT OLDEST\s+LOGICAL BYTES\s+DISK BYTES$`)
+	wantMatch(t, "gc status", r.stdout, `(?m)^TABLE\s+FAMILY\s+RULE\s+AGE CUTOFF\s+LAST PASS\s+EXAMINED\s+COLLECTED\s+COLLECTED BYTES\s+DEBT CELLS\s+DEBT BYTES\s+DEBT OLDEST\s+LOGICAL BYTES\s+DISK BYTES\s+RECLAIM$`)
 	// The pass examined 5 cells and collected 3. Debt is measured live by
 	// status: nothing eligible is left. It was a full scan (the rule counts
 	// versions), so logical bytes are known.

@@ -17,6 +17,8 @@ type metrics struct {
 	debtOldest     *prometheus.GaugeVec
 	logicalBytes   *prometheus.GaugeVec
 	diskBytes      *prometheus.GaugeVec
+	reclaimPending *prometheus.GaugeVec
+	reclaimed      *prometheus.CounterVec
 	recordsExpired *prometheus.CounterVec
 }
 
@@ -71,12 +73,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ebbtable_table_disk_bytes",
 			Help: "Estimated on-disk bytes of a table, after its last pass.",
 		}, []string{"instance", "table"}),
+		reclaimPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ebbtable_gc_reclaim_pending_bytes",
+			Help: "Bytes a table's last pass collected without compacting for them (too few): Pebble's own compactions free that space as they rewrite the files.",
+		}, []string{"instance", "table"}),
+		reclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ebbtable_gc_reclaimed_bytes_total",
+			Help: "Disk bytes freed by the compactions that follow GC passes (the database's disk usage before less after).",
+		}, []string{"instance", "table"}),
 		recordsExpired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ebbtable_changestream_records_expired_total",
 			Help: "Change-stream records dropped because they were older than the table's retention.",
 		}, []string{"instance", "table"}),
 	}
 	reg.MustRegister(m.recordsExpired, m.cellsCollected, m.bytesCollected, m.cellsExamined, m.batches, m.failures,
-		m.passDuration, m.lastPass, m.debtCells, m.debtBytes, m.debtOldest, m.logicalBytes, m.diskBytes)
+		m.passDuration, m.lastPass, m.debtCells, m.debtBytes, m.debtOldest, m.logicalBytes, m.diskBytes,
+		m.reclaimPending, m.reclaimed)
 	return m
 }

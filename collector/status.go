@@ -29,6 +29,11 @@ type TableStatus struct {
 	// LogicalBytes of live cells as of the last full scan (0 if none yet).
 	LogicalBytes int64
 	DiskBytes    int64
+	// ReclaimedBytes: disk freed by the last pass's compaction.
+	// ReclaimPendingBytes: bytes the last pass collected without
+	// compacting (too few to be worth it; Pebble's compactions free them).
+	ReclaimedBytes      int64
+	ReclaimPendingBytes int64
 }
 
 func (c *Collector) record(m *table.Meta, res tableResult) {
@@ -49,6 +54,12 @@ func (c *Collector) record(m *table.Meta, res tableResult) {
 		c.m.logicalBytes.WithLabelValues(m.Instance, m.Name).Set(float64(res.liveBytes))
 	}
 	st.DiskBytes = int64(disk)
+	st.ReclaimedBytes, st.ReclaimPendingBytes = res.reclaimedBytes, 0
+	if res.reclaimSkipped {
+		st.ReclaimPendingBytes = res.collectedBytes
+	}
+	c.m.reclaimPending.WithLabelValues(m.Instance, m.Name).Set(float64(st.ReclaimPendingBytes))
+	c.m.reclaimed.WithLabelValues(m.Instance, m.Name).Add(float64(res.reclaimedBytes))
 	c.m.debtCells.WithLabelValues(m.Instance, m.Name).Set(float64(res.debtCells))
 	c.m.debtBytes.WithLabelValues(m.Instance, m.Name).Set(float64(res.debtBytes))
 	c.m.debtOldest.WithLabelValues(m.Instance, m.Name).Set(res.debtOldest.Seconds())

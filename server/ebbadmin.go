@@ -168,7 +168,8 @@ func (a *ebbAdmin) gcPlan(ctx context.Context, in *structpb.Struct) (*structpb.S
 // last_pass_started, last_pass_seconds, tables: [{table, families: [{name,
 // rule, age_cutoff (RFC 3339, families with an age term once swept)}],
 // last_pass, examined, collected, collected_bytes, debt_cells,
-// debt_bytes, debt_oldest_seconds, logical_bytes, disk_bytes}]}.
+// debt_bytes, debt_oldest_seconds, logical_bytes, disk_bytes,
+// reclaimed_bytes, reclaim_pending_bytes}]}.
 func (a *ebbAdmin) gcStatus(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
 	inst, err := instanceOf(in)
 	if err != nil {
@@ -221,6 +222,9 @@ func (a *ebbAdmin) gcStatus(ctx context.Context, in *structpb.Struct) (*structpb
 			"debt_oldest_seconds": st.DebtOldest.Seconds(),
 			"logical_bytes":       st.LogicalBytes,
 			"disk_bytes":          st.DiskBytes,
+			"reclaimed_bytes":     st.ReclaimedBytes,
+			// Collected by the last pass but left to Pebble's compactions.
+			"reclaim_pending_bytes": st.ReclaimPendingBytes,
 		})
 	}
 	started := ""
