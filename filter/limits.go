@@ -3,9 +3,11 @@ package filter
 // Limit is a cell-count limit a program applies before anything else: the
 // first N cells of each column (PerColumn) or of the row. A reader that
 // applies a program's leading limits while it streams a row's cells, in
-// order, may stop reading a column (or the row) once a limit turns a cell
-// away, and still hand the whole program the cells it kept: Apply then
-// returns exactly what it would have returned for the full row.
+// order, may stop reading the row once a row limit turns a cell away (or
+// is full), and a column once a column limit does with no row limit before
+// it (a row limit before it counts the column's later cells too), and still
+// hand the whole program the cells it kept: Apply then returns exactly what
+// it would have returned for the full row.
 //
 // Why that holds: the leading limits L1..Lk, composed, keep a subset S of
 // the row, and every cell of S, fed through them again, meets at each limit

@@ -350,6 +350,23 @@ func (s *scanner) hint(row cell.Row) {
 	}
 }
 
+// canSkipColumn reports whether, once limit i turns a column's cells away,
+// the rest of the column may go unread: limit i counts per column, and no
+// row limit before it would have counted those cells on their way to it
+// (Chain(CellsPerRowLimit, CellsPerColumnLimit) counts every version toward
+// the row limit, so its column limit cannot skip).
+func (s *scanner) canSkipColumn(i int) bool {
+	if !s.limits[i].PerColumn {
+		return false
+	}
+	for _, l := range s.limits[:i] {
+		if !l.PerColumn {
+			return false
+		}
+	}
+	return true
+}
+
 // skipSteps is how many keys skipColumn steps over before it seeks: most
 // columns hold few versions, and a step costs less than a seek. Tests set
 // it to 0 to make every skip seek.
@@ -513,7 +530,7 @@ func (s *scanner) scanForward(emit func(cell.Row) error) error {
 			for i, l := range s.limits {
 				if counts[i]++; counts[i] > l.N {
 					show = false
-					skipCol, skipRow = l.PerColumn, !l.PerColumn
+					skipCol, skipRow = s.canSkipColumn(i), !l.PerColumn
 					break
 				}
 			}
@@ -530,6 +547,14 @@ func (s *scanner) scanForward(emit func(cell.Row) error) error {
 				Value:     s.copyValue(data),
 				ExpireAt:  exp,
 			})
+			// A limit this cell filled turns away every later cell
+			// that reaches it: no need to step on the next one to
+			// learn that.
+			for i, l := range s.limits {
+				if counts[i] >= l.N {
+					skipCol, skipRow = skipCol || s.canSkipColumn(i), skipRow || !l.PerColumn
+				}
+			}
 		}
 		// Every rule term is a threshold that only more position or more
 		// age crosses, and the column's later versions are older (keys
