@@ -527,10 +527,19 @@ func (s *scanner) scanForward(emit func(cell.Row) error) error {
 		}
 		skipCol, skipRow := false, false
 		if show {
+			// The cell goes through the limits in order, each counting
+			// the cells that reach it. A limit it reached that is now
+			// full turns away every later cell that reaches it: the rest
+			// of the row (a row limit) or of the column (see
+			// canSkipColumn) goes unread.
 			for i, l := range s.limits {
-				if counts[i]++; counts[i] > l.N {
+				counts[i]++
+				if counts[i] >= l.N {
+					skipRow = skipRow || !l.PerColumn
+					skipCol = skipCol || s.canSkipColumn(i)
+				}
+				if counts[i] > l.N {
 					show = false
-					skipCol, skipRow = s.canSkipColumn(i), !l.PerColumn
 					break
 				}
 			}
@@ -547,14 +556,6 @@ func (s *scanner) scanForward(emit func(cell.Row) error) error {
 				Value:     s.copyValue(data),
 				ExpireAt:  exp,
 			})
-			// A limit this cell filled turns away every later cell
-			// that reaches it: no need to step on the next one to
-			// learn that.
-			for i, l := range s.limits {
-				if counts[i] >= l.N {
-					skipCol, skipRow = skipCol || s.canSkipColumn(i), skipRow || !l.PerColumn
-				}
-			}
 		}
 		// Every rule term is a threshold that only more position or more
 		// age crosses, and the column's later versions are older (keys
