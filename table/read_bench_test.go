@@ -8,6 +8,7 @@ import (
 
 	"github.com/ebbtable/ebbtable/cell"
 	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/filter"
 	"github.com/ebbtable/ebbtable/gcrule"
 	"github.com/ebbtable/ebbtable/table"
 )
@@ -58,4 +59,80 @@ func BenchmarkPointRead(b *testing.B) {
 			b.Fatalf("read %d cells: %v", n, err)
 		}
 	}
+}
+
+// BenchmarkPointReadHidden reads single rows of one maxversions=1 column
+// holding one version ("single") or one visible and 10,000 hidden,
+// not-yet-collected versions ("hidden10k"), from the memtable and after a
+// flush: the hidden versions should cost a seek, not a walk (at most 2× the
+// single version).
+//
+//	go test -run '^$' -bench PointReadHidden -benchmem ./table
+func BenchmarkPointReadHidden(b *testing.B) {
+	const rows = 10
+	for _, hidden := range []int{0, 10_000} {
+		for _, flushed := range []bool{false, true} {
+			name := fmt.Sprintf("single/memtable=%v", !flushed)
+			if hidden > 0 {
+				name = fmt.Sprintf("hidden%dk/memtable=%v", hidden/1000, !flushed)
+			}
+			b.Run(name, func(b *testing.B) {
+				eng, clk := openSkipTable(b, map[string]string{"cf": "maxversions=1"})
+				now := clock.MillisTruncated(clk.Now())
+				keys := make([][]byte, rows)
+				for r := range keys {
+					keys[r] = []byte(fmt.Sprintf("row%07d", r))
+					writeVersions(b, eng, string(keys[r]), "cf", "q", now, 1+hidden)
+				}
+				if flushed {
+					if err := eng.Store().Flush(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				var st table.ReadStats
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					n := 0
+					err := eng.ReadRows(context.Background(), skipInst, "t", table.ReadRequest{Keys: keys[i%rows : i%rows+1], Stats: &st}, func(r cell.Row) error {
+						n += len(r.Cells)
+						return nil
+					})
+					if err != nil || n != 1 {
+						b.Fatalf("read %d cells: %v", n, err)
+					}
+				}
+				b.ReportMetric(float64(st.CellsSeen), "cells-seen/op")
+			})
+		}
+	}
+}
+
+// BenchmarkColumnLimit100k reads a row whose one column holds 100,000
+// versions under a never rule, with CellsPerColumnLimit(1): the limit is
+// applied while streaming, so the read steps on a handful of cells.
+//
+//	go test -run '^$' -bench ColumnLimit100k -benchmem ./table
+func BenchmarkColumnLimit100k(b *testing.B) {
+	eng, clk := openSkipTable(b, map[string]string{"cf": "never"})
+	now := clock.MillisTruncated(clk.Now())
+	writeVersions(b, eng, "r", "cf", "q", now, 100_000)
+	if err := eng.Store().Flush(); err != nil {
+		b.Fatal(err)
+	}
+	p := compile(b, filter.CellsPerColumnLimit(1))
+	var st table.ReadStats
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		n := 0
+		err := eng.ReadRows(context.Background(), skipInst, "t", table.ReadRequest{Keys: [][]byte{[]byte("r")}, Filter: p, Stats: &st}, func(r cell.Row) error {
+			n += len(r.Cells)
+			return nil
+		})
+		if err != nil || n != 1 {
+			b.Fatalf("read %d cells: %v", n, err)
+		}
+	}
+	b.ReportMetric(float64(st.CellsSeen), "cells-seen/op")
 }
