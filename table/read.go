@@ -180,7 +180,7 @@ func (e *Engine) readRows(ctx context.Context, instance, table string, req ReadR
 	if stats == nil {
 		stats = &ReadStats{}
 	}
-	defer func() { stats.CellsSeen = s.seen }()
+	defer func() { stats.CellsSeen += s.seen }()
 	emit := func(row cell.Row) error {
 		if err := ctx.Err(); err != nil {
 			return err
