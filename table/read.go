@@ -458,7 +458,9 @@ func (s *scanner) scanForward(emit func(cell.Row) error) error {
 		fam    *Family
 		rule   gcrule.Rule // the family rule readers obey; None in UntilCollected mode
 		pos    int         // the column's unexpired versions met so far
+		colBuf [64]byte    // most column keys fit, and then col stays on the stack
 	)
+	col = colBuf[:0]
 	if len(s.counts) < len(s.limits) {
 		s.counts = make([]int, len(s.limits))
 	}
@@ -468,8 +470,8 @@ func (s *scanner) scanForward(emit func(cell.Row) error) error {
 		k := s.it.Key()
 		s.seen++
 		n := storage.RowKeyLen(k)
-		if prefix == nil || !bytes.Equal(prefix, k[:n]) {
-			if prefix != nil {
+		if len(prefix) == 0 || !bytes.Equal(prefix, k[:n]) {
+			if len(prefix) != 0 {
 				s.hint(row)
 				if err := emit(row); err != nil {
 					return err
@@ -578,7 +580,7 @@ func (s *scanner) scanForward(emit func(cell.Row) error) error {
 	if err := s.it.Error(); err != nil {
 		return err
 	}
-	if prefix != nil {
+	if len(prefix) != 0 {
 		s.hint(row)
 		return emit(row)
 	}
