@@ -69,8 +69,10 @@ func HotRows(ctx context.Context, client *bigtable.Client, admin *bigtable.Admin
 				if err != nil {
 					return fmt.Errorf("ReadRow: %w", err)
 				}
-				if got := len(row[cfg.Family]); got != 1 {
-					return fmt.Errorf("ReadRow %q: %d cells, want 1 (maxversions=1)", cfg.Key(i), got)
+				// The emulator collects versions in the background, so
+				// a read may see more than one there.
+				if len(row[cfg.Family]) == 0 {
+					return fmt.Errorf("ReadRow %q: no cells", cfg.Key(i))
 				}
 			} else if err := set(ctx, i, w<<20+n); err != nil {
 				return fmt.Errorf("SetCell: %w", err)
