@@ -45,9 +45,13 @@ func newGCRunCmd(cf *connFlags) *cobra.Command {
 		Short: "Run a garbage-collection pass now and print what it did",
 		Long: `Run a garbage-collection pass now over every table of the instance, or only
 --table, and print one line: the tables passed over, the cells examined, the
-cells and bytes collected and how long it took.
+cells and bytes collected and how long it took. When it collected anything, a
+second line splits that time into the sweep (examining and deleting, with its
+throughput) and the reclaim (compacting what was deleted so the disk space
+comes back, with the space it freed).
 
-The command returns when the pass is done: --wait is the only mode (it is
+The command returns when the pass is done — its deletions durable, its
+reclaim finished: --wait is the only mode (it is
 accepted so scripts can say so). Passes never overlap, so if the background
 collector is in a pass this one starts after it. Interrupting the command
 stops the pass between two batches; what was collected stays collected.`,
@@ -76,10 +80,26 @@ stops the pass between two batches; what was collected stays collected.`,
 				return printJSON(cmd.OutOrStdout(), resp)
 			}
 			r := fields(resp.GetFields())
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: examined %s, collected %s (%s) in %s\n",
+			out := cmd.OutOrStdout()
+			if _, err := fmt.Fprintf(out, "%s: examined %s, collected %s (%s) in %s\n",
 				plural(r.int("tables"), "table"), plural(r.int("examined"), "cell"),
 				plural(r.int("collected"), "cell"), humanBytes(r.int("collected_bytes")),
-				humanDuration(r.seconds("duration_seconds")))
+				humanDuration(r.seconds("duration_seconds"))); err != nil {
+				return err
+			}
+			if r.int("collected") == 0 {
+				return nil
+			}
+			sweep := r.seconds("sweep_seconds")
+			line := fmt.Sprintf("sweep %s (%s examined/s, %s collected/s)", humanDuration(sweep),
+				perSecond(r.int("examined"), sweep.Seconds()), perSecond(r.int("collected"), sweep.Seconds()))
+			if d := r.seconds("reclaim_seconds"); d > 0 || r.int("reclaimed_bytes") > 0 {
+				line += fmt.Sprintf("; reclaim %s, %s of disk freed", humanDuration(d), humanBytes(r.int("reclaimed_bytes")))
+			}
+			if n := r.int("reclaim_left_tables"); n > 0 {
+				line += fmt.Sprintf("; %s collected too little to compact for: Pebble's compactions free that space", plural(n, "table"))
+			}
+			_, err = fmt.Fprintln(out, line)
 			return err
 		},
 	}
@@ -238,4 +258,19 @@ func formatPassTime(s string) string {
 		return s
 	}
 	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+// perSecond prints n per seconds as a short rate.
+func perSecond(n int64, seconds float64) string {
+	if seconds <= 0 {
+		return "-"
+	}
+	r := float64(n) / seconds
+	switch {
+	case r >= 1e6:
+		return fmt.Sprintf("%.1fM", r/1e6)
+	case r >= 1e3:
+		return fmt.Sprintf("%.1fk", r/1e3)
+	}
+	return fmt.Sprintf("%.0f", r)
 }

@@ -85,6 +85,7 @@ func TestGCRunGivesSpaceBack(t *testing.T) {
 		t.Fatalf("gc run: exit %d: %s%s", out.code, out.stdout, out.stderr)
 	}
 	t.Logf("gc run: %s", out.stdout)
+	wantMatch(t, "gc run", out.stdout, `collected 480 cells \(30\.0 MiB\).*\nsweep .* examined/s, .* collected/s\); reclaim .*, [0-9.]+ MiB of disk freed\n`)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		after, big := dataDirBytes(t, dir)

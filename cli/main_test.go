@@ -8,12 +8,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ebbtable/ebbtable/internal/testkit"
 )
 
 // ebbtableBin is the binary TestMain builds; the tests run it as a
@@ -27,19 +28,13 @@ const processTimeout = 30 * time.Second
 func TestMain(m *testing.M) { os.Exit(runTests(m)) }
 
 func runTests(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "ebbtable-cli-test-")
+	bin, cleanup, err := testkit.BuildEbbtable("ebbtable-cli-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
-	ebbtableBin = filepath.Join(dir, "ebbtable")
-	build := exec.Command("go", "build", "-o", ebbtableBin, "github.com/ebbtable/ebbtable/cmd/ebbtable")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building ebbtable:", err)
-		return 1
-	}
+	defer cleanup()
+	ebbtableBin = bin
 	return m.Run()
 }
 

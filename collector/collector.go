@@ -190,19 +190,31 @@ type PassStats struct {
 	// Compaction is the wall time spent having Pebble compact collected
 	// spans (part of Duration; measured on the real clock).
 	Compaction time.Duration
+	// Sweep is the real time spent examining and deleting cells (the
+	// pass's real time less Compaction).
+	Sweep time.Duration
+	// ReclaimedBytes is how much the compacted tables' estimated disk
+	// usage fell across their reclaim compactions.
+	ReclaimedBytes int64
+	// ReclaimLeft counts tables whose pass collected too little (under
+	// Options.CompactMinBytes) to compact for: Pebble's own compactions
+	// reclaim that space as they rewrite the files.
+	ReclaimLeft int
 }
 
 // RunPass runs one pass now over the selected tables and returns when it is
 // done. Passes never overlap.
-func (c *Collector) RunPass(ctx context.Context, sel Selector) (PassStats, error) {
+func (c *Collector) RunPass(ctx context.Context, sel Selector) (st PassStats, err error) {
 	c.passMu.Lock()
 	defer c.passMu.Unlock()
-	st := PassStats{Started: c.opts.Clock.Now()}
+	st = PassStats{Started: c.opts.Clock.Now()}
 	tables := c.eng.Tables(sel.Instance)
 	if sel.Table != "" && len(tablesMatching(tables, sel)) == 0 {
 		return st, fmt.Errorf("%w: %s", table.ErrTableNotFound, sel.Table)
 	}
 	var errs []error
+	realStart := time.Now()
+	defer func() { st.Sweep = max(time.Since(realStart)-st.Compaction, 0) }()
 	for _, m := range tablesMatching(tables, sel) {
 		res, err := c.sweepTable(ctx, m, sweepAll, !c.decidesVersions())
 		st.Tables++
@@ -210,6 +222,10 @@ func (c *Collector) RunPass(ctx context.Context, sel Selector) (PassStats, error
 		st.Collected += res.collected
 		st.CollectedBytes += res.collectedBytes
 		st.Compaction += res.compaction
+		st.ReclaimedBytes += res.reclaimedBytes
+		if res.reclaimSkipped {
+			st.ReclaimLeft++
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return st, ctx.Err()

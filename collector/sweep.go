@@ -42,6 +42,12 @@ type tableResult struct {
 	debtBytes      int64
 	debtOldest     time.Duration
 	compaction     time.Duration
+	// reclaimedBytes is how much the table's estimated disk usage fell
+	// across the reclaim compaction; reclaimSkipped says the pass
+	// collected too little to compact for (Pebble's own compactions
+	// reclaim it in time).
+	reclaimedBytes int64
+	reclaimSkipped bool
 	dropped        []uint32
 	// leftToLeader counts versions-eligible cells this (non-leader)
 	// cluster left for the GC leader.
@@ -124,12 +130,28 @@ func (c *Collector) sweepTableAt(ctx context.Context, m *table.Meta, onlyFamily 
 	if res.fullScan {
 		res.dropped = m.DroppedFamilies
 	}
-	if res.collectedBytes >= c.opts.CompactMinBytes && first != nil {
+	if res.collected > 0 {
+		// Deletions in the default visibility mode are committed without
+		// an fsync; one now makes the whole pass durable before it
+		// reports, so a crash cannot bring back what it says it removed.
+		if err := c.eng.SyncWAL(); err != nil {
+			return res, err
+		}
+	}
+	switch {
+	case res.collectedBytes >= c.opts.CompactMinBytes && first != nil:
+		// The whole database's disk usage, WAL and obsolete files
+		// included: deleted cells may have lived only in the memtable
+		// and its WAL, which the compaction flushes.
+		before := c.eng.Store().DiskSpaceUsage()
 		t0 := time.Now()
 		if err := c.reclaim(ctx, first, storage.PrefixEnd(last)); err != nil {
 			return res, err
 		}
 		res.compaction = time.Since(t0)
+		res.reclaimedBytes = max(int64(before)-int64(c.eng.Store().DiskSpaceUsage()), 0)
+	case res.collected > 0:
+		res.reclaimSkipped = true
 	}
 	if len(res.dropped) > 0 {
 		if err := c.eng.ForgetDropped(m.Instance, m.Name, res.dropped); err != nil {

@@ -113,7 +113,9 @@ func instanceOf(in *structpb.Struct) (string, error) {
 }
 
 // gcRun: {project, instance, table?} → {tables, examined, collected,
-// collected_bytes, duration_seconds}. Runs a pass now and returns when done.
+// collected_bytes, duration_seconds, sweep_seconds, reclaim_seconds,
+// reclaimed_bytes, reclaim_left_tables}. Runs a pass now and returns when
+// its deletions are durable and its reclaim compactions are done.
 func (a *ebbAdmin) gcRun(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
 	inst, err := instanceOf(in)
 	if err != nil {
@@ -129,6 +131,11 @@ func (a *ebbAdmin) gcRun(ctx context.Context, in *structpb.Struct) (*structpb.St
 		"collected":        st.Collected,
 		"collected_bytes":  st.CollectedBytes,
 		"duration_seconds": st.Duration.Seconds(),
+		"sweep_seconds":    st.Sweep.Seconds(),
+		"reclaim_seconds":  st.Compaction.Seconds(),
+		"reclaimed_bytes":  st.ReclaimedBytes,
+		// Tables whose collected bytes were too few to compact for.
+		"reclaim_left_tables": st.ReclaimLeft,
 	})
 }
 

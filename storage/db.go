@@ -143,7 +143,11 @@ func Open(opts Options) (*DB, error) {
 	}
 	if opts.FS == nil {
 		// Damage Pebble would step over silently (see CheckOnOpen).
-		if err := CheckOnOpen(opts.Dir); err != nil {
+		notes, err := CheckOnOpen(opts.Dir)
+		for _, n := range notes {
+			opts.Logger.Warn("data directory: " + n)
+		}
+		if err != nil {
 			if closeHealth != nil {
 				closeHealth()
 			}
@@ -240,6 +244,10 @@ func openError(dir string, err error) error {
 	}
 	return fmt.Errorf("ebbtable: open storage in %s: %w", dir, err)
 }
+
+// DiskSpaceUsage is the database's disk usage: SSTables, WAL files (the
+// recycled ones too), MANIFEST and obsolete files not yet deleted.
+func (d *DB) DiskSpaceUsage() uint64 { return d.Metrics().DiskSpaceUsage() }
 
 // Err returns the fatal storage error the database met, or nil.
 func (d *DB) Err() error { return d.fail.Err() }

@@ -610,11 +610,11 @@ func checkBatch(b []byte) error {
 // proves was synced (Pebble, reading ahead only in later 32 KiB blocks,
 // can take it for a torn tail and drop every record after it). A torn tail
 // of either, which a crash leaves, passes.
-func CheckOnOpen(dir string) error {
+func CheckOnOpen(dir string) (notes []string, err error) {
 	fs := vfs.Default
 	desc, err := pebble.Peek(dir, fs)
 	if err != nil || !desc.Exists {
-		return nil // Pebble reports what it cannot read itself
+		return nil, nil // Pebble reports what it cannot read itself
 	}
 	rep := NewReport()
 	verifyManifestFraming(rep, desc.ManifestFilename, false)
@@ -626,11 +626,15 @@ func CheckOnOpen(dir string) error {
 		verifyWALSynced(rep, ll, p)
 	}
 	for _, f := range rep.Findings {
-		if f.Damaged {
-			return fmt.Errorf("ebbtable: the database in %s is damaged: %s: %s (Pebble would open past it and silently lose data). Run 'ebbtable verify --data %s' to see which files; restore from a backup, or move the directory aside and start afresh", dir, f.Path, f.Problem, dir)
+		if !f.Damaged {
+			notes = append(notes, f.String())
+			continue
+		}
+		{
+			return notes, fmt.Errorf("ebbtable: the database in %s is damaged: %s: %s (Pebble would open past it and silently lose data). Run 'ebbtable verify --data %s' to see which files; restore from a backup, or move the directory aside and start afresh", dir, f.Path, f.Problem, dir)
 		}
 	}
-	return nil
+	return notes, nil
 }
 
 // verifyWALSynced reads a WAL's records and reports damage only when the
@@ -646,6 +650,9 @@ func verifyWALSynced(rep *Report, ll wal.LogicalLog, path string) {
 		if err == nil {
 			continue
 		}
+		if errors.Is(err, io.EOF) {
+			return // a clean end
+		}
 		if errors.Is(err, record.ErrUnexpectedEOF) {
 			b, rerr := os.ReadFile(path)
 			if rerr != nil {
@@ -653,8 +660,11 @@ func verifyWALSynced(rep *Report, ll wal.LogicalLog, path string) {
 			}
 			if at, synced, ok := intactChunkAfter(b, uint32(ll.Num), off.Physical); ok && synced > off.Physical {
 				rep.Damage(KindWAL, path, "bad record at offset %d after %d good records, though a later record (at offset %d) says the log was synced to offset %d", off.Physical, n, at, synced)
+				return
 			}
 		}
-		return // other errors: Pebble's replay reports them
+		// Pebble's replay stops here too, without a word: say so.
+		rep.Note(KindWAL, path, "torn tail at offset %d after %d good records (%v): the end of a write a crash or power loss cut short; it was never acknowledged, and it is dropped", off.Physical, n, err)
+		return
 	}
 }

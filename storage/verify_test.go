@@ -236,8 +236,8 @@ func TestVerifyManifestAndOptions(t *testing.T) {
 
 func TestCheckOnOpen(t *testing.T) {
 	dir := writeDB(t)
-	if err := CheckOnOpen(dir); err != nil {
-		t.Fatalf("healthy directory: %v", err)
+	if notes, err := CheckOnOpen(dir); err != nil || len(notes) != 0 {
+		t.Fatalf("healthy directory: %v, notes %q", err, notes)
 	}
 	// A torn tail of the newest WAL opens.
 	logs := filesOf(t, dir, "*.log")
@@ -245,13 +245,18 @@ func TestCheckOnOpen(t *testing.T) {
 	offs := recordOffsets(t, dir)
 	raw, _ := os.ReadFile(newest)
 	os.WriteFile(newest, raw[:offs[len(offs)-1]+20], 0o644)
-	if err := CheckOnOpen(dir); err != nil {
+	notes, err := CheckOnOpen(dir)
+	if err != nil {
 		t.Fatalf("torn tail: %v", err)
+	}
+	// ... and says so, naming the file.
+	if len(notes) != 1 || !strings.Contains(notes[0], newest) || !strings.Contains(notes[0], "torn tail") {
+		t.Fatalf("torn tail: notes %q, want one naming %s", notes, newest)
 	}
 	// A flip in a synced record refuses, naming the WAL; so does Open.
 	os.WriteFile(newest, raw, 0o644)
 	flipByte(t, newest, offs[1]+30)
-	if err := CheckOnOpen(dir); err == nil || !strings.Contains(err.Error(), newest) {
+	if _, err := CheckOnOpen(dir); err == nil || !strings.Contains(err.Error(), newest) {
 		t.Fatalf("flipped WAL record: %v", err)
 	}
 	if db, err := Open(Options{Dir: dir}); err == nil || !strings.Contains(err.Error(), "ebbtable verify") {
@@ -265,7 +270,7 @@ func TestCheckOnOpen(t *testing.T) {
 	dir = writeDB(t)
 	mans := filesOf(t, dir, "MANIFEST-*")
 	flipByte(t, mans[len(mans)-1], 40)
-	if err := CheckOnOpen(dir); err == nil || !strings.Contains(err.Error(), "MANIFEST") {
+	if _, err := CheckOnOpen(dir); err == nil || !strings.Contains(err.Error(), "MANIFEST") {
 		t.Fatalf("flipped MANIFEST: %v", err)
 	}
 }

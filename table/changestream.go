@@ -150,6 +150,22 @@ func (e *Engine) CommitSystem(b *pebble.Batch, m *Meta, recs []changestream.Reco
 	return e.commitRecorded(b, m, recs, opts)
 }
 
+// SyncWAL makes every commit so far durable, the unsynced ones (such as the
+// collector's deletions in the default visibility mode) included: one
+// synced WAL write. A failure fails the engine, as any WAL sync.
+func (e *Engine) SyncWAL() error {
+	if err := e.enter(); err != nil {
+		return err
+	}
+	defer e.leave()
+	b := e.store.NewBatch()
+	defer b.Close()
+	if err := b.LogData([]byte("sync"), nil); err != nil {
+		return err
+	}
+	return e.commitOpts(b, pebble.Sync)
+}
+
 // ChangeBatch is what one read of a change stream returned.
 type ChangeBatch struct {
 	Records []changestream.Record

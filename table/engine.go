@@ -363,14 +363,20 @@ func (e *Engine) failedWith(cause error) {
 	e.onFatal(cause) // the owner logs it, once
 }
 
-// recoverFatal turns the panic storage raises when Pebble reports a fatal
-// error (storage.FatalPanic) into the engine's error; other panics go on.
+// recoverFatal turns a panic out of Pebble's commit pipeline into the
+// engine's failure. It is called only around Pebble's commit calls, where
+// any panic means the pipeline is broken: storage's FatalPanic (Pebble's
+// logger reporting a fatal commit error), or Pebble panicking with the WAL
+// writer's error (it does, in commitWrite, when a concurrent WAL write
+// failed). Either way the batch's fate is unknown and the engine fails stop.
 func (e *Engine) recoverFatal(p any) error {
-	fp, ok := p.(storage.FatalPanic)
-	if !ok {
-		panic(p)
+	if fp, ok := p.(storage.FatalPanic); ok {
+		return e.fail(fp.Err)
 	}
-	return e.fail(fp.Err)
+	if err, ok := p.(error); ok {
+		return e.fail(fmt.Errorf("pebble's commit pipeline failed: %w", err))
+	}
+	return e.fail(fmt.Errorf("pebble's commit pipeline failed: %v", p))
 }
 
 // Table returns the current schema of a table. The result must not be
@@ -481,6 +487,13 @@ func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs [
 			// either outcome.
 			return fmt.Errorf("%w (the write may or may not be applied after a restart)", e.fail(fmt.Errorf("WAL write or sync failed: %w", err)))
 		}
+		if err := e.Err(); err != nil {
+			// The WAL failed for another writer while this one waited:
+			// once Pebble's commit pipeline has broken, a sync it reports
+			// as done cannot be trusted (under ext4's shutdown ioctl,
+			// Pebble on its own acknowledged writes no WAL held).
+			return fmt.Errorf("%w (the write may or may not be applied after a restart)", err)
+		}
 		e.dur.end(t)
 		if recorded {
 			e.seq.end(ts)
@@ -546,6 +559,9 @@ func (e *Engine) applySynced(b *pebble.Batch) (wait func() error, err error) {
 	return func() error {
 		if err := b.SyncWait(); err != nil {
 			return e.fail(fmt.Errorf("WAL write or sync failed: %w", err))
+		}
+		if err := e.Err(); err != nil {
+			return err // as in commitVisibleAt: not to be trusted
 		}
 		e.dur.end(t)
 		return nil

@@ -81,6 +81,21 @@ type prepared struct {
 	Mutation
 	familyID uint32
 	agg      Aggregator
+	// serverTime: the timestamp is the server's, taken again under the
+	// row lock (at) so a write's time is the moment it takes effect: a
+	// write that took its time before another write to the row locked it,
+	// and committed after, would otherwise land below it and never be seen
+	// (found by the linearizability test, robustness/).
+	serverTime bool
+}
+
+// at returns p with a server timestamp resolved to now (milliseconds, as
+// microseconds). Callers hold the row lock.
+func (p prepared) at(now int64) prepared {
+	if p.serverTime {
+		p.Timestamp = now
+	}
+	return p
 }
 
 // prepare validates mutations against the schema and resolves server
@@ -127,7 +142,7 @@ func (e *Engine) prepare(m *Meta, row []byte, muts []Mutation) ([]prepared, erro
 			}
 			switch {
 			case mu.Timestamp == ServerTimestamp:
-				p.Timestamp = now
+				p.Timestamp, p.serverTime = now, true
 			case mu.Timestamp < 0:
 				return nil, fmt.Errorf("%w: timestamp %d is negative (only -1, server time, is allowed)", ErrInvalid, mu.Timestamp)
 			case mu.Timestamp > cell.MaxTimestamp:
@@ -206,7 +221,9 @@ func (e *Engine) applyLocked(m *Meta, row []byte, ps []prepared) (wait func() er
 	}
 	rec := e.userRecord(m, row)
 	stamp := e.writeStamp()
+	now := clock.MillisTruncated(e.clock.Now())
 	for _, p := range ps {
+		p = p.at(now)
 		written, err := e.applyOne(b, m, row, p, stamp)
 		if err != nil {
 			e.endStamp(stamp)
@@ -398,12 +415,14 @@ func (e *Engine) MutateRows(instance, table string, entries []RowMutation) ([]er
 	}
 	var recs []changestream.Record
 	stamp := e.writeStamp()
+	now := clock.MillisTruncated(e.clock.Now())
 	for i, ps := range preps {
 		if ps == nil {
 			continue
 		}
 		rec := e.userRecord(m, entries[i].Row)
 		for _, p := range ps {
+			p = p.at(now)
 			written, err := e.applyOne(b, m, entries[i].Row, p, stamp)
 			if err != nil {
 				e.endStamp(stamp)
