@@ -659,7 +659,7 @@ func (r *modelRun) randFilter() table.RowFilter {
 	col, row := filter.CellsPerColumnLimit(n), filter.CellsPerRowLimit(m)
 	var f *filter.Filter
 	var desc string
-	switch r.rng.IntN(9) {
+	switch r.rng.IntN(13) {
 	case 0, 1:
 		f, desc = col, fmt.Sprintf("col(%d)", n)
 	case 2:
@@ -674,6 +674,19 @@ func (r *modelRun) randFilter() table.RowFilter {
 		f, desc = filter.Chain(filter.FamilyNameRegex("never|age"), col), fmt.Sprintf("chain(family=never|age,col(%d))", n)
 	case 7:
 		f, desc = filter.Chain(filter.CellsPerRowOffset(1), row), fmt.Sprintf("chain(offset(1),row(%d))", m)
+	case 8:
+		f, desc = filter.Chain(filter.ColumnQualifierRegex("q.*"), row, col), fmt.Sprintf("chain(qualifier=q.*,row(%d),col(%d))", m, n)
+	case 9:
+		// Versions older than an hour ago, newest first: "as of" reads.
+		end := r.now() - time.Hour.Microseconds()
+		end -= end % 1000
+		f, desc = filter.Chain(filter.TimestampRange(0, end), col), fmt.Sprintf("chain(ts<now-1h,col(%d))", n)
+	case 10:
+		start := r.now() - 2*time.Hour.Microseconds()
+		start -= start % 1000
+		f, desc = filter.Chain(filter.TimestampRange(start, 0), row, filter.ValueRegex("v.*")), fmt.Sprintf("chain(ts>=now-2h,row(%d),value=v.*)", m)
+	case 11:
+		f, desc = filter.Chain(filter.RowKeyRegex("a.*"), filter.ColumnRange("vers", filter.Bound{}, filter.OpenBound([]byte("q"))), col), fmt.Sprintf("chain(key=a.*,vers:[,q),col(%d))", n)
 	default:
 		f, desc = filter.Interleave(col, row), fmt.Sprintf("interleave(col(%d),row(%d))", n, m)
 	}

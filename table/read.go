@@ -21,11 +21,11 @@ type RowFilter interface {
 	Apply(cell.Row) cell.Row
 }
 
-// limitedFilter is a RowFilter whose leading cell-count limits a scan may
-// apply while it streams cells (filter.Program.LeadingLimits says which and
-// why that returns the same rows).
-type limitedFilter interface {
-	LeadingLimits() []filter.Limit
+// headFilter is a RowFilter with a head a scan may run while it streams
+// cells (filter.Program.Head says which filters and why that returns the
+// same rows).
+type headFilter interface {
+	Head() *filter.Head
 }
 
 // RowRange is a range of row keys. A nil Start starts at the first row; a
@@ -57,9 +57,9 @@ type ReadRequest struct {
 // rows the scan met (rows whose every cell is hidden included); CellsSeen
 // the cell keys it stepped on: cells returned or dropped by the filter,
 // hidden versions it judged, and the few it stepped over before seeking
-// past the rest of a column. Versions skipped by a seek — the hidden tail
-// of a column, or what a pushed-down CellsPerColumnLimit or
-// CellsPerRowLimit turns away — are not seen.
+// past the rest of a column. Cells skipped by a seek — the hidden tail of
+// a column, or what the filter's head (filter.Head: leading limits and
+// family, qualifier and timestamp tests) turns away — are not seen.
 type ReadStats struct {
 	RowsSeen, RowsReturned   int64
 	CellsSeen, CellsReturned int64
@@ -169,11 +169,11 @@ func (e *Engine) readRows(ctx context.Context, instance, table string, req ReadR
 		return err
 	}
 	s := scanner{e: e, m: m, it: it, now: e.nowMicros()}
-	// The filter's leading limits apply while streaming unless the row
-	// deletion policy may judge the row: it reads the row's visible cells,
-	// which a limit could cut.
-	if lf, ok := req.Filter.(limitedFilter); ok && !req.Reversed && (req.IgnoreRowPolicy || !e.rowPolicyApplies(m)) {
-		s.limits = lf.LeadingLimits()
+	// The filter's head runs while streaming unless the row deletion
+	// policy may judge the row: it reads the row's visible cells, which the
+	// head could cut.
+	if hf, ok := req.Filter.(headFilter); ok && !req.Reversed && (req.IgnoreRowPolicy || !e.rowPolicyApplies(m)) {
+		s.head = hf.Head()
 	}
 	var sent int64
 	stats := req.Stats
@@ -240,9 +240,8 @@ func (e *Engine) readRows(ctx context.Context, instance, table string, req ReadR
 // versions newest first), and never decodes or copies a hidden one. It also
 // skips what cannot be returned without stepping on it: once the family
 // rule makes the column's next version eligible whatever it holds, the rest
-// of the column goes by a seek (see skipColumn), and so does the rest of a
-// column or row that a filter limit pushed down by the read (limits) turns
-// away. A backward scan meets a column's versions oldest first, before the
+// of the column goes by a seek (see skipColumn), and so does a column or
+// the rest of a row that the filter's head (head) turns away. A backward scan meets a column's versions oldest first, before the
 // ones that decide their positions, so it gathers each row whole and judges
 // it at the end (visible), as every scan did before.
 type scanner struct {
@@ -251,12 +250,10 @@ type scanner struct {
 	it  *pebble.Iterator
 	now int64
 
-	// limits are the filter's leading cell-count limits (filter.Limit), to
-	// apply while streaming: forward scans only, and only where the row
-	// deletion policy cannot look at the row (it reads cells a limit would
-	// drop).
-	limits []filter.Limit
-	counts []int // cells that reached each limit, in this column or row
+	// head is the filter's head (filter.Head), run while streaming: on
+	// forward scans only, and only where the row deletion policy cannot
+	// look at the row (it reads cells the head would drop). nil: none.
+	head *filter.Head
 
 	// seen counts the keys the scanner stepped on: the cells it returned,
 	// the hidden ones it judged and the few it stepped over before a skip
@@ -348,23 +345,6 @@ func (s *scanner) hint(row cell.Row) {
 	if n := int32(min(len(row.Cells), 64)); n != s.e.cellsHint.Load() {
 		s.e.cellsHint.Store(n)
 	}
-}
-
-// canSkipColumn reports whether, once limit i turns a column's cells away,
-// the rest of the column may go unread: limit i counts per column, and no
-// row limit before it would have counted those cells on their way to it
-// (Chain(CellsPerRowLimit, CellsPerColumnLimit) counts every version toward
-// the row limit, so its column limit cannot skip).
-func (s *scanner) canSkipColumn(i int) bool {
-	if !s.limits[i].PerColumn {
-		return false
-	}
-	for _, l := range s.limits[:i] {
-		if !l.PerColumn {
-			return false
-		}
-	}
-	return true
 }
 
 // skipSteps is how many keys skipColumn steps over before it seeks: most
@@ -461,10 +441,6 @@ func (s *scanner) scanForward(emit func(cell.Row) error) error {
 		colBuf [64]byte    // most column keys fit, and then col stays on the stack
 	)
 	col = colBuf[:0]
-	if len(s.counts) < len(s.limits) {
-		s.counts = make([]int, len(s.limits))
-	}
-	counts := s.counts[:len(s.limits)]
 	valid := s.it.First()
 	for valid {
 		k := s.it.Key()
@@ -483,7 +459,9 @@ func (s *scanner) scanForward(emit func(cell.Row) error) error {
 				return err
 			}
 			col = col[:0]
-			clear(counts)
+			if s.head != nil {
+				s.head.StartRow(row.Key)
+			}
 		}
 		ck := k[:len(k)-storage.SuffixLen]
 		if len(col) == 0 || !bytes.Equal(col, ck) {
@@ -492,11 +470,6 @@ func (s *scanner) scanForward(emit func(cell.Row) error) error {
 			}
 			col = append(col[:0], ck...)
 			pos = 0
-			for i, l := range s.limits {
-				if l.PerColumn {
-					counts[i] = 0
-				}
-			}
 			var ok bool
 			if fam, ok = s.m.FamilyByID(binary.BigEndian.Uint32(ck[n:])); !ok {
 				valid = s.skipColumn(col) // a dropped family's cells
@@ -505,6 +478,17 @@ func (s *scanner) scanForward(emit func(cell.Row) error) error {
 			rule = gcrule.Rule{}
 			if s.e.vis == HideEligible {
 				rule = fam.GC
+			}
+			if s.head != nil {
+				s.head.StartColumn()
+				q, err := s.qualifier(ck[n+4:])
+				if err != nil {
+					return err
+				}
+				if s.head.SkipColumn(fam.Name, q) {
+					valid = s.skipColumn(col)
+					continue
+				}
 			}
 		}
 		ts := storage.DecodeSuffix(k[len(k)-storage.SuffixLen:])
@@ -528,29 +512,20 @@ func (s *scanner) scanForward(emit func(cell.Row) error) error {
 			pos++
 		}
 		skipCol, skipRow := false, false
+		var q []byte
 		if show {
-			// The cell goes through the limits in order, each counting
-			// the cells that reach it. A limit it reached that is now
-			// full turns away every later cell that reaches it: the rest
-			// of the row (a row limit) or of the column (see
-			// canSkipColumn) goes unread.
-			for i, l := range s.limits {
-				counts[i]++
-				if counts[i] >= l.N {
-					skipRow = skipRow || !l.PerColumn
-					skipCol = skipCol || s.canSkipColumn(i)
-				}
-				if counts[i] > l.N {
-					show = false
-					break
-				}
-			}
-		}
-		if show {
-			q, err := s.qualifier(ck[n+4:])
-			if err != nil {
+			if q, err = s.qualifier(ck[n+4:]); err != nil {
 				return err
 			}
+		}
+		if show && s.head != nil {
+			// The filter's head judges the cell, and says when the rest
+			// of the column or row cannot pass it.
+			var skip filter.Skip
+			show, skip = s.head.Cell(fam.Name, q, ts, data)
+			skipCol, skipRow = skip == filter.SkipColumn, skip == filter.SkipRow
+		}
+		if show {
 			row.Cells = append(row.Cells, cell.Cell{
 				Family:    fam.Name,
 				Qualifier: q,

@@ -150,8 +150,9 @@ func TestReadSkipsAgedVersions(t *testing.T) {
 }
 
 // TestReadColumnLimitPushdown: CellsPerColumnLimit(1) on a column of 100,000
-// versions under a never rule reads a handful of cells; a limit after a
-// filter that drops cells is not pushed down and still answers right.
+// versions under a never rule reads a handful of cells, and so do the other
+// heads of a filter (filter.Head) where they can end a column or row; where
+// they cannot, the answer is still right.
 func TestReadColumnLimitPushdown(t *testing.T) {
 	eng, clk := openSkipTable(t, map[string]string{"cf": "never", "other": "never"})
 	now := clock.MillisTruncated(clk.Now())
@@ -173,8 +174,20 @@ func TestReadColumnLimitPushdown(t *testing.T) {
 		// The row limit counts every version on its way to the column
 		// limit: the column is walked until the row limit is full.
 		{"chain(row(3),col(1))", filter.Chain(filter.CellsPerRowLimit(3), filter.CellsPerColumnLimit(1)), []string{"r/cf:q@" + n + "=v0"}, 3},
-		// The family filter comes first: every cf:q version is judged.
-		{"chain(family,col(1))", filter.Chain(filter.FamilyNameRegex("other"), filter.CellsPerColumnLimit(1)), []string{"r/other:q@" + n + "=v0"}, 200_000},
+		// The family filter skips the cf columns unread (their first key,
+		// and the steps before a seek, are seen).
+		{"chain(family,col(1))", filter.Chain(filter.FamilyNameRegex("other"), filter.CellsPerColumnLimit(1)), []string{"r/other:q@" + n + "=v0"}, 12},
+		// A row limit before the qualifier test counts every cell that
+		// reaches it: cf:q's versions are judged until it is full.
+		{"chain(row(2),qualifier,col(1))", filter.Chain(filter.CellsPerRowLimit(2), filter.ColumnQualifierRegex("q2"), filter.CellsPerColumnLimit(1)), nil, 3},
+		// Versions older than a timestamp: the newer ones are judged, the
+		// first older one kept, the column then ended by the limit.
+		{"chain(ts<now-5ms,col(1))", filter.Chain(filter.TimestampRange(0, now-5000), filter.CellsPerColumnLimit(1)),
+			[]string{"r/cf:q@" + fmt.Sprint(now-6000) + "=v6", "r/cf:q2@" + fmt.Sprint(now-6000) + "=v6", "r/other:q@" + fmt.Sprint(now-6000) + "=v6"}, 3 * (7 + 3)},
+		// A value test drops cells one by one: the limit after it cannot
+		// end the column before a cell passes.
+		{"chain(value=v9.*,col(1))", filter.Chain(filter.ValueRegex("v9.*"), filter.CellsPerColumnLimit(1)),
+			[]string{"r/cf:q@" + fmt.Sprint(now-9000) + "=v9", "r/cf:q2@" + fmt.Sprint(now-9000) + "=v9", "r/other:q@" + fmt.Sprint(now-9000) + "=v9"}, 3 * (10 + 3)},
 	}
 	for _, c := range cases {
 		got, st := readStats(t, eng, table.ReadRequest{Keys: [][]byte{[]byte("r")}, Filter: compile(t, c.f)})
