@@ -28,12 +28,18 @@ package filter
 //
 // A Head holds counters and scratch: one per read, not shared.
 type Head struct {
-	stages []*node
+	*head
 	counts []int
+	key    []byte
+	buf    []byte
+	small  [4]int // counts of a short head, without another allocation
+}
+
+// head is the compiled, shared part of a Head.
+type head struct {
+	stages []*node
 	// colSkip[i]: no row limit comes before stage i.
 	colSkip []bool
-	key     []byte
-	buf     []byte
 }
 
 // Skip says what a reader may leave unread after a cell.
@@ -48,14 +54,25 @@ const (
 
 // Head returns a fresh Head of p, or nil when p has none (or is nil).
 func (p *Program) Head() *Head {
-	if p == nil {
+	if p == nil || p.head == nil {
 		return nil
 	}
-	stages, _ := headStages(p.root, nil)
+	h := &Head{head: p.head}
+	h.counts = h.small[:0]
+	if len(p.head.stages) > len(h.small) {
+		h.counts = make([]int, len(p.head.stages))
+	}
+	h.counts = h.counts[:len(p.head.stages)]
+	return h
+}
+
+// compileHead finds the head of root, nil when it has none.
+func compileHead(root *node) *head {
+	stages, _ := headStages(root, nil)
 	if len(stages) == 0 {
 		return nil
 	}
-	h := &Head{stages: stages, counts: make([]int, len(stages)), colSkip: make([]bool, len(stages))}
+	h := &head{stages: stages, colSkip: make([]bool, len(stages))}
 	noRowLimit := true
 	for i, n := range stages {
 		h.colSkip[i] = noRowLimit
