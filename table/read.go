@@ -241,9 +241,13 @@ func (e *Engine) readRows(ctx context.Context, instance, table string, req ReadR
 // skips what cannot be returned without stepping on it: once the family
 // rule makes the column's next version eligible whatever it holds, the rest
 // of the column goes by a seek (see skipColumn), and so does a column or
-// the rest of a row that the filter's head (head) turns away. A backward scan meets a column's versions oldest first, before the
-// ones that decide their positions, so it gathers each row whole and judges
-// it at the end (visible), as every scan did before.
+// the rest of a row that the filter's head (head) turns away.
+//
+// A backward scan meets a column's versions oldest first, before the ones
+// that decide their positions, so it gathers each row and judges it at the
+// end (visible), as every scan did before — except that a column of more
+// than a few versions under a rule is judged forward from its newest
+// version (columnForward), so its hidden tail is skipped there too.
 type scanner struct {
 	e   *Engine
 	m   *Meta
@@ -387,15 +391,28 @@ func (s *scanner) seekPast(prefix []byte) bool {
 }
 
 func (s *scanner) scanBackward(emit func(cell.Row) error) error {
-	var row cell.Row
-	var prefix []byte
+	var (
+		row    cell.Row
+		prefix []byte
+		col    []byte // the column's key (a cell key without its suffix)
+		fam    *Family
+		start  int // where the column's cells begin in row.Cells
+		met    int // the column's versions met so far
+		colBuf [64]byte
+	)
+	col = colBuf[:0]
 	flush := func() error {
 		slices.Reverse(row.Cells)
 		s.hint(row)
+		// Columns judged forward (below) are visible already, and
+		// visible keeps what it kept: a rule that keeps a cell at a
+		// position keeps it at any earlier one.
 		row.Cells = s.e.visible(s.m, row.Cells, s.now)
 		return emit(row)
 	}
-	for valid := s.it.Last(); valid; valid = s.it.Prev() {
+	backLimit := int(3 * skipSteps.Load())
+	valid := s.it.Last()
+	for valid {
 		k := s.it.Key()
 		s.seen++
 		n := storage.RowKeyLen(k)
@@ -410,6 +427,30 @@ func (s *scanner) scanBackward(emit func(cell.Row) error) error {
 			if row, err = s.newRow(prefix); err != nil {
 				return err
 			}
+			col = col[:0]
+		}
+		ck := k[:len(k)-storage.SuffixLen]
+		if len(col) == 0 || !bytes.Equal(col, ck) {
+			if len(ck) < n+4 {
+				return fmt.Errorf("%w: %x", storage.ErrCorruptKey, k)
+			}
+			col = append(col[:0], ck...)
+			start, met = len(row.Cells), 0
+			fam, _ = s.m.FamilyByID(binary.BigEndian.Uint32(ck[n:]))
+		}
+		// Backward, a column's versions come oldest first, before the
+		// newer ones that decide their positions. A column with more
+		// than a few versions under a rule that hides some is judged
+		// forward instead, from its newest version, skipping its hidden
+		// tail, and the scan goes on before it.
+		if met++; met > backLimit && fam != nil && s.e.vis == HideEligible && !fam.GC.IsNone() {
+			row.Cells = row.Cells[:start]
+			var err error
+			if row.Cells, err = s.columnForward(row.Cells, col, n, fam); err != nil {
+				return err
+			}
+			valid = s.it.SeekLT(col)
+			continue
 		}
 		c, ok, err := s.decodeCell(k, n)
 		if err != nil {
@@ -418,6 +459,7 @@ func (s *scanner) scanBackward(emit func(cell.Row) error) error {
 		if ok {
 			row.Cells = append(row.Cells, c)
 		}
+		valid = s.it.Prev()
 	}
 	if err := s.it.Error(); err != nil {
 		return err
@@ -426,6 +468,46 @@ func (s *scanner) scanBackward(emit func(cell.Row) error) error {
 		return flush()
 	}
 	return nil
+}
+
+// columnForward appends to dst, oldest first (the order of a backward
+// scan), the visible versions of the column col of family fam (HideEligible
+// mode, a rule that is not None), judged from the newest as scanForward
+// judges them and read up to the first version after which none can be
+// visible. It leaves the iterator inside or just past the column.
+func (s *scanner) columnForward(dst []cell.Cell, col []byte, rowLen int, fam *Family) ([]cell.Cell, error) {
+	q, err := s.qualifier(col[rowLen+4:])
+	if err != nil {
+		return dst, err
+	}
+	first, pos := len(dst), 0
+	for valid := s.it.SeekGE(col); valid && bytes.HasPrefix(s.it.Key(), col); valid = s.it.Next() {
+		k := s.it.Key()
+		s.seen++
+		ts := storage.DecodeSuffix(k[len(k)-storage.SuffixLen:])
+		v, err := s.it.ValueAndErr()
+		if err != nil {
+			return dst, err
+		}
+		data, exp, err := storage.DecodeValue(v)
+		if err != nil {
+			return dst, err
+		}
+		if exp == 0 || exp > s.now {
+			if fam.GC.Check(pos, ts, s.now) == gcrule.ReasonNone {
+				dst = append(dst, cell.Cell{Family: fam.Name, Qualifier: q, Timestamp: ts, Value: s.copyValue(data), ExpireAt: exp})
+			}
+			pos++
+		}
+		if ts >= 0 && fam.GC.Check(pos, ts, s.now) != gcrule.ReasonNone {
+			break // see scanForward
+		}
+	}
+	if err := s.it.Error(); err != nil {
+		return dst, err
+	}
+	slices.Reverse(dst[first:])
+	return dst, nil
 }
 
 // scanForward walks the iterator's bounds in key order, emitting each row

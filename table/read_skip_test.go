@@ -110,6 +110,15 @@ func TestReadSkipsHiddenVersions(t *testing.T) {
 				if max := int64(3 + 2*steps); st.CellsSeen > max || st.CellsReturned != 3 {
 					t.Errorf("flushed=%v: %+v, want at most %d cells seen", flushed, st, max)
 				}
+				// Reversed, a column of many versions is judged forward
+				// from its newest once a few of its oldest were met.
+				got, st = readStats(t, eng, table.ReadRequest{Keys: [][]byte{[]byte("r")}, Reversed: true})
+				if fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("flushed=%v reversed: read %v, want %v", flushed, got, want)
+				}
+				if max := int64(3 * (3*steps + 3)); st.CellsSeen > max {
+					t.Errorf("flushed=%v reversed: %+v, want at most %d cells seen", flushed, st, max)
+				}
 			}
 		})
 	}
