@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 )
 
 // start brings up one target for a test or benchmark and closes it at the end.
@@ -215,5 +216,25 @@ func BenchmarkPointReads(b *testing.B) {
 			}
 			report(b, r)
 		})
+	}
+}
+
+// TestHotRows runs the hot-row workload briefly against ebbtable and the
+// emulator: it must run operations of both kinds without error and report
+// CPU per operation.
+func TestHotRows(t *testing.T) {
+	hc := DefaultHotRows(150 * time.Millisecond)
+	hc.Workers, hc.Rows, hc.ValueSize = 4, 10, 64
+	res, err := RunHotRows(context.Background(), hc, []string{TargetEbbtable, TargetEmulator}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 {
+		t.Fatalf("%d results, want 2", len(res))
+	}
+	for _, r := range res {
+		if r.Workload != WorkloadHotRows || r.Ops < 10 || r.Ops != r.Rows || r.P50Micros <= 0 {
+			t.Errorf("%s: implausible %+v", r.Target, r)
+		}
 	}
 }

@@ -27,6 +27,7 @@ type Program struct {
 	root    *node
 	rand    func() float64
 	passAll bool // root passes every cell unchanged
+	head    *head
 }
 
 // node is the compiled form of one Filter.
@@ -59,7 +60,7 @@ func Compile(f *Filter, opts Options) (*Program, error) {
 	if r == nil {
 		r = rand.Float64
 	}
-	return &Program{root: root, rand: r, passAll: root.kind == KindPassAll}, nil
+	return &Program{root: root, rand: r, passAll: root.kind == KindPassAll, head: compileHead(root)}, nil
 }
 
 // invalidError is a validation failure; it unwraps to ErrInvalid.

@@ -9,3 +9,7 @@ func WithFS(opts Options, fs vfs.FS) Options {
 	opts.fs = fs
 	return opts
 }
+
+// SetSkipSteps sets how many keys a scan steps over before it seeks past
+// the rest of a column (0: it always seeks), returning the old count.
+func SetSkipSteps(n int) int { return int(skipSteps.Swap(int32(n))) }

@@ -41,6 +41,7 @@ var (
 	modelOpsFlag   = flag.Int("model.ops", 2000, "TestModel: operations per seed")
 	modelSeedsFlag = flag.Int("model.seeds", 0, "TestModel, TestModelFaults: run seeds 1..N (0 runs the default seeds)")
 	modelTailFlag  = flag.Int("model.tail", 40, "TestModel, TestModelFaults: how many of the last operations a failure prints (0: all)")
+	modelSkipSteps = flag.Int("model.skipsteps", 0, "TestModel: keys a scan steps over before it seeks past a column's hidden versions (the engine's default is 3)")
 	modelLongKeys  = flag.Bool("model.longkeys", true, "TestModel: also use row keys and qualifiers long enough to hit TestModelRepro_LongKeyBounds")
 )
 
@@ -207,7 +208,7 @@ func (m *refModel) row(key string, now int64) cell.Row {
 	return cell.Row{Key: []byte(key)}
 }
 
-// read answers a ReadRequest (without a filter).
+// read answers a ReadRequest.
 func (m *refModel) read(req table.ReadRequest, now int64) []cell.Row {
 	selected := func(key []byte) bool {
 		if len(req.Keys) == 0 && len(req.Ranges) == 0 {
@@ -228,9 +229,18 @@ func (m *refModel) read(req table.ReadRequest, now int64) []cell.Row {
 	}
 	var out []cell.Row
 	for _, r := range m.rows(now) {
-		if selected(r.Key) {
-			out = append(out, r)
+		if !selected(r.Key) {
+			continue
 		}
+		if req.Filter != nil {
+			// The filter program itself is the reference for filter
+			// semantics (package filter tests it); what the model checks
+			// is that the engine hands it the visible row.
+			if r = req.Filter.Apply(r); len(r.Cells) == 0 {
+				continue
+			}
+		}
+		out = append(out, r)
 	}
 	if req.Reversed {
 		slices.Reverse(out)
@@ -354,7 +364,9 @@ var (
 	ruleVersions2 = refRule{kind: "versions", n: 2}
 	ruleAge1h     = refRule{kind: "age", age: time.Hour}
 	ruleBoth      = refRule{kind: "and", kids: []refRule{{kind: "age", age: time.Hour}, {kind: "versions", n: 1}}}
-	modelRules    = []refRule{ruleNever, ruleVersions2, ruleAge1h, ruleBoth}
+	ruleEither    = refRule{kind: "or", kids: []refRule{{kind: "age", age: 2 * time.Hour}, {kind: "versions", n: 3}}}
+	ruleOne       = refRule{kind: "versions", n: 1}
+	modelRules    = []refRule{ruleNever, ruleVersions2, ruleAge1h, ruleBoth, ruleEither, ruleOne}
 
 	// Declared out of name order: CreateTable numbers families by name.
 	modelFamilies = []struct {
@@ -627,7 +639,62 @@ func (r *modelRun) randRead() table.ReadRequest {
 	if r.rng.IntN(3) == 0 {
 		req.Limit = int64(1 + r.rng.IntN(4))
 	}
+	if r.rng.IntN(2) == 0 {
+		req.Filter = r.randFilter()
+	}
 	return req
+}
+
+// modelFilter is a compiled filter that prints as the filter it came from.
+type modelFilter struct {
+	*filter.Program
+	desc string
+}
+
+// randFilter picks a filter led by cell-count limits (which the engine
+// applies while it streams cells) or one where a limit follows a filter
+// that drops cells (which it must not push down).
+func (r *modelRun) randFilter() table.RowFilter {
+	n, m := int64(1+r.rng.IntN(3)), int64(1+r.rng.IntN(5))
+	col, row := filter.CellsPerColumnLimit(n), filter.CellsPerRowLimit(m)
+	var f *filter.Filter
+	var desc string
+	switch r.rng.IntN(13) {
+	case 0, 1:
+		f, desc = col, fmt.Sprintf("col(%d)", n)
+	case 2:
+		f, desc = row, fmt.Sprintf("row(%d)", m)
+	case 3:
+		f, desc = filter.Chain(col, row), fmt.Sprintf("chain(col(%d),row(%d))", n, m)
+	case 4:
+		f, desc = filter.Chain(row, col, filter.StripValue()), fmt.Sprintf("chain(row(%d),col(%d),strip)", m, n)
+	case 5:
+		f, desc = filter.Chain(col, filter.FamilyNameRegex("vers|both")), fmt.Sprintf("chain(col(%d),family=vers|both)", n)
+	case 6:
+		f, desc = filter.Chain(filter.FamilyNameRegex("never|age"), col), fmt.Sprintf("chain(family=never|age,col(%d))", n)
+	case 7:
+		f, desc = filter.Chain(filter.CellsPerRowOffset(1), row), fmt.Sprintf("chain(offset(1),row(%d))", m)
+	case 8:
+		f, desc = filter.Chain(filter.ColumnQualifierRegex("q.*"), row, col), fmt.Sprintf("chain(qualifier=q.*,row(%d),col(%d))", m, n)
+	case 9:
+		// Versions older than an hour ago, newest first: "as of" reads.
+		end := r.now() - time.Hour.Microseconds()
+		end -= end % 1000
+		f, desc = filter.Chain(filter.TimestampRange(0, end), col), fmt.Sprintf("chain(ts<now-1h,col(%d))", n)
+	case 10:
+		start := r.now() - 2*time.Hour.Microseconds()
+		start -= start % 1000
+		f, desc = filter.Chain(filter.TimestampRange(start, 0), row, filter.ValueRegex("v.*")), fmt.Sprintf("chain(ts>=now-2h,row(%d),value=v.*)", m)
+	case 11:
+		f, desc = filter.Chain(filter.RowKeyRegex("a.*"), filter.ColumnRange("vers", filter.Bound{}, filter.OpenBound([]byte("q"))), col), fmt.Sprintf("chain(key=a.*,vers:[,q),col(%d))", n)
+	default:
+		f, desc = filter.Interleave(col, row), fmt.Sprintf("interleave(col(%d),row(%d))", n, m)
+	}
+	p, err := filter.Compile(f, filter.Options{})
+	if err != nil {
+		r.fatalf("compile %s: %v", desc, err)
+	}
+	return modelFilter{p, desc}
 }
 
 func (r *modelRun) randRule() refRule { return modelRules[r.rng.IntN(len(modelRules))] }
@@ -706,6 +773,9 @@ func (r *modelRun) fmtReq(req table.ReadRequest) string {
 	}
 	if req.Limit > 0 {
 		parts = append(parts, fmt.Sprintf("limit=%d", req.Limit))
+	}
+	if f, ok := req.Filter.(modelFilter); ok {
+		parts = append(parts, "filter="+f.desc)
 	}
 	return strings.Join(parts, " ")
 }
@@ -1111,6 +1181,10 @@ func modelSeeds(def ...uint64) []uint64 {
 }
 
 func TestModel(t *testing.T) {
+	// Every skip of a column's hidden tail seeks, even past one version,
+	// so the model's few-version columns take the seek path.
+	old := table.SetSkipSteps(*modelSkipSteps)
+	t.Cleanup(func() { table.SetSkipSteps(old) })
 	for _, seed := range modelSeeds(1, 2, 3, 4) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()

@@ -6,9 +6,12 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/cell"
+	"github.com/ebbtable/ebbtable/filter"
+	"github.com/ebbtable/ebbtable/gcrule"
 	"github.com/ebbtable/ebbtable/storage"
 )
 
@@ -16,6 +19,13 @@ import (
 // programs satisfy it. A nil RowFilter passes every cell.
 type RowFilter interface {
 	Apply(cell.Row) cell.Row
+}
+
+// headFilter is a RowFilter with a head a scan may run while it streams
+// cells (filter.Program.Head says which filters and why that returns the
+// same rows).
+type headFilter interface {
+	Head() *filter.Head
 }
 
 // RowRange is a range of row keys. A nil Start starts at the first row; a
@@ -43,7 +53,13 @@ type ReadRequest struct {
 	IgnoreRowPolicy bool
 }
 
-// ReadStats counts what a read examined and returned.
+// ReadStats counts what a read examined and returned. RowsSeen counts the
+// rows the scan met (rows whose every cell is hidden included); CellsSeen
+// the cell keys it stepped on: cells returned or dropped by the filter,
+// hidden versions it judged, and the few it stepped over before seeking
+// past the rest of a column. Cells skipped by a seek — the hidden tail of
+// a column, or what the filter's head (filter.Head: leading limits and
+// family, qualifier and timestamp tests) turns away — are not seen.
 type ReadStats struct {
 	RowsSeen, RowsReturned   int64
 	CellsSeen, CellsReturned int64
@@ -153,18 +169,23 @@ func (e *Engine) readRows(ctx context.Context, instance, table string, req ReadR
 		return err
 	}
 	s := scanner{e: e, m: m, it: it, now: e.nowMicros()}
+	// The filter's head runs while streaming unless the row deletion
+	// policy may judge the row: it reads the row's visible cells, which the
+	// head could cut.
+	if hf, ok := req.Filter.(headFilter); ok && !req.Reversed && (req.IgnoreRowPolicy || !e.rowPolicyApplies(m)) {
+		s.head = hf.Head()
+	}
 	var sent int64
 	stats := req.Stats
 	if stats == nil {
 		stats = &ReadStats{}
 	}
+	defer func() { stats.CellsSeen += s.seen }()
 	emit := func(row cell.Row) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		stats.RowsSeen++
-		stats.CellsSeen += int64(len(row.Cells))
-		row.Cells = e.visible(m, row.Cells, s.now)
 		if !req.IgnoreRowPolicy && e.rowHidden(m, row, s.now) {
 			return nil
 		}
@@ -210,18 +231,46 @@ func (e *Engine) readRows(ctx context.Context, instance, table string, req ReadR
 	return nil
 }
 
-// scanner turns cell keys from an iterator into rows.
+// scanner turns cell keys from an iterator into rows of the cells readers
+// may see: cells past their native expiry never, and, in HideEligible mode,
+// no cell its family's GC rule makes eligible now (the cells
+// ColumnEligibility marks Keep).
+//
+// A forward scan judges each cell as it meets it, in key order (a column's
+// versions newest first), and never decodes or copies a hidden one. It also
+// skips what cannot be returned without stepping on it: once the family
+// rule makes the column's next version eligible whatever it holds, the rest
+// of the column goes by a seek (see skipColumn), and so does a column or
+// the rest of a row that the filter's head (head) turns away.
+//
+// A backward scan meets a column's versions oldest first, before the ones
+// that decide their positions, so it gathers each row and judges it at the
+// end (visible), as every scan did before — except that a column of more
+// than a few versions under a rule is judged forward from its newest
+// version (columnForward), so its hidden tail is skipped there too.
 type scanner struct {
 	e   *Engine
 	m   *Meta
 	it  *pebble.Iterator
 	now int64
 
+	// head is the filter's head (filter.Head), run while streaming: on
+	// forward scans only, and only where the row deletion policy cannot
+	// look at the row (it reads cells the head would drop). nil: none.
+	head *filter.Head
+
+	// seen counts the keys the scanner stepped on: the cells it returned,
+	// the hidden ones it judged and the few it stepped over before a skip
+	// seeks. Versions skipped by a seek are not counted.
+	seen int64
+
 	// Rows handed out keep what they point into, so these are only ever
 	// appended to or replaced, never overwritten: values are carved from
 	// a shared chunk, and a column's versions share one decoded qualifier.
 	arena           []byte
 	lastQEnc, lastQ []byte
+
+	seekBuf []byte // the key a skip seeks to
 }
 
 // copyValue returns v copied into the scanner's value chunk.
@@ -287,31 +336,85 @@ func (s *scanner) decodeCell(k []byte, rowLen int) (cell.Cell, bool, error) {
 	}, true, nil
 }
 
-func (s *scanner) scanForward(emit func(cell.Row) error) error { return s.scan(emit, false) }
+// newRow starts a row of the given row prefix, sized by the last rows read.
+func (s *scanner) newRow(prefix []byte) (cell.Row, error) {
+	key, err := storage.DecodeRowKey(prefix)
+	if err != nil {
+		return cell.Row{}, err
+	}
+	return cell.Row{Key: key, Cells: make([]cell.Cell, 0, max(s.e.cellsHint.Load(), 1))}, nil
+}
 
-func (s *scanner) scanBackward(emit func(cell.Row) error) error { return s.scan(emit, true) }
+func (s *scanner) hint(row cell.Row) {
+	if n := int32(min(len(row.Cells), 64)); n != s.e.cellsHint.Load() {
+		s.e.cellsHint.Store(n)
+	}
+}
 
-// scan walks the iterator's bounds (backward: from the end), grouping keys
-// into rows by their row prefix; every row is emitted with its cells in
-// Bigtable order either way.
-func (s *scanner) scan(emit func(cell.Row) error, backward bool) error {
-	var row cell.Row
-	var prefix []byte
+// skipSteps is how many keys skipColumn steps over before it seeks: most
+// columns hold few versions, and a step costs less than a seek. Tests set
+// it to 0 to make every skip seek.
+var skipSteps atomic.Int32
+
+func init() { skipSteps.Store(3) }
+
+// skipColumn moves the iterator past every version of the column col (a
+// cell key without its suffix) and reports whether it is still valid. It
+// steps a few keys and then seeks to the first key after the column, so a
+// column of many versions costs a seek, not a walk. Column prefixes are
+// prefix-free (the qualifier is escaped and terminated), so a key of col
+// is one that starts with it.
+func (s *scanner) skipColumn(col []byte) bool {
+	for range skipSteps.Load() {
+		if !s.it.Next() {
+			return false
+		}
+		if !bytes.HasPrefix(s.it.Key(), col) {
+			return true
+		}
+		s.seen++
+	}
+	return s.seekPast(col)
+}
+
+// seekPast seeks to the first key that does not start with prefix (a row
+// or column prefix) and is after it.
+func (s *scanner) seekPast(prefix []byte) bool {
+	s.seekBuf = append(s.seekBuf[:0], prefix...)
+	end := storage.PrefixEnd(s.seekBuf)
+	if end == nil {
+		for s.it.Next() {
+		}
+		return false
+	}
+	return s.it.SeekGE(end)
+}
+
+func (s *scanner) scanBackward(emit func(cell.Row) error) error {
+	var (
+		row    cell.Row
+		prefix []byte
+		col    []byte // the column's key (a cell key without its suffix)
+		fam    *Family
+		start  int // where the column's cells begin in row.Cells
+		met    int // the column's versions met so far
+		colBuf [64]byte
+	)
+	col = colBuf[:0]
 	flush := func() error {
-		if backward {
-			slices.Reverse(row.Cells)
-		}
-		if n := int32(min(len(row.Cells), 64)); n != s.e.cellsHint.Load() {
-			s.e.cellsHint.Store(n)
-		}
+		slices.Reverse(row.Cells)
+		s.hint(row)
+		// Columns judged forward (below) are visible already, and
+		// visible keeps what it kept: a rule that keeps a cell at a
+		// position keeps it at any earlier one.
+		row.Cells = s.e.visible(s.m, row.Cells, s.now)
 		return emit(row)
 	}
-	valid, step := s.it.First(), s.it.Next
-	if backward {
-		valid, step = s.it.Last(), s.it.Prev
-	}
-	for ; valid; valid = step() {
+	backLimit := int(3 * skipSteps.Load())
+	valid := s.it.Last()
+	for valid {
 		k := s.it.Key()
+		s.seen++
 		n := storage.RowKeyLen(k)
 		if prefix == nil || !bytes.Equal(prefix, k[:n]) {
 			if prefix != nil {
@@ -320,11 +423,34 @@ func (s *scanner) scan(emit func(cell.Row) error, backward bool) error {
 				}
 			}
 			prefix = append(prefix[:0], k[:n]...)
-			key, err := storage.DecodeRowKey(prefix)
-			if err != nil {
+			var err error
+			if row, err = s.newRow(prefix); err != nil {
 				return err
 			}
-			row = cell.Row{Key: key, Cells: make([]cell.Cell, 0, max(s.e.cellsHint.Load(), 1))}
+			col = col[:0]
+		}
+		ck := k[:len(k)-storage.SuffixLen]
+		if len(col) == 0 || !bytes.Equal(col, ck) {
+			if len(ck) < n+4 {
+				return fmt.Errorf("%w: %x", storage.ErrCorruptKey, k)
+			}
+			col = append(col[:0], ck...)
+			start, met = len(row.Cells), 0
+			fam, _ = s.m.FamilyByID(binary.BigEndian.Uint32(ck[n:]))
+		}
+		// Backward, a column's versions come oldest first, before the
+		// newer ones that decide their positions. A column with more
+		// than a few versions under a rule that hides some is judged
+		// forward instead, from its newest version, skipping its hidden
+		// tail, and the scan goes on before it.
+		if met++; met > backLimit && fam != nil && s.e.vis == HideEligible && !fam.GC.IsNone() {
+			row.Cells = row.Cells[:start]
+			var err error
+			if row.Cells, err = s.columnForward(row.Cells, col, n, fam); err != nil {
+				return err
+			}
+			valid = s.it.SeekLT(col)
+			continue
 		}
 		c, ok, err := s.decodeCell(k, n)
 		if err != nil {
@@ -333,12 +459,187 @@ func (s *scanner) scan(emit func(cell.Row) error, backward bool) error {
 		if ok {
 			row.Cells = append(row.Cells, c)
 		}
+		valid = s.it.Prev()
 	}
 	if err := s.it.Error(); err != nil {
 		return err
 	}
 	if prefix != nil {
 		return flush()
+	}
+	return nil
+}
+
+// columnForward appends to dst, oldest first (the order of a backward
+// scan), the visible versions of the column col of family fam (HideEligible
+// mode, a rule that is not None), judged from the newest as scanForward
+// judges them and read up to the first version after which none can be
+// visible. It leaves the iterator inside or just past the column.
+func (s *scanner) columnForward(dst []cell.Cell, col []byte, rowLen int, fam *Family) ([]cell.Cell, error) {
+	q, err := s.qualifier(col[rowLen+4:])
+	if err != nil {
+		return dst, err
+	}
+	first, pos := len(dst), 0
+	for valid := s.it.SeekGE(col); valid && bytes.HasPrefix(s.it.Key(), col); valid = s.it.Next() {
+		k := s.it.Key()
+		s.seen++
+		ts := storage.DecodeSuffix(k[len(k)-storage.SuffixLen:])
+		v, err := s.it.ValueAndErr()
+		if err != nil {
+			return dst, err
+		}
+		data, exp, err := storage.DecodeValue(v)
+		if err != nil {
+			return dst, err
+		}
+		if exp == 0 || exp > s.now {
+			if fam.GC.Check(pos, ts, s.now) == gcrule.ReasonNone {
+				dst = append(dst, cell.Cell{Family: fam.Name, Qualifier: q, Timestamp: ts, Value: s.copyValue(data), ExpireAt: exp})
+			}
+			pos++
+		}
+		if ts >= 0 && fam.GC.Check(pos, ts, s.now) != gcrule.ReasonNone {
+			break // see scanForward
+		}
+	}
+	if err := s.it.Error(); err != nil {
+		return dst, err
+	}
+	slices.Reverse(dst[first:])
+	return dst, nil
+}
+
+// scanForward walks the iterator's bounds in key order, emitting each row
+// (in Bigtable order) with the cells a reader may see, judged one by one.
+func (s *scanner) scanForward(emit func(cell.Row) error) error {
+	var (
+		row    cell.Row
+		prefix []byte // the row's key prefix
+		col    []byte // the column's key (a cell key without its suffix)
+		fam    *Family
+		rule   gcrule.Rule // the family rule readers obey; None in UntilCollected mode
+		pos    int         // the column's unexpired versions met so far
+		colBuf [64]byte    // most column keys fit, and then col stays on the stack
+	)
+	col = colBuf[:0]
+	valid := s.it.First()
+	for valid {
+		k := s.it.Key()
+		s.seen++
+		n := storage.RowKeyLen(k)
+		if len(prefix) == 0 || !bytes.Equal(prefix, k[:n]) {
+			if len(prefix) != 0 {
+				s.hint(row)
+				if err := emit(row); err != nil {
+					return err
+				}
+			}
+			prefix = append(prefix[:0], k[:n]...)
+			var err error
+			if row, err = s.newRow(prefix); err != nil {
+				return err
+			}
+			col = col[:0]
+			if s.head != nil {
+				s.head.StartRow(row.Key)
+			}
+		}
+		ck := k[:len(k)-storage.SuffixLen]
+		if len(col) == 0 || !bytes.Equal(col, ck) {
+			if len(ck) < n+4 {
+				return fmt.Errorf("%w: %x", storage.ErrCorruptKey, k)
+			}
+			col = append(col[:0], ck...)
+			pos = 0
+			var ok bool
+			if fam, ok = s.m.FamilyByID(binary.BigEndian.Uint32(ck[n:])); !ok {
+				valid = s.skipColumn(col) // a dropped family's cells
+				continue
+			}
+			rule = gcrule.Rule{}
+			if s.e.vis == HideEligible {
+				rule = fam.GC
+			}
+			if s.head != nil {
+				s.head.StartColumn()
+				q, err := s.qualifier(ck[n+4:])
+				if err != nil {
+					return err
+				}
+				if s.head.SkipColumn(fam.Name, q) {
+					valid = s.skipColumn(col)
+					continue
+				}
+			}
+		}
+		ts := storage.DecodeSuffix(k[len(k)-storage.SuffixLen:])
+		v, err := s.it.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		data, exp, err := storage.DecodeValue(v)
+		if err != nil {
+			return err
+		}
+		// ColumnEligibility's verdict, one cell at a time: an expired cell
+		// is hidden and takes no position; the rule judges the rest.
+		show := true
+		if exp != 0 && exp <= s.now {
+			show = false
+		} else {
+			if !rule.IsNone() && rule.Check(pos, ts, s.now) != gcrule.ReasonNone {
+				show = false
+			}
+			pos++
+		}
+		skipCol, skipRow := false, false
+		var q []byte
+		if show {
+			if q, err = s.qualifier(ck[n+4:]); err != nil {
+				return err
+			}
+		}
+		if show && s.head != nil {
+			// The filter's head judges the cell, and says when the rest
+			// of the column or row cannot pass it.
+			var skip filter.Skip
+			show, skip = s.head.Cell(fam.Name, q, ts, data)
+			skipCol, skipRow = skip == filter.SkipColumn, skip == filter.SkipRow
+		}
+		if show {
+			row.Cells = append(row.Cells, cell.Cell{
+				Family:    fam.Name,
+				Qualifier: q,
+				Timestamp: ts,
+				Value:     s.copyValue(data),
+				ExpireAt:  exp,
+			})
+		}
+		// Every rule term is a threshold that only more position or more
+		// age crosses, and the column's later versions are older (keys
+		// sort newest first for timestamps >= 0, the only ones writes
+		// accept) and take later positions: if the rule makes the next
+		// position eligible at this cell's timestamp, it makes every
+		// later version eligible.
+		if !skipCol && !skipRow && !rule.IsNone() && ts >= 0 && rule.Check(pos, ts, s.now) != gcrule.ReasonNone {
+			skipCol = true
+		}
+		switch {
+		case skipRow:
+			valid = s.seekPast(prefix)
+		case skipCol:
+			valid = s.skipColumn(col)
+		default:
+			valid = s.it.Next()
+		}
+	}
+	if err := s.it.Error(); err != nil {
+		return err
+	}
+	if len(prefix) != 0 {
+		s.hint(row)
+		return emit(row)
 	}
 	return nil
 }
@@ -359,7 +660,7 @@ func (e *Engine) readRowLocked(m *Meta, row []byte) (cell.Row, readGate, error) 
 	s := scanner{e: e, m: m, it: it, now: e.nowMicros()}
 	out := cell.Row{Key: bytes.Clone(row)}
 	err = s.scanForward(func(r cell.Row) error {
-		out.Cells = e.visible(m, r.Cells, s.now)
+		out.Cells = r.Cells
 		return nil
 	})
 	return out, g, readError(err)

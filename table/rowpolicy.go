@@ -110,13 +110,10 @@ func (e *Engine) SetRowExpiry(f RowExpiry) { e.rowExpiry.Store(&f) }
 // expired, or it is an interleaved child of an expired row (the job will
 // delete them together). Tables without a policy cost one nil check.
 func (e *Engine) rowHidden(m *Meta, row cell.Row, now int64) bool {
-	if m.RowPolicy == nil || m.RowPolicy.Paused || e.vis != HideEligible || len(row.Cells) == 0 {
+	if len(row.Cells) == 0 || !e.rowPolicyApplies(m) {
 		return false
 	}
 	f := e.rowExpiry.Load()
-	if f == nil {
-		return false
-	}
 	if (*f)(m, row, now) {
 		return true
 	}
@@ -139,6 +136,11 @@ func (e *Engine) rowHidden(m *Meta, row cell.Row, now int64) bool {
 	return false
 }
 
+// rowPolicyApplies reports whether rowHidden may hide rows of m.
+func (e *Engine) rowPolicyApplies(m *Meta) bool {
+	return m.RowPolicy != nil && !m.RowPolicy.Paused && e.vis == HideEligible && e.rowExpiry.Load() != nil
+}
+
 // peekRow reads one row's visible cells from the latest state, without a
 // lock.
 func (e *Engine) peekRow(m *Meta, key []byte, now int64) (cell.Row, error) {
@@ -151,7 +153,7 @@ func (e *Engine) peekRow(m *Meta, key []byte, now int64) (cell.Row, error) {
 	s := scanner{e: e, m: m, it: it, now: now}
 	out := cell.Row{Key: key}
 	err = s.scanForward(func(r cell.Row) error {
-		out.Cells = e.visible(m, r.Cells, now)
+		out.Cells = r.Cells
 		return nil
 	})
 	return out, err
@@ -195,7 +197,6 @@ func (e *Engine) DeleteRows(ctx context.Context, m *Meta, keys [][]byte, still f
 	readRange := func(lo, hi []byte, fn func(cell.Row)) error {
 		it.SetBounds(lo, hi)
 		return s.scanForward(func(r cell.Row) error {
-			r.Cells = e.visible(m, r.Cells, s.now)
 			fn(r)
 			return nil
 		})

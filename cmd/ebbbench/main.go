@@ -7,6 +7,14 @@
 //
 //	go run ./cmd/ebbbench [--rows N] [--workers N] [--reads N] [--scans N]
 //	    [--only ebbtable|emulator|ceiling] [--data DIR] [--json] [--cpuprofile PREFIX]
+//
+// With --hot-rows DURATION it runs only the hot-row workload instead
+// (bench.HotRows: 50 clients, half ReadRow and half 1 KiB SetCell on 100
+// rows of a maxversions=1 family) for DURATION against the emulator and
+// ebbtable, and prints process CPU per operation:
+//
+//	go run ./cmd/ebbbench --hot-rows 2s
+//	go run ./cmd/ebbbench --hot-rows 16s --only ebbtable
 package main
 
 import (
@@ -15,6 +23,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 
 	"github.com/ebbtable/ebbtable/bench"
 )
@@ -37,7 +46,8 @@ func main() {
 	flag.StringVar(&opts.DataDir, "data", "", "ebbtable data directory; its table \"bench\" is recreated (default: a temporary directory, removed afterwards)")
 	flag.StringVar(&only, "only", "", "run only this target: ebbtable, emulator or ceiling")
 	flag.BoolVar(&js, "json", false, "print the report as JSON")
-	flag.StringVar(&opts.CPUProfile, "cpuprofile", "", "write CPU profiles of the ebbtable workloads to `PREFIX`.writes, .scans and .point-reads")
+	flag.StringVar(&opts.CPUProfile, "cpuprofile", "", "write CPU profiles of the ebbtable workloads to `PREFIX`.writes, .scans and .point-reads (with --hot-rows: PREFIX.hot-rows, of every target run)")
+	hot := flag.Duration("hot-rows", 0, "run only the hot-row workload, for this long")
 	flag.Parse()
 
 	switch only {
@@ -49,6 +59,36 @@ func main() {
 		os.Exit(2)
 	}
 	opts.Progress = os.Stderr
+	if *hot > 0 {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		var targets []string
+		if only != "" {
+			targets = []string{only}
+		}
+		if opts.CPUProfile != "" {
+			f, err := os.Create(opts.CPUProfile + ".hot-rows")
+			if err == nil {
+				err = pprof.StartCPUProfile(f)
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "ebbbench:", err)
+				os.Exit(1)
+			}
+			defer pprof.StopCPUProfile()
+		}
+		res, err := bench.RunHotRows(ctx, bench.DefaultHotRows(*hot), targets, opts.DataDir)
+		for _, r := range res {
+			fmt.Printf("%-9s %s %v: %8d ops %9.0f ops/s  p50 %-8v p99 %-8v cpu %.2f cores %.1fµs/op  load %.1f\n",
+				r.Target, r.Workload, *hot, r.Ops, r.OpsPerSec, r.P50(), r.P99(), r.CPUCores, r.CPUMicrosPerRow, r.Load1)
+		}
+		if err != nil {
+			pprof.StopCPUProfile()
+			fmt.Fprintln(os.Stderr, "ebbbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
