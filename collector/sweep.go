@@ -411,7 +411,7 @@ func (c *Collector) deleteBatch(m *table.Meta, cands []candidate, now int64, res
 	// gone. A batch with such a deletion is synced.
 	sync := c.eng.Visibility() == table.UntilCollected ||
 		slices.ContainsFunc(done, func(cd candidate) bool { return cd.reason == table.Versions })
-	if err := c.eng.CommitSystem(b, m, recs, sync); err != nil {
+	if err := c.eng.CommitSystem(b, m, rows, recs, sync); err != nil {
 		return err
 	}
 	c.m.batches.Inc()

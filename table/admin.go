@@ -481,5 +481,5 @@ func (e *Engine) DropRowRange(instance, name string, prefix []byte, all bool) er
 	if err := b.DeleteRange(lo, hi, nil); err != nil {
 		return err
 	}
-	return e.commitRecorded(b, m, recs, pebble.Sync)
+	return e.commitRecorded(b, m, nil, recs, pebble.Sync, true)
 }

@@ -109,13 +109,16 @@ func (e *Engine) streaming(tableID uint64) bool {
 	return ok
 }
 
-// commitRecorded adds the records of a change to its batch, under one fresh
-// commit timestamp, and commits both together: a record is never written
-// without its change, nor a change without its record. Tables without a
-// change stream just commit.
-func (e *Engine) commitRecorded(b *pebble.Batch, m *Meta, recs []changestream.Record, opts *pebble.WriteOptions) error {
+// commitRecorded adds the records of a change to the given rows of m (nil:
+// rows it cannot name) to its batch, under one fresh commit timestamp, and
+// commits both together: a record is never written without its change, nor
+// a change without its record. Tables without a change stream just commit.
+//
+// gate makes reads of the rows wait for a synced commit (durable.go); the
+// collector's deletions do without (see CommitSystem).
+func (e *Engine) commitRecorded(b *pebble.Batch, m *Meta, rows [][]byte, recs []changestream.Record, opts *pebble.WriteOptions, gate bool) error {
 	if !e.streaming(m.ID) || len(recs) == 0 {
-		return e.commitOpts(b, opts)
+		return e.commitTable(b, m, rows, opts, gate)
 	}
 	ts := e.seq.begin(e.nowMicros())
 	defer e.seq.end(ts)
@@ -125,7 +128,7 @@ func (e *Engine) commitRecorded(b *pebble.Batch, m *Meta, recs []changestream.Re
 	if err := addRecords(b, m, ts, recs); err != nil {
 		return err
 	}
-	return e.commitOpts(b, opts)
+	return e.commitTable(b, m, rows, opts, gate)
 }
 
 // addRecords adds a transaction's records, at commit timestamp ts, to b.
@@ -139,15 +142,20 @@ func addRecords(b *pebble.Batch, m *Meta, ts int64, recs []changestream.Record) 
 	return nil
 }
 
-// CommitSystem commits a background job's batch together with the records
-// describing it, if the table has a change stream. The caller holds the row
-// locks of the rows it changes. sync says whether to wait for the WAL.
-func (e *Engine) CommitSystem(b *pebble.Batch, m *Meta, recs []changestream.Record, sync bool) error {
+// CommitSystem commits a background job's batch, a change to the given rows
+// of m, together with the records describing it, if the table has a change
+// stream. The caller holds the rows' locks. sync says whether to wait for
+// the WAL. Reads do not wait for it: the collector deletes cells readers
+// cannot see (in the default mode), and making every read of the rows of a
+// batch wait for its fsync would cost foreground reads several times their
+// idle p99 during a pass; a sync makes the deletions durable within one
+// fsync, and the pass syncs once more before it reports.
+func (e *Engine) CommitSystem(b *pebble.Batch, m *Meta, rows [][]byte, recs []changestream.Record, sync bool) error {
 	opts := pebble.NoSync
 	if sync {
 		opts = pebble.Sync
 	}
-	return e.commitRecorded(b, m, recs, opts)
+	return e.commitRecorded(b, m, rows, recs, opts, false)
 }
 
 // SyncWAL makes every commit so far durable, the unsynced ones (such as the
@@ -163,7 +171,7 @@ func (e *Engine) SyncWAL() error {
 	if err := b.LogData([]byte("sync"), nil); err != nil {
 		return err
 	}
-	return e.commitOpts(b, pebble.Sync)
+	return e.commitUngated(b, pebble.Sync) // it changes no data: no read waits
 }
 
 // ChangeBatch is what one read of a change stream returned.

@@ -32,6 +32,9 @@ type durability struct {
 	wild     atomic.Int32 // of those, commits that named no rows
 	stripes  [rowLockStripes]atomic.Int32
 	tables   [tableSlots]atomic.Int32
+	// whole counts commits to a table that name no rows (a range drop, a
+	// batch of the row deletion job): every read of the table waits.
+	whole [tableSlots]atomic.Int32
 
 	next atomic.Uint64 // the last ticket handed out (changed under mu)
 
@@ -53,21 +56,26 @@ func newDurability() *durability {
 type commitTicket struct {
 	n       uint64
 	table   int   // table slot; -1: a wildcard commit
+	whole   bool  // the commit names no rows of its table
 	stripes []int // row stripes, each counted once
 }
 
 // begin takes a ticket for a commit of the given rows' stripes in table
-// slot tableSlot (-1 with nil stripes: rows unknown). It must be called
-// before the batch is applied.
-func (d *durability) begin(tableSlot int, stripes []int) commitTicket {
+// slot tableSlot; whole: of rows it cannot name; tableSlot -1: of no table
+// it can name. It must be called before the batch is applied.
+func (d *durability) begin(tableSlot int, stripes []int, whole bool) commitTicket {
 	d.mu.Lock()
-	t := commitTicket{n: d.next.Add(1), table: tableSlot, stripes: stripes}
+	t := commitTicket{n: d.next.Add(1), table: tableSlot, whole: whole, stripes: stripes}
 	d.pending = append(d.pending, t.n)
 	d.mu.Unlock()
-	if tableSlot < 0 {
+	switch {
+	case tableSlot < 0:
 		d.wild.Add(1)
-	} else {
+	default:
 		d.tables[tableSlot].Add(1)
+		if whole {
+			d.whole[tableSlot].Add(1)
+		}
 		for _, s := range stripes {
 			d.stripes[s].Add(1)
 		}
@@ -83,6 +91,9 @@ func (d *durability) end(t commitTicket) {
 		d.wild.Add(-1)
 	} else {
 		d.tables[t.table].Add(-1)
+		if t.whole {
+			d.whole[t.table].Add(-1)
+		}
 		for _, s := range t.stripes {
 			d.stripes[s].Add(-1)
 		}
@@ -103,10 +114,11 @@ func (d *durability) end(t commitTicket) {
 // mark returns the ticket count; call it after opening the snapshot.
 func (d *durability) mark() uint64 { return d.next.Load() }
 
-// busyRow says whether a write to the row with this stripe, or one that
-// named no rows, may be in flight.
-func (d *durability) busyRow(stripe int) bool {
-	return d.inflight.Load() > 0 && (d.wild.Load() > 0 || d.stripes[stripe].Load() > 0)
+// busyRow says whether a write to the row with this stripe, one to the
+// row's table that named no rows, or one that named no table, may be in
+// flight.
+func (d *durability) busyRow(slot, stripe int) bool {
+	return d.inflight.Load() > 0 && (d.wild.Load() > 0 || d.whole[slot].Load() > 0 || d.stripes[stripe].Load() > 0)
 }
 
 // busyTable says whether a write to the table with this slot, or one that
@@ -163,7 +175,7 @@ func (e *Engine) gate() readGate { return readGate{e: e, mark: e.dur.mark()} }
 
 // row waits, if needed, before the read returns something of row in table.
 func (g *readGate) row(ctx context.Context, tableID uint64, row []byte) error {
-	if g.waited || g.e.dur.inflight.Load() == 0 || !g.e.dur.busyRow(g.e.stripe(tableID, row)) {
+	if g.waited || g.e.dur.inflight.Load() == 0 || !g.e.dur.busyRow(tableSlot(tableID), g.e.stripe(tableID, row)) {
 		return nil
 	}
 	g.waited = true

@@ -459,7 +459,7 @@ func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs [
 			return nil, err
 		}
 	}
-	t := e.dur.begin(tableSlot(m.ID), e.stripes(m.ID, rows))
+	t := e.dur.begin(tableSlot(m.ID), e.stripes(m.ID, rows), false)
 	defer func() {
 		if p := recover(); p != nil {
 			// Pebble's commit pipeline failed: the batch's fate is
@@ -536,17 +536,49 @@ func (e *Engine) commitOpts(b *pebble.Batch, opts *pebble.WriteOptions) (err err
 		}
 		return nil
 	}
-	wait, err := e.applySynced(b)
+	wait, err := e.applySynced(b, -1, nil, false)
 	if err != nil {
 		return err
 	}
 	return wait()
 }
 
-// applySynced applies b under a wildcard ticket and returns the wait for
-// its sync; b stays the caller's to close.
-func (e *Engine) applySynced(b *pebble.Batch) (wait func() error, err error) {
-	t := e.dur.begin(-1, nil)
+// commitTable commits b, a change to table m's rows (nil: rows it cannot
+// name), with opts: as commitOpts, but a synced commit makes only reads of
+// those rows (or of the table) wait for it — or none, without gate.
+func (e *Engine) commitTable(b *pebble.Batch, m *Meta, rows [][]byte, opts *pebble.WriteOptions, gate bool) error {
+	if !opts.Sync {
+		return e.commitOpts(b, opts)
+	}
+	if !gate {
+		return e.commitUngated(b, opts)
+	}
+	wait, err := e.applySynced(b, tableSlot(m.ID), e.stripes(m.ID, rows), rows == nil)
+	if err != nil {
+		return err
+	}
+	return wait()
+}
+
+// commitUngated commits b with opts, synced or not, without a durability
+// ticket: no read waits for it. For commits whose visibility before their
+// sync cannot mislead a reader (see CommitSystem, SyncWAL).
+func (e *Engine) commitUngated(b *pebble.Batch, opts *pebble.WriteOptions) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = e.recoverFatal(p)
+		}
+	}()
+	if err := b.Commit(opts); err != nil {
+		return fmt.Errorf("ebbtable: commit: %w", err)
+	}
+	return e.Err() // a sync reported done after the engine failed is not to be trusted
+}
+
+// applySynced applies b under a ticket (see durability.begin) and returns
+// the wait for its sync; b stays the caller's to close.
+func (e *Engine) applySynced(b *pebble.Batch, slot int, stripes []int, whole bool) (wait func() error, err error) {
+	t := e.dur.begin(slot, stripes, whole)
 	defer func() {
 		if p := recover(); p != nil {
 			err = e.recoverFatal(p)

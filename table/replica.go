@@ -419,7 +419,7 @@ func (e *Engine) ApplyReplicated(m *Meta, origin string, recs []changestream.Rec
 	}
 	// Not synced: a batch lost in a crash takes its checkpoint with it, and
 	// the records are pulled again.
-	return st, e.commitRecorded(b, m, out, pebble.NoSync)
+	return st, e.commitRecorded(b, m, nil, out, pebble.NoSync, true)
 }
 
 // validateReplicated checks a peer's records as the local write path checks

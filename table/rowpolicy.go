@@ -268,7 +268,7 @@ func (e *Engine) DeleteRows(ctx context.Context, m *Meta, keys [][]byte, still f
 	} else {
 		cur = m
 	}
-	if err := e.commitRecorded(b, cur, recs, pebble.Sync); err != nil {
+	if err := e.commitRecorded(b, cur, nil, recs, pebble.Sync, true); err != nil {
 		return nil, err
 	}
 	return deleted, nil
