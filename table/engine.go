@@ -468,6 +468,17 @@ func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs [
 			err = e.recoverFatal(p)
 		}
 	}()
+	if err := e.Err(); err != nil {
+		// The WAL failed for another writer: Pebble's pipeline is broken
+		// and may crash on the next commit (rotateWAL panics holding its
+		// mutex), so nothing more goes in.
+		e.dur.end(t)
+		if recorded {
+			e.seq.end(ts)
+		}
+		b.Close()
+		return nil, err
+	}
 	if err := e.store.ApplyNoSyncWait(b, pebble.Sync); err != nil {
 		// Refused before it reached the WAL: nothing was applied.
 		e.dur.end(t)
@@ -526,6 +537,9 @@ func (e *Engine) commit(b *pebble.Batch) error {
 // durability ticket until it is durable; a failed commit fails the engine.
 func (e *Engine) commitOpts(b *pebble.Batch, opts *pebble.WriteOptions) (err error) {
 	if !opts.Sync {
+		if err := e.Err(); err != nil { // see commitVisibleAt
+			return err
+		}
 		defer func() {
 			if p := recover(); p != nil {
 				err = e.recoverFatal(p)
@@ -564,6 +578,9 @@ func (e *Engine) commitTable(b *pebble.Batch, m *Meta, rows [][]byte, opts *pebb
 // ticket: no read waits for it. For commits whose visibility before their
 // sync cannot mislead a reader (see CommitSystem, SyncWAL).
 func (e *Engine) commitUngated(b *pebble.Batch, opts *pebble.WriteOptions) (err error) {
+	if err := e.Err(); err != nil { // see commitVisibleAt
+		return err
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			err = e.recoverFatal(p)
@@ -584,6 +601,10 @@ func (e *Engine) applySynced(b *pebble.Batch, slot int, stripes []int, whole boo
 			err = e.recoverFatal(p)
 		}
 	}()
+	if err := e.Err(); err != nil { // see commitVisibleAt
+		e.dur.end(t)
+		return nil, err
+	}
 	if err := e.store.ApplyNoSyncWait(b, pebble.Sync); err != nil {
 		e.dur.end(t)
 		return nil, fmt.Errorf("ebbtable: commit: %w", err)
