@@ -4,7 +4,7 @@ import (
 	"github.com/ebbtable/ebbtable/table"
 )
 
-// Age cutoffs (README "GC across clusters"). Each cluster collects by age on
+// Age cutoffs (docs/replication.md, "GC across clusters"). Each cluster collects by age on
 // its own, so after a max-age raise clusters may hold different cells. Each
 // family's age cutoff says how far this cluster has collected: at every
 // pass it becomes max(previous cutoff, pass time − the rule's shortest max

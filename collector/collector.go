@@ -272,7 +272,7 @@ func tablesMatching(ms []*table.Meta, sel Selector) []*table.Meta {
 // The engine runs the hook only for changes made on this cluster, and the
 // sweep collects versions-eligible cells too, even on a cluster that is not
 // the GC leader: the cluster that loosens the rule decides those deletions
-// once, and they replicate like the leader's (README "GC across clusters").
+// once, and they replicate like the leader's (docs/replication.md, "GC across clusters").
 func (c *Collector) BeforeRuleChange(old *table.Meta, f table.Family, next gcrule.Rule) error {
 	if c.eng.Visibility() == table.UntilCollected || !gcrule.Looser(f.GC, next) {
 		return nil

@@ -9,7 +9,7 @@ import (
 	"github.com/ebbtable/ebbtable/table"
 )
 
-// Holds (README "GC across clusters", coordinated raise): while a family's
+// Holds (docs/replication.md, "GC across clusters", coordinated raise): while a family's
 // age sweeps are held, passes leave its age-eligible cells alone and its
 // age cutoff where it is; CollectFamilyAt still collects it, at the instant
 // the coordinator chose, so every cluster stops at the same cutoff.

@@ -3,7 +3,7 @@ package server
 import "github.com/ebbtable/ebbtable/table"
 
 // ageCutoffs returns this cluster's age cutoff (micros) per family of a
-// table, as its collector recorded them (README "GC across clusters").
+// table, as its collector recorded them (docs/replication.md, "GC across clusters").
 // It reads only the table's own families: pulls and scrapes call it for
 // every table.
 func (s *Server) ageCutoffs(m *table.Meta) map[string]int64 {

@@ -191,7 +191,7 @@ func (a *ebbAdmin) gcStatus(ctx context.Context, in *structpb.Struct) (*structpb
 			for _, f := range m.Families {
 				fam := map[string]any{"name": f.Name, "rule": f.GC.String()}
 				// age_cutoff: how far this cluster has collected by age
-				// (README "GC across clusters").
+				// (docs/replication.md, "GC across clusters").
 				if c, ok := cutoff[m.Instance+"\x00"+m.Name+"\x00"+f.Name]; ok {
 					fam["age_cutoff"] = time.UnixMicro(c).UTC().Format(time.RFC3339Nano)
 				}

@@ -4,7 +4,7 @@ import (
 	"github.com/ebbtable/ebbtable/changestream"
 )
 
-// Garbage collection across clusters (README "GC across clusters").
+// Garbage collection across clusters (docs/replication.md, "GC across clusters").
 // Collections by age run in every cluster on its own and stay local.
 // Collections by versions are decided once, by the instance's GC leader,
 // and replicate like writes: the pull handler ships them as

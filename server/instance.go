@@ -40,7 +40,7 @@ const (
 // Instances are implicit: one per projects/P/instances/I seen in a table,
 // cluster or app profile. Every instance has this process's cluster
 // (Options.ClusterID); CreateCluster records further clusters durably but
-// does not start them (see README "Clusters and app profiles").
+// does not start them (see docs/replication.md).
 type instanceServer struct {
 	adminpb.UnimplementedBigtableInstanceAdminServer
 	s  *Server

@@ -14,7 +14,7 @@ import (
 
 // Raising a max age on a replicated table. Plain raises replicate like any
 // schema change and may leave clusters out of sync for the span between
-// their age cutoffs (README "GC across clusters"). A coordinated raise
+// their age cutoffs (docs/replication.md, "GC across clusters"). A coordinated raise
 // avoids that: it holds the family's age sweeps on every cluster, has each
 // collect the family under the old rule as of one common instant, changes
 // the rule, waits until every cluster has it, then releases the holds — so

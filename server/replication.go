@@ -26,7 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
-// Replication between clusters (README "Replication"). Each cluster pulls
+// Replication between clusters (docs/replication.md). Each cluster pulls
 // from each peer the user records that originated there (EbbAdmin/Pull, a
 // long poll over every table's change stream) and applies them with
 // table.Engine.ApplyReplicated; the checkpoint of what it applied is written
@@ -77,7 +77,7 @@ type replication struct {
 	latency *prometheus.HistogramVec
 	applied *prometheus.CounterVec
 	// gcShipped and gcApplied count versions-GC deletions (cells) shipped
-	// to peers and applied from them (README "GC across clusters").
+	// to peers and applied from them (docs/replication.md, "GC across clusters").
 	gcShipped *prometheus.CounterVec
 	gcApplied *prometheus.CounterVec
 }

@@ -40,7 +40,7 @@ type Options struct {
 	// ClusterID names this cluster in replication views. Default "ebbtable".
 	ClusterID string
 	// Join, when set, is the address of a running cluster of the instance
-	// this process joins as a further cluster (see README "Replication").
+	// this process joins as a further cluster (see docs/replication.md).
 	Join string
 	// AdvertiseAddr is the address peers reach this process at; default
 	// the listen address.

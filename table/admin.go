@@ -319,7 +319,7 @@ func (e *Engine) ModifyFamiliesAt(instance, name string, mods []FamilyMod, st st
 			}
 			// A change that arrives from a peer does not run the hook: it
 			// takes effect here without a collection under the old rule,
-			// as on the source system (README "GC across clusters").
+			// as on the source system (docs/replication.md, "GC across clusters").
 			if e.schemaHook != nil && st.IsZero() && !mod.Collected {
 				if err := e.schemaHook(old, *f, mod.GC); err != nil {
 					return nil, err

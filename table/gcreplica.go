@@ -10,7 +10,7 @@ import (
 	"github.com/ebbtable/ebbtable/storage"
 )
 
-// Garbage collection across clusters, the engine's half (README "GC across
+// Garbage collection across clusters, the engine's half (docs/replication.md, "GC across
 // clusters"). Age-based collection runs in each cluster on its own clock, so
 // raising a family's max age on a replicated table is bounded: a cluster that
 // already collected under the old age cannot get those cells back, while a
