@@ -104,7 +104,7 @@ func (c *Collector) DebtOf(ctx context.Context, m *table.Meta) (Debt, error) {
 		if err := ctx.Err(); err != nil {
 			return d, err
 		}
-		cands, next, err := c.scanBatch(m, cursor, hi, nil, now, sweepAll, sweepRules{}, &res, &sc)
+		cands, next, err := c.scanBatch(m, cursor, hi, now, sweepAll, sweepRules{}, &res, &sc)
 		if err != nil {
 			return d, err
 		}

@@ -82,48 +82,45 @@ func (c *Collector) sweepTableAt(ctx context.Context, m *table.Meta, onlyFamily 
 	// expiry property that was always empty, and expired cells flushed to
 	// SSTables were never collected.) The timestamp filter alone cannot
 	// replace the scan: it finds age-eligible cells, not expired ones.
-	scans := [][]pebble.BlockPropertyFilter{nil}
 	var first, last []byte
 	var sc scratch
-	for _, filters := range scans {
-		cursor := lo
-		for cursor != nil {
-			if err := ctx.Err(); err != nil {
+	cursor := lo
+	for cursor != nil {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		before := res.examined
+		busy := time.Now()
+		cands, next, err := c.scanBatch(m, cursor, hi, now, onlyFamily, rules, &res, &sc)
+		c.m.cellsExamined.Add(float64(res.examined - before))
+		if err != nil {
+			return res, err
+		}
+		if len(cands) > 0 {
+			if err := c.deleteBatch(m, cands, now, &res, &sc); err != nil {
 				return res, err
 			}
-			before := res.examined
-			busy := time.Now()
-			cands, next, err := c.scanBatch(m, cursor, hi, filters, now, onlyFamily, rules, &res, &sc)
-			c.m.cellsExamined.Add(float64(res.examined - before))
-			if err != nil {
-				return res, err
+			// The candidates' keys are reused by the next batch.
+			if first == nil || bytes.Compare(cands[0].key, first) < 0 {
+				first = bytes.Clone(cands[0].key)
 			}
-			if len(cands) > 0 {
-				if err := c.deleteBatch(m, cands, now, &res, &sc); err != nil {
-					return res, err
-				}
-				// The candidates' keys are reused by the next batch.
-				if first == nil || bytes.Compare(cands[0].key, first) < 0 {
-					first = bytes.Clone(cands[0].key)
-				}
-				if k := cands[len(cands)-1].key; last == nil || bytes.Compare(k, last) > 0 {
-					last = append(last[:0], k...)
-				}
+			if k := cands[len(cands)-1].key; last == nil || bytes.Compare(k, last) > 0 {
+				last = append(last[:0], k...)
 			}
-			cursor = next
-			if cursor != nil && c.opts.Pause > 0 {
-				// Pacing is about sharing the machine now, so it waits
-				// on the real clock, not the injected one that decides
-				// what is eligible: at least Pause, and long enough that
-				// the pass works at most a third of the time.
-				pause := max(c.opts.Pause, 2*time.Since(busy))
-				t := time.NewTimer(pause)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return res, ctx.Err()
-				case <-t.C:
-				}
+		}
+		cursor = next
+		if cursor != nil && c.opts.Pause > 0 {
+			// Pacing is about sharing the machine now, so it waits
+			// on the real clock, not the injected one that decides
+			// what is eligible: at least Pause, and long enough that
+			// the pass works at most a third of the time.
+			pause := max(c.opts.Pause, 2*time.Since(busy))
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return res, ctx.Err()
+			case <-t.C:
 			}
 		}
 	}
@@ -189,8 +186,8 @@ func (c *Collector) reclaim(ctx context.Context, start, end []byte) error {
 // cells a max-versions term made eligible for the leader, whose deletions
 // arrive by replication; rules.held leaves the age-eligible cells of
 // families whose age sweeps are held. sc holds memory reused across batches.
-func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, filters []pebble.BlockPropertyFilter, now int64, onlyFamily uint32, rules sweepRules, res *tableResult, sc *scratch) ([]candidate, []byte, error) {
-	it, err := c.eng.Store().NewIter(&pebble.IterOptions{LowerBound: cursor, UpperBound: hi, PointKeyFilters: filters})
+func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, now int64, onlyFamily uint32, rules sweepRules, res *tableResult, sc *scratch) ([]candidate, []byte, error) {
+	it, err := c.eng.Store().NewIter(&pebble.IterOptions{LowerBound: cursor, UpperBound: hi})
 	if err != nil {
 		return nil, nil, err
 	}

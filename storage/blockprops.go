@@ -33,19 +33,10 @@ func NewTimestampCollector() pebble.BlockPropertyCollector {
 	return sstable.NewBlockIntervalCollector(TimestampPropertyName, timestampMapper{}, nil)
 }
 
-// OlderThanFilter returns a filter that lets an iterator skip blocks and
-// tables holding no cell with a timestamp below cutoff (microseconds).
-// Blocks may still yield keys at or above cutoff; callers check each key.
-//
-// No sweep uses it today: a pass must also find cells past their native
-// expiry, which no key-derived property shows (see collector/sweep.go).
-//
-// There is deliberately no property of expiries: Pebble's columnar SSTable
-// writer gives block-property collectors no values for SET keys, so one
-// computed from the value header would always be empty.
-func OlderThanFilter(cutoff int64) pebble.BlockPropertyFilter {
-	if cutoff < 0 {
-		cutoff = 0
-	}
-	return sstable.NewBlockIntervalFilter(TimestampPropertyName, 0, uint64(cutoff), nil)
-}
+// No filter reads this property today: a GC pass must also find cells past
+// their native expiry, which no key-derived property shows (see
+// collector/sweep.go), and there is deliberately no property of expiries:
+// Pebble's columnar SSTable writer gives block-property collectors no values
+// for SET keys, so one computed from the value header would always be empty.
+// It is kept so the tables written carry it for passes that skip blocks by
+// age once expiries have a key-visible signal.

@@ -103,6 +103,7 @@ func Open(opts Options) (*DB, error) {
 			opts.OnFatal(err)
 		}
 	}, opts.Logger)
+	events := listenerFor(fail, opts.MaxSyncDuration)
 	var closeHealth func() error
 	if opts.MaxSyncDuration > 0 {
 		// Every write and sync is watched; one still running past the
@@ -110,15 +111,12 @@ func Open(opts Options) (*DB, error) {
 		// listener sees it cross the limit). Pacing sleeps happen above
 		// this layer, so they never count.
 		var c io.Closer
-		fs, c = vfs.WithDiskHealthChecks(fs, min(5*time.Second, opts.MaxSyncDuration/2), nil, func(info vfs.DiskSlowInfo) {
-			listenerFor(fail, opts.MaxSyncDuration).DiskSlow(info)
-		})
+		fs, c = vfs.WithDiskHealthChecks(fs, min(5*time.Second, opts.MaxSyncDuration/2), nil, events.DiskSlow)
 		closeHealth = c.Close
 	}
 	pc := &pacer{}
 	cache := pebble.NewCache(opts.CacheBytes)
 	defer cache.Unref()
-	events := listenerFor(fail, opts.MaxSyncDuration)
 	po := &pebble.Options{
 		Comparer:           Comparer,
 		Cache:              cache,

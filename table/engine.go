@@ -440,7 +440,7 @@ func (e *Engine) commitVisible(b *pebble.Batch, m *Meta, rows [][]byte, recs []c
 
 // commitVisibleAt is commitVisible with a commit timestamp already taken
 // (ts, from writeStamp; 0 for none), which it ends.
-func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs []changestream.Record, ts int64) (wait func() error, err error) {
+func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs []changestream.Record, ts int64) (func() error, error) {
 	recorded := len(recs) > 0 && (ts != 0 || m.ChangeStream != nil)
 	if !recorded && ts != 0 {
 		e.seq.end(ts)
@@ -459,53 +459,24 @@ func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs [
 			return nil, err
 		}
 	}
-	t := e.dur.begin(tableSlot(m.ID), e.stripes(m.ID, rows), false)
-	defer func() {
-		if p := recover(); p != nil {
-			// Pebble's commit pipeline failed: the batch's fate is
-			// unknown, so neither its ticket nor its commit timestamp is
-			// given back, and the engine has failed.
-			err = e.recoverFatal(p)
+	synced, err := e.applySynced(b, tableSlot(m.ID), e.stripes(m.ID, rows), false)
+	if err != nil {
+		if e.Err() == nil {
+			// Refused before it reached the WAL: nothing was applied.
+			if recorded {
+				e.seq.end(ts)
+			}
+			b.Close()
 		}
-	}()
-	if err := e.Err(); err != nil {
-		// The WAL failed for another writer: Pebble's pipeline is broken
-		// and may crash on the next commit (rotateWAL panics holding its
-		// mutex), so nothing more goes in.
-		e.dur.end(t)
-		if recorded {
-			e.seq.end(ts)
-		}
-		b.Close()
+		// Otherwise the batch's fate is unknown: its commit timestamp
+		// stays in flight, and the engine has failed.
 		return nil, err
-	}
-	if err := e.store.ApplyNoSyncWait(b, pebble.Sync); err != nil {
-		// Refused before it reached the WAL: nothing was applied.
-		e.dur.end(t)
-		if recorded {
-			e.seq.end(ts)
-		}
-		b.Close()
-		return nil, fmt.Errorf("ebbtable: commit: %w", err)
 	}
 	return func() error {
 		defer b.Close()
-		if err := b.SyncWait(); err != nil {
-			// Readers never saw it (the ticket stays taken) and the
-			// engine serves nothing more. A failed write(2) left no
-			// record; a failed fsync may have left one the disk kept,
-			// which a restart replays: the writer must not count on
-			// either outcome.
-			return fmt.Errorf("%w (the write may or may not be applied after a restart)", e.fail(fmt.Errorf("WAL write or sync failed: %w", err)))
+		if err := synced(); err != nil {
+			return err // the commit timestamp stays in flight
 		}
-		if err := e.Err(); err != nil {
-			// The WAL failed for another writer while this one waited:
-			// once Pebble's commit pipeline has broken, a sync it reports
-			// as done cannot be trusted (under ext4's shutdown ioctl,
-			// Pebble on its own acknowledged writes no WAL held).
-			return fmt.Errorf("%w (the write may or may not be applied after a restart)", err)
-		}
-		e.dur.end(t)
 		if recorded {
 			e.seq.end(ts)
 		}
@@ -534,21 +505,11 @@ func (e *Engine) commit(b *pebble.Batch) error {
 }
 
 // commitOpts commits b with opts. A synced commit holds a wildcard
-// durability ticket until it is durable; a failed commit fails the engine.
-func (e *Engine) commitOpts(b *pebble.Batch, opts *pebble.WriteOptions) (err error) {
+// durability ticket until it is durable; an unsynced one gates nothing (it
+// is durable only with the next sync); a failed commit fails the engine.
+func (e *Engine) commitOpts(b *pebble.Batch, opts *pebble.WriteOptions) error {
 	if !opts.Sync {
-		if err := e.Err(); err != nil { // see commitVisibleAt
-			return err
-		}
-		defer func() {
-			if p := recover(); p != nil {
-				err = e.recoverFatal(p)
-			}
-		}()
-		if err := b.Commit(opts); err != nil {
-			return fmt.Errorf("ebbtable: commit: %w", err)
-		}
-		return nil
+		return e.commitUngated(b, opts)
 	}
 	wait, err := e.applySynced(b, -1, nil, false)
 	if err != nil {
@@ -578,7 +539,7 @@ func (e *Engine) commitTable(b *pebble.Batch, m *Meta, rows [][]byte, opts *pebb
 // ticket: no read waits for it. For commits whose visibility before their
 // sync cannot mislead a reader (see CommitSystem, SyncWAL).
 func (e *Engine) commitUngated(b *pebble.Batch, opts *pebble.WriteOptions) (err error) {
-	if err := e.Err(); err != nil { // see commitVisibleAt
+	if err := e.Err(); err != nil { // see applySynced
 		return err
 	}
 	defer func() {
@@ -593,7 +554,11 @@ func (e *Engine) commitUngated(b *pebble.Batch, opts *pebble.WriteOptions) (err 
 }
 
 // applySynced applies b under a ticket (see durability.begin) and returns
-// the wait for its sync; b stays the caller's to close.
+// the wait for its sync; b stays the caller's to close. Once the engine has
+// failed nothing more goes into Pebble: its broken pipeline may crash on the
+// next commit (rotateWAL panics holding its mutex). A panic out of the
+// pipeline fails the engine and leaves the ticket taken (the batch's fate is
+// unknown); so does a failed sync, which readers therefore never see.
 func (e *Engine) applySynced(b *pebble.Batch, slot int, stripes []int, whole bool) (wait func() error, err error) {
 	t := e.dur.begin(slot, stripes, whole)
 	defer func() {
@@ -601,7 +566,7 @@ func (e *Engine) applySynced(b *pebble.Batch, slot int, stripes []int, whole boo
 			err = e.recoverFatal(p)
 		}
 	}()
-	if err := e.Err(); err != nil { // see commitVisibleAt
+	if err := e.Err(); err != nil {
 		e.dur.end(t)
 		return nil, err
 	}
@@ -610,11 +575,20 @@ func (e *Engine) applySynced(b *pebble.Batch, slot int, stripes []int, whole boo
 		return nil, fmt.Errorf("ebbtable: commit: %w", err)
 	}
 	return func() error {
-		if err := b.SyncWait(); err != nil {
-			return e.fail(fmt.Errorf("WAL write or sync failed: %w", err))
+		// A failed write(2) left no record; a failed fsync may have left
+		// one the disk kept, which a restart replays: the writer must not
+		// count on either outcome. Nor on a sync reported done after the
+		// engine failed: once Pebble's pipeline has broken, it cannot be
+		// trusted (under ext4's shutdown ioctl, Pebble alone acknowledged
+		// writes no WAL held).
+		err := b.SyncWait()
+		if err != nil {
+			err = e.fail(fmt.Errorf("WAL write or sync failed: %w", err))
+		} else {
+			err = e.Err()
 		}
-		if err := e.Err(); err != nil {
-			return err // as in commitVisibleAt: not to be trusted
+		if err != nil {
+			return fmt.Errorf("%w (the write may or may not be applied after a restart)", err)
 		}
 		e.dur.end(t)
 		return nil
