@@ -1,0 +1,238 @@
+package lint
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/ebbtable/ebbtable"
+
+// upper lists the top-level directories that may speak gRPC or HTTP: the
+// transports, the commands and the test-only harnesses. Every other package
+// is below the server and must not.
+var upper = map[string]bool{
+	"server": true, "cli": true, "cmd": true, "console": true, "auth": true,
+	"compat": true, "robustness": true, "bench": true, "examples": true, "internal": true,
+}
+
+// pebbleHomes may import Pebble. pebbleUnsealed are the packages that still
+// do while the engine is being sealed (issue 19); the list may only shrink.
+var (
+	pebbleHomes    = map[string]bool{"storage": true, "table": true}
+	pebbleUnsealed = map[string]bool{"backup": true, "changestream": true, "collector": true, "rowttl": true, "server": true}
+)
+
+// sleepers are the test files allowed to call time.Sleep: each waits on a
+// real process, a real disk or a peer on the real clock. New tests wait on
+// the injected clock or testkit polling instead; the list may only shrink.
+var sleepers = map[string]bool{
+	"backup/backup_test.go":            true,
+	"cli/cbt_test.go":                  true,
+	"cli/changestream_test.go":         true,
+	"cli/diskfault_harness_test.go":    true,
+	"cli/diskfault_test.go":            true,
+	"cli/gc_test.go":                   true,
+	"cli/gcdivergence_test.go":         true,
+	"cli/gcspace_test.go":              true,
+	"cli/replication_test.go":          true,
+	"cli/rowttl_test.go":               true,
+	"cli/ttl_test.go":                  true,
+	"collector/bench_test.go":          true,
+	"collector/collector_test.go":      true,
+	"robustness/lin_test.go":           true,
+	"robustness/main_test.go":          true,
+	"rowttl/bench_test.go":             true,
+	"rowttl/job_test.go":               true,
+	"schedule/schedule_test.go":        true,
+	"server/backup_test.go":            true,
+	"server/replication_bench_test.go": true,
+	"server/replication_test.go":       true,
+	"table/changestream_test.go":       true,
+	"table/durable_test.go":            true,
+	"table/walfault_test.go":           true,
+}
+
+// file is one parsed Go file of the module.
+type file struct {
+	rel  string // slash path from the module root
+	dir  string // slash directory from the module root
+	top  string // first path element
+	test bool
+	ast  *ast.File
+}
+
+func parseModule(t *testing.T) []file {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("module root not found: %v", err)
+	}
+	var files []file
+	fset := token.NewFileSet()
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "ebbtable-data") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		dir := filepath.ToSlash(filepath.Dir(rel))
+		files = append(files, file{rel: rel, dir: dir, top: strings.Split(rel, "/")[0], test: strings.HasSuffix(name, "_test.go"), ast: f})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 50 {
+		t.Fatalf("found only %d Go files under %s", len(files), root)
+	}
+	return files
+}
+
+// TestLayers keeps the architecture's walls: nothing below the server
+// imports gRPC or net/http, and Pebble stays inside storage and table.
+func TestLayers(t *testing.T) {
+	for _, f := range parseModule(t) {
+		if f.test {
+			continue
+		}
+		for _, imp := range f.ast.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			below := !upper[f.top]
+			if below && (strings.HasPrefix(path, "google.golang.org/grpc") || path == "net/http" || strings.HasPrefix(path, "net/http/")) {
+				t.Errorf("%s imports %s: nothing below the server speaks gRPC or HTTP", f.rel, path)
+			}
+			if strings.HasPrefix(path, "github.com/cockroachdb/pebble") && !pebbleHomes[f.top] && !pebbleUnsealed[f.top] {
+				t.Errorf("%s imports %s: Pebble stays inside storage and table", f.rel, path)
+			}
+		}
+	}
+}
+
+// TestNoGRPCBelowServer checks the same wall transitively: a package below
+// the server must not pull gRPC in through another package.
+func TestNoGRPCBelowServer(t *testing.T) {
+	dirs := map[string]bool{}
+	for _, f := range parseModule(t) {
+		if !f.test && !upper[f.top] && f.dir != "." {
+			dirs[f.dir] = true
+		}
+	}
+	var pkgs []string
+	for d := range dirs {
+		pkgs = append(pkgs, module+"/"+d)
+	}
+	sort.Strings(pkgs)
+	args := append([]string{"list", "-f", `{{.ImportPath}} {{join .Deps " "}}`}, pkgs...)
+	out, err := exec.Command("go", args...).Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		for _, dep := range fields[1:] {
+			if strings.HasPrefix(dep, "google.golang.org/grpc") {
+				t.Errorf("package %s depends on %s", fields[0], dep)
+				break
+			}
+		}
+	}
+}
+
+// TestPackagesAreDocumented requires a package doc comment on every package
+// of the module: what it owns, for the reader who opens it first.
+func TestPackagesAreDocumented(t *testing.T) {
+	documented := map[string]bool{}
+	seen := map[string]bool{}
+	for _, f := range parseModule(t) {
+		if f.test {
+			continue
+		}
+		seen[f.dir] = true
+		if f.ast.Doc != nil && strings.TrimSpace(f.ast.Doc.Text()) != "" {
+			documented[f.dir] = true
+		}
+	}
+	for dir := range seen {
+		if !documented[dir] {
+			t.Errorf("package %s has no doc comment", dir)
+		}
+	}
+}
+
+// TestLoggingIsInjected forbids slog's package-level logging outside main
+// packages: libraries log through the *slog.Logger they are given.
+func TestLoggingIsInjected(t *testing.T) {
+	calls := map[string]bool{"Debug": true, "Info": true, "Warn": true, "Error": true, "Log": true, "LogAttrs": true,
+		"DebugContext": true, "InfoContext": true, "WarnContext": true, "ErrorContext": true}
+	for _, f := range parseModule(t) {
+		if f.test || f.ast.Name.Name == "main" {
+			continue
+		}
+		ast.Inspect(f.ast, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == "slog" && calls[sel.Sel.Name] {
+				t.Errorf("%s calls slog.%s: log through an injected *slog.Logger", f.rel, sel.Sel.Name)
+			}
+			return true
+		})
+	}
+}
+
+// TestTestsDoNotSleep keeps tests on the injected clock and on polling
+// helpers: only the files in sleepers may call time.Sleep.
+func TestTestsDoNotSleep(t *testing.T) {
+	sleeping := map[string]bool{}
+	for _, f := range parseModule(t) {
+		if !f.test {
+			continue
+		}
+		ast.Inspect(f.ast, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if ok && sel.Sel.Name == "Sleep" {
+				if id, ok := sel.X.(*ast.Ident); ok && id.Name == "time" {
+					sleeping[f.rel] = true
+				}
+			}
+			return true
+		})
+	}
+	for rel := range sleeping {
+		if !sleepers[rel] {
+			t.Errorf("%s calls time.Sleep: wait on the injected clock or poll instead", rel)
+		}
+	}
+	for rel := range sleepers {
+		if !sleeping[rel] {
+			t.Errorf("%s no longer sleeps: take it off the allow-list", rel)
+		}
+	}
+}
