@@ -15,6 +15,7 @@ import (
 	"github.com/ebbtable/ebbtable/cell"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/gcrule"
+	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -401,13 +402,7 @@ func names(ms []*Manifest) []string {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.Eventually(t, "condition", 10*time.Second, func() (bool, string) { return cond(), "" })
 }
 
 func TestCopyListDeleteAndReopen(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"github.com/ebbtable/ebbtable/internal/testkit"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -184,17 +185,7 @@ func TestSeedDivergenceStory(t *testing.T) {
 // the background of other processes).
 func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: never (last: %s)", what, detail)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, what, 20*time.Second, cond)
 }
 
 func regexpLine(out, re string) bool { return regexp.MustCompile(`(?m)` + re).MatchString(out) }

@@ -11,6 +11,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
@@ -106,17 +107,7 @@ func dumpTable(t *testing.T, c *cluster, name string) string {
 // eventually retries cond for up to 20 s.
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never happened: %s", what, detail)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, what, 20*time.Second, cond)
 }
 
 func converged(t *testing.T, name string, cs ...*cluster) func() (bool, string) {

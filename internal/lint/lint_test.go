@@ -41,7 +41,6 @@ var sleepers = map[string]bool{
 	"cli/diskfault_harness_test.go":    true,
 	"cli/diskfault_test.go":            true,
 	"cli/gc_test.go":                   true,
-	"cli/gcdivergence_test.go":         true,
 	"cli/gcspace_test.go":              true,
 	"cli/replication_test.go":          true,
 	"cli/rowttl_test.go":               true,
