@@ -294,7 +294,7 @@ func screenshot(t *testing.T, b *browser, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "console-"+name+".png"), png, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -370,6 +370,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 	}
 	screenshot(t, b, "gc")
+	if os.Getenv("CONSOLE_SCREENSHOTS") != "" {
+		b.do(t, chromedp.ScrollIntoView(chromedp.ID("plot-age-cutoff")))
+		screenshot(t, b, "gc-ttl")
+	}
 	collect()
 
 	// Rows: visible cells, then hidden ones marked.
@@ -408,7 +412,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("the tail did not show a new write: %v", err)
 	}
 	b.checkErrors(t, tp+"/changes")
-	screenshot(t, b, "changes")
+	if os.Getenv("CONSOLE_SCREENSHOTS") != "" {
+		b.do(t, chromedp.ScrollIntoView(chromedp.CSS("tr.system")))
+		screenshot(t, b, "changes")
+	}
 	collect()
 
 	// Dry runs.

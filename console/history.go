@@ -28,6 +28,8 @@ type History struct {
 	samples []sample // a ring: oldest at next once full
 	next    int
 	labels  map[string]map[string]string // series key → its labels, name under "__name__"
+	seen    map[string]int               // series key → the last sample (count) holding it
+	count   int                          // samples taken
 	err     error                        // the last gather's error
 
 	stop chan struct{}
@@ -65,7 +67,7 @@ func NewHistory(g prometheus.Gatherer, o HistoryOptions) *History {
 		o.Clock = clock.Real{}
 	}
 	return &History{gatherer: g, clock: o.Clock, interval: o.Interval, points: o.Points, maxSeries: o.MaxSeries,
-		labels: map[string]map[string]string{}}
+		labels: map[string]map[string]string{}, seen: map[string]int{}}
 }
 
 // Start samples now and then every interval until Stop.
@@ -144,20 +146,15 @@ func (h *History) Sample() {
 		h.next = (h.next + 1) % h.points
 	}
 	// Keep the labels of the series still in the window.
+	h.count++
 	for k, ls := range labels {
 		h.labels[k] = ls
+		h.seen[k] = h.count
 	}
-	if h.next == 0 {
-		live := map[string]bool{}
-		for _, s := range h.samples {
-			for k := range s.vals {
-				live[k] = true
-			}
-		}
-		for k := range h.labels {
-			if !live[k] {
-				delete(h.labels, k)
-			}
+	for k, last := range h.seen {
+		if last <= h.count-h.points {
+			delete(h.seen, k)
+			delete(h.labels, k)
 		}
 	}
 }

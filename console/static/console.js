@@ -18,6 +18,21 @@
     if (a >= 1 || a === 0) return v.toFixed(a >= 10 || a === 0 ? 0 : 1) + "s";
     return (v * 1000).toFixed(0) + "ms";
   }
+  // fmtSecondsStep writes an axis tick to the resolution of the tick step,
+  // so ticks 10 days apart read "10d" and ticks 30 s apart near 10 days
+  // read "10d 30s".
+  function fmtSecondsStep(v, step) {
+    if (!step || step >= 86400 || step < 1 || Math.abs(v) < 60) return fmtSeconds(v);
+    var neg = v < 0, parts = [], units = [[86400, "d"], [3600, "h"], [60, "m"], [1, "s"]];
+    v = Math.round(Math.abs(v));
+    for (var i = 0; i < units.length; i++) {
+      var n = Math.floor(v / units[i][0]);
+      v -= n * units[i][0];
+      if (n > 0) parts.push(n + units[i][1]);
+      if (units[i][0] <= step) break;
+    }
+    return (neg ? "-" : "") + (parts.join(" ") || "0s");
+  }
   function fmtCount(v) {
     var a = Math.abs(v);
     if (a >= 1e9) return (v / 1e9).toFixed(1) + "G";
@@ -65,7 +80,10 @@
     var opts = {
       width: width, height: 200, series: series,
       scales: { x: { time: true } },
-      axes: [{}, { size: 70, values: function (u, vals) { return vals.map(fmt); } }],
+      axes: [{}, { size: p.unit === "seconds" ? 90 : 70, values: function (u, vals) {
+        var step = vals.length > 1 ? Math.abs(vals[1] - vals[0]) : 0;
+        return vals.map(function (v) { return p.unit === "seconds" ? fmtSecondsStep(v, step) : fmt(v); });
+      } }],
       legend: { live: true }
     };
     var plot = new uPlot(opts, uplotData(p), box);
@@ -114,14 +132,18 @@
     function modText(m) {
       var s = m.kind;
       if (m.family) s += " " + m.family + ":" + (m.qualifier || "");
-      if (m.timestamp_micros != null) s += " @" + m.timestamp_micros;
+      if (m.timestamp_micros != null) s += " @" + micros(m.timestamp_micros);
       if (m.value) s += " = " + (m.value.length > 60 ? m.value.slice(0, 60) + "…" : m.value);
       return s;
+    }
+    function micros(us) {
+      var d = new Date(us / 1000);
+      return isNaN(d.getTime()) ? String(us) : d.toISOString().replace("T", " ");
     }
     function add(rec) {
       var tr = document.createElement("tr");
       if (rec.is_system_transaction) tr.className = "system";
-      cell(tr, rec.commit_timestamp);
+      cell(tr, rec.commit_timestamp.replace("T", " "), "when");
       cell(tr, rec.row_key, "mono");
       cell(tr, rec.type);
       cell(tr, [rec.reason, rec.transaction_tag].filter(Boolean).join(" · "));
