@@ -46,6 +46,14 @@
     return fmtCount;
   }
 
+  // utc writes a Unix time in seconds as UTC: the time of day, with the
+  // date when the span covers days.
+  function utc(v, span) {
+    var iso = new Date(v * 1000).toISOString();
+    if (span === 0) return iso.slice(0, 19).replace("T", " ");
+    return span > 2 * 86400 ? iso.slice(5, 16).replace("T", " ") : iso.slice(11, 19);
+  }
+
   function uplotData(p) {
     var data = [p.x];
     p.lines.forEach(function (l) { data.push(l.values); });
@@ -65,7 +73,8 @@
     box.appendChild(help);
     container.appendChild(box);
     var fmt = formatter(p.unit);
-    var series = [{}];
+    // Times are UTC, as everywhere in the console.
+    var series = [{ value: function (u, v) { return v == null ? "—" : utc(v, 0) + "Z"; } }];
     p.lines.forEach(function (l, i) {
       series.push({ label: l.label, stroke: palette[i % palette.length], width: 2, spanGaps: false,
         value: function (u, v) { return v == null ? "—" : fmt(v); } });
@@ -80,7 +89,10 @@
     var opts = {
       width: width, height: 200, series: series,
       scales: { x: { time: true } },
-      axes: [{}, { size: p.unit === "seconds" ? 90 : 70, values: function (u, vals) {
+      axes: [{ space: 60, values: function (u, vals) {
+        var span = vals.length > 1 ? vals[vals.length - 1] - vals[0] : 0;
+        return vals.map(function (v) { return utc(v, span); });
+      } }, { size: p.unit === "seconds" ? 90 : 70, values: function (u, vals) {
         var step = vals.length > 1 ? Math.abs(vals[1] - vals[0]) : 0;
         return vals.map(function (v) { return p.unit === "seconds" ? fmtSecondsStep(v, step) : fmt(v); });
       } }],
