@@ -47,6 +47,8 @@ type serveFlags struct {
 
 	maxSyncDuration time.Duration
 	ballastSize     string
+
+	console, consoleWrites bool
 }
 
 func newServeCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -55,7 +57,7 @@ func newServeCmd(stdout, stderr io.Writer) *cobra.Command {
 		Use:   "serve",
 		Short: "Run an ebbtable server",
 		Long: `Run an ebbtable server: the Bigtable Data and Table Admin gRPC APIs on
---addr, and /metrics, /healthz and /readyz on --http-addr.
+--addr, and the web console (/), /metrics, /healthz and /readyz on --http-addr.
 
 Once the server accepts connections it prints one line to stdout:
 
@@ -119,6 +121,8 @@ its own: a process that joined once rejoins by itself on restart.`,
 	fl.IntVar(&f.goGCPercent, "go-gc-percent", DefaultGoGCPercent, "the Go runtime's GC percent for this process (the GOGC environment variable, when set, wins)")
 	fl.DurationVar(&f.maxSyncDuration, "max-sync-duration", table.DefaultMaxSyncDuration, "a disk write or sync taking longer than this stops the server (a stalled disk); 0 disables the check")
 	fl.StringVar(&f.ballastSize, "ballast-size", "1%", `size of the emergency ballast file DATA/`+storage.BallastName+` that gives a full disk a way back: bytes with a unit (64MiB), a percentage of the filesystem (at most 1 GiB), or 0 for none`)
+	fl.BoolVar(&f.console, "console", true, "serve the web console at / on --http-addr (docs/console.md)")
+	fl.BoolVar(&f.consoleWrites, "console-writes", false, "let the web console run actions that change data (a GC pass, a row deletion run); off, it only reads")
 	return cmd
 }
 
@@ -208,6 +212,8 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 
 		MaxSyncDuration: maxSync,
 		Ballast:         ballast,
+		ConsoleOff:      !f.console,
+		ConsoleWrites:   f.consoleWrites,
 	}, nil
 }
 

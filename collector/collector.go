@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ebbtable/ebbtable/clock"
@@ -130,7 +131,8 @@ type Collector struct {
 	status   map[uint64]*TableStatus
 	lastPass PassStats
 
-	loop *schedule.Loop
+	loop     *schedule.Loop
+	nextPass atomic.Int64 // unix nanoseconds of the next scheduled pass; 0: none
 }
 
 // New builds a collector for eng. Call Start to run it in the background.
@@ -139,13 +141,15 @@ func New(eng *table.Engine, opts Options) (*Collector, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	return &Collector{
+	c := &Collector{
 		eng:    eng,
 		opts:   opts,
 		log:    opts.Logger,
 		m:      newMetrics(opts.Registerer),
 		status: map[uint64]*TableStatus{},
-	}, nil
+	}
+	registerScheduleMetrics(opts.Registerer, c)
+	return c, nil
 }
 
 // Interval is the configured pass cadence.
@@ -155,7 +159,7 @@ func (c *Collector) Interval() time.Duration { return c.opts.Interval }
 func (c *Collector) Start() {
 	c.loop = schedule.Start(schedule.Options{
 		Name: "gc pass", Interval: c.opts.Interval, MaxBackoff: c.opts.MaxBackoff,
-		Clock: c.opts.Clock, Logger: c.log, OnFailure: c.m.failures.Inc,
+		Clock: c.opts.Clock, Logger: c.log, OnFailure: c.m.failures.Inc, Scheduled: c.setNextPass,
 	}, func(ctx context.Context) error {
 		_, err := c.RunPass(ctx, Selector{})
 		return err
@@ -216,7 +220,9 @@ func (c *Collector) RunPass(ctx context.Context, sel Selector) (st PassStats, er
 	realStart := time.Now()
 	defer func() { st.Sweep = max(time.Since(realStart)-st.Compaction, 0) }()
 	for _, m := range tablesMatching(tables, sel) {
+		t0 := c.opts.Clock.Now()
 		res, err := c.sweepTable(ctx, m, sweepAll, !c.decidesVersions())
+		res.duration = c.opts.Clock.Now().Sub(t0)
 		st.Tables++
 		st.Examined += res.examined
 		st.Collected += res.collected

@@ -20,6 +20,7 @@ type metrics struct {
 	reclaimPending *prometheus.GaugeVec
 	reclaimed      *prometheus.CounterVec
 	recordsExpired *prometheus.CounterVec
+	tablePass      *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -85,8 +86,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ebbtable_changestream_records_expired_total",
 			Help: "Change-stream records dropped because they were older than the table's retention.",
 		}, []string{"instance", "table"}),
+		tablePass: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ebbtable_gc_table_pass_duration_seconds",
+			Help: "How long the last pass took over a table (sweep and reclaim), on the server's clock.",
+		}, []string{"instance", "table"}),
 	}
-	reg.MustRegister(m.recordsExpired, m.cellsCollected, m.bytesCollected, m.cellsExamined, m.batches, m.failures,
+	reg.MustRegister(m.tablePass, m.recordsExpired, m.cellsCollected, m.bytesCollected, m.cellsExamined, m.batches, m.failures,
 		m.passDuration, m.lastPass, m.debtCells, m.debtBytes, m.debtOldest, m.logicalBytes, m.diskBytes,
 		m.reclaimPending, m.reclaimed)
 	return m

@@ -64,6 +64,7 @@ func (c *Collector) record(m *table.Meta, res tableResult) {
 	c.m.debtBytes.WithLabelValues(m.Instance, m.Name).Set(float64(res.debtBytes))
 	c.m.debtOldest.WithLabelValues(m.Instance, m.Name).Set(res.debtOldest.Seconds())
 	c.m.diskBytes.WithLabelValues(m.Instance, m.Name).Set(float64(disk))
+	c.m.tablePass.WithLabelValues(m.Instance, m.Name).Set(res.duration.Seconds())
 }
 
 // Status returns the last pass's figures for every table that still exists.

@@ -52,6 +52,8 @@ type tableResult struct {
 	// leftToLeader counts versions-eligible cells this (non-leader)
 	// cluster left for the GC leader.
 	leftToLeader int64
+	// duration is the table's sweep and reclaim on the collector's clock.
+	duration time.Duration
 }
 
 // sweepTable collects one table (or one family of it) under the rules in m,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -101,7 +102,8 @@ type Job struct {
 	statusMu sync.Mutex
 	status   map[uint64]*TableStatus
 
-	loop *schedule.Loop
+	loop    *schedule.Loop
+	nextRun atomic.Int64 // unix nanoseconds of the next scheduled run; 0: none
 }
 
 // New builds a job for eng. Call Start to run it in the background.
@@ -122,7 +124,7 @@ func (j *Job) Interval() time.Duration { return j.opts.Interval }
 func (j *Job) Start() {
 	j.loop = schedule.Start(schedule.Options{
 		Name: "row deletion run", Interval: j.opts.Interval, MaxBackoff: j.opts.MaxBackoff,
-		Clock: j.opts.Clock, Logger: j.log, OnFailure: j.m.failures.Inc,
+		Clock: j.opts.Clock, Logger: j.log, OnFailure: j.m.failures.Inc, Scheduled: j.setNextRun,
 	}, func(ctx context.Context) error {
 		_, err := j.Run(ctx, Selector{})
 		return err

@@ -59,6 +59,6 @@ func newMetrics(reg prometheus.Registerer, j *Job) *metrics {
 			Help: "Runs that stopped on an error (retried with back-off).",
 		}),
 	}
-	reg.MustRegister(m.deleted, m.undeletable, m.scanned, m.batches, m.batchFailures, m.failures, watermarks{j})
+	reg.MustRegister(m.deleted, m.undeletable, m.scanned, m.batches, m.batchFailures, m.failures, watermarks{j}, nextRunMetric(j))
 	return m
 }

@@ -25,6 +25,9 @@ type Options struct {
 	Logger     *slog.Logger
 	// OnFailure, if set, is called after each failed run (for a metric).
 	OnFailure func()
+	// Scheduled, if set, is called with the time of the next run each
+	// time the loop settles it (the console and a metric show it).
+	Scheduled func(next time.Time)
 }
 
 // Loop runs a function on a schedule until Stop.
@@ -58,6 +61,9 @@ func (l *Loop) loop(ctx context.Context) {
 	failures := 0
 	wait := l.opts.Interval
 	for {
+		if l.opts.Scheduled != nil {
+			l.opts.Scheduled(l.opts.Clock.Now().Add(wait))
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -17,6 +17,7 @@ import (
 	"github.com/ebbtable/ebbtable/backup"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/collector"
+	"github.com/ebbtable/ebbtable/console"
 	"github.com/ebbtable/ebbtable/rowttl"
 	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
@@ -70,6 +71,9 @@ type Options struct {
 	// Ballast sizes the emergency ballast in the data directory; zero:
 	// none.
 	Ballast storage.Ballast
+	// ConsoleOff turns the web console at / on HTTPAddr off;
+	// ConsoleWrites lets it run actions that change data (docs/console.md).
+	ConsoleOff, ConsoleWrites bool
 	// OnFatal is called once when the engine meets a fatal storage error,
 	// after the server has stopped serving (health NOT_SERVING, every call
 	// Unavailable). The serve command exits the process from it
@@ -130,6 +134,8 @@ type Server struct {
 	closeOnce sync.Once
 	// failed is set once the engine met a fatal storage error.
 	failed atomic.Bool
+	// console serves / on the HTTP port (nil when off).
+	console *console.Console
 }
 
 // New opens the engine and builds the services. It does not listen yet.
@@ -259,6 +265,11 @@ func (s *Server) Start() error {
 		mux.Handle("/metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ready") })
+		if err := s.mountConsole(mux); err != nil {
+			lis.Close()
+			hlis.Close()
+			return err
+		}
 		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := s.http.Serve(hlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -316,6 +327,9 @@ func (s *Server) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		s.http.Shutdown(ctx)
 		cancel()
+	}
+	if s.console != nil {
+		s.console.Stop()
 	}
 	s.collector.Stop()
 	s.backups.Stop()

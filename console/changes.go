@@ -1,0 +1,111 @@
+package console
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/ebbtable/ebbtable/changestream"
+	"github.com/ebbtable/ebbtable/clock"
+)
+
+// The live change-stream tail: the page polls changes.json, which returns
+// the records after a cursor and the cursor to ask from next.
+
+const (
+	tailBatch = 200
+	// tailBack is how far back a new tail starts.
+	tailBack = 10 * time.Minute
+)
+
+type changesData struct {
+	Enabled   bool
+	Retention time.Duration
+	Back      time.Duration
+}
+
+func (c *Console) changesPage(w http.ResponseWriter, r *http.Request) {
+	m, ref, ok := c.lookup(w, r)
+	if !ok {
+		return
+	}
+	d := changesData{Enabled: m.ChangeStream != nil, Back: tailBack}
+	if m.ChangeStream != nil {
+		d.Retention = m.ChangeStream.Retention
+	}
+	c.render(w, http.StatusOK, "changes", page{Title: m.Name + ": change stream", Table: ref, Tab: "changes", Data: d})
+}
+
+// changesReply is one poll's answer. Records are changestream's JSON
+// encoding (the one ebbtable watch prints).
+type changesReply struct {
+	Records []changestream.JSON `json:"records"`
+	// After (a record's token) or From (commit microseconds) is where
+	// the next poll starts; More says to poll again at once.
+	After string `json:"after,omitempty"`
+	From  int64  `json:"from,omitempty"`
+	More  bool   `json:"more"`
+	// Closed is the time up to which the stream has been read.
+	Closed string `json:"closed"`
+}
+
+func (c *Console) changesJSON(w http.ResponseWriter, r *http.Request) {
+	m, _, ok := c.lookup(w, r)
+	if !ok {
+		return
+	}
+	fail := func(status int, err error) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+	}
+	if m.ChangeStream == nil {
+		fail(http.StatusFailedDependency, errors.New("the table has no change stream"))
+		return
+	}
+	now := clock.Micros(c.opts.Clock.Now())
+	horizon := m.ChangeStream.Horizon(now)
+	q := r.URL.Query()
+	lower := changestream.TimeKey(m.ID, max(now-tailBack.Microseconds(), horizon))
+	switch {
+	case q.Get("after") != "":
+		pos, err := changestream.ParseToken(q.Get("after"))
+		if err != nil {
+			fail(http.StatusBadRequest, err)
+			return
+		}
+		lower = changestream.After(m.ID, pos)
+	case q.Get("from") != "":
+		from, err := strconv.ParseInt(q.Get("from"), 10, 64)
+		if err != nil || from < 0 {
+			fail(http.StatusBadRequest, errors.New("from must be microseconds since the epoch"))
+			return
+		}
+		lower = changestream.TimeKey(m.ID, max(from, horizon))
+	}
+	b, err := c.opts.Engine.ReadChanges(m, lower, tailBatch)
+	if err != nil {
+		fail(http.StatusInternalServerError, err)
+		return
+	}
+	rep := changesReply{Records: []changestream.JSON{}, More: b.Full, Closed: fmtTime(time.UnixMicro(b.Closed))}
+	for i := range b.Records {
+		rec := &b.Records[i]
+		if rec.Type == changestream.User && rec.SourceCluster == "" {
+			rec.SourceCluster = c.opts.Cluster
+		}
+		rep.Records = append(rep.Records, rec.ToJSON())
+	}
+	if b.Full {
+		rep.After = b.Records[len(b.Records)-1].Position.Token()
+	} else {
+		// Every record at or before the closed timestamp has been read;
+		// later commits all come after it.
+		rep.From = b.Closed + 1
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(rep)
+}
