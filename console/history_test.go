@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -68,20 +69,11 @@ func TestHistoryStartStop(t *testing.T) {
 	fake := clock.NewFake(time.Unix(0, 0))
 	h := NewHistory(reg, HistoryOptions{Interval: time.Second, Clock: fake})
 	h.Start()
-	deadline := time.Now().Add(5 * time.Second)
-	for fake.Waiters() == 0 || h.Len() < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the loop never sampled")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.Eventually(t, "the loop's first sample", 5*time.Second, func() (bool, string) {
+		return fake.Waiters() > 0 && h.Len() >= 1, ""
+	})
 	fake.Advance(time.Second)
-	for h.Len() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the loop did not sample after an interval")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.Eventually(t, "a sample after an interval", 5*time.Second, func() (bool, string) { return h.Len() >= 2, "" })
 	h.Stop()
 }
 
