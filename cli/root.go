@@ -89,7 +89,7 @@ that talk to a running server.`,
 	verify := newVerifyCmd(stdout)
 	verify.GroupID = "offline"
 	root.AddCommand(verify)
-	for _, c := range []*cobra.Command{newLsCmd(), newCreateTableCmd(), newReadCmd(), newSetCmd(), newGCCmd(), newFamilyCmd(), newWatchCmd(), newChangeStreamCmd(), newBackupCmd(), newRestoreCmd(), newDDLCmd(), newTTLCmd(), newReplicationCmd(), newDebugCmd()} {
+	for _, c := range []*cobra.Command{newLsCmd(), newCreateTableCmd(), newReadCmd(), newLookupCmd(), newCountCmd(), newSetCmd(), newGCCmd(), newFamilyCmd(), newWatchCmd(), newChangeStreamCmd(), newBackupCmd(), newRestoreCmd(), newDDLCmd(), newTTLCmd(), newReplicationCmd(), newDebugCmd()} {
 		c.GroupID = "client"
 		root.AddCommand(c)
 	}
