@@ -68,11 +68,12 @@ Bigtable Data and Table Admin gRPC APIs, so the official clients and cbt work
 against it (set BIGTABLE_EMULATOR_HOST to its address).
 
 Start a server with 'ebbtable serve'; the other commands are small clients
-that talk to a running server.`,
+that talk to a running server.
+
+` + configHelp,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
-	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetContext(context.Background())
