@@ -11,7 +11,7 @@ import (
 // the Prometheus client bring net/http in transitively; our code does not
 // serve or call HTTP below the server).
 func TestEngineImportsNoGRPC(t *testing.T) {
-	pkgs := []string{"cell", "clock", "storage", "gcrule", "filter", "table", "collector", "changestream", "backup", "rowttl", "schedule"}
+	pkgs := []string{"cell", "clock", "storage", "gcrule", "filter", "table", "collector", "changestream", "backup", "rowttl", "schedule", "progress"}
 	for _, p := range pkgs {
 		path := "github.com/ebbtable/ebbtable/" + p
 		out, err := exec.Command("go", "list", "-deps", path).Output()
