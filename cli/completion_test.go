@@ -23,15 +23,22 @@ func completionPath(t *testing.T) string {
 	return dir + string(os.PathListSeparator) + os.Getenv("PATH")
 }
 
-// shellOrSkip finds a shell; CI installs all three (.ci/run).
+// shellOrSkip finds a shell (for bash, with the bash-completion package
+// cobra's script needs); CI installs them all (.ci/run).
 func shellOrSkip(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
 		t.Skipf("%s is not installed (.ci/run installs it)", name)
 	}
+	if _, err := os.Stat(bashCompletion); name == "bash" && err != nil {
+		t.Skipf("bash-completion is not installed (.ci/run installs it): %v", err)
+	}
 	return p
 }
+
+// bashCompletion is the bash-completion package's script.
+const bashCompletion = "/usr/share/bash-completion/bash_completion"
 
 // completionCases are command lines (the cursor at the end) and words each
 // must complete to.
@@ -46,16 +53,16 @@ var completionCases = []struct {
 	{"ebbtable backup c", []string{"create"}},
 }
 
-// TestCompletionBash sources `ebbtable completion bash` in a real bash (with
-// the bash-completion package when installed) and calls the completion
-// function as bash does on TAB.
+// TestCompletionBash sources `ebbtable completion bash` in a real bash
+// with the bash-completion package, and calls the completion function as
+// bash does on TAB.
 func TestCompletionBash(t *testing.T) {
 	bash := shellOrSkip(t, "bash")
 	t.Parallel()
 	path := completionPath(t)
 	for _, tc := range completionCases {
 		script := `
-[ -f /usr/share/bash-completion/bash_completion ] && . /usr/share/bash-completion/bash_completion
+. /usr/share/bash-completion/bash_completion
 . <(ebbtable completion bash)
 COMP_LINE="$1"
 COMP_POINT=${#COMP_LINE}
@@ -183,4 +190,48 @@ func waitUntil(cond func() bool) bool {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return true
+}
+
+// TestCompletionTables completes table names from a running server, in a
+// real bash, and checks every command meant to complete them exists.
+func TestCompletionTables(t *testing.T) {
+	root := newRootCmd(nil, nil)
+	for _, path := range tableArgCommands {
+		c, _, err := root.Find(strings.Fields(path)[1:])
+		if err != nil || c.CommandPath() != path {
+			t.Errorf("%q is not a command", path)
+		} else if c.ValidArgsFunction == nil {
+			t.Errorf("%s does not complete table names", path)
+		}
+	}
+	bash := shellOrSkip(t, "bash")
+	t.Parallel()
+	srv := startServer(t, t.TempDir())
+	at := func(args ...string) []string { return append(args, "--addr", srv.addr) }
+	for _, tbl := range []string{"events", "everything", "users"} {
+		ebbtable(t, at("createtable", tbl)...).mustSucceed(t, "createtable")
+	}
+	path := completionPath(t)
+	script := `
+. /usr/share/bash-completion/bash_completion
+. <(ebbtable completion bash)
+COMP_LINE="$1"; COMP_POINT=${#COMP_LINE}
+read -r -a COMP_WORDS <<< "$COMP_LINE"
+[[ "$COMP_LINE" == *" " ]] && COMP_WORDS+=("")
+COMP_CWORD=$(( ${#COMP_WORDS[@]} - 1 ))
+__start_ebbtable ebbtable "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"
+printf '%s\n' "${COMPREPLY[@]}"
+`
+	for line, want := range map[string]string{
+		"ebbtable read --addr " + srv.addr + " ev":   "events everything",
+		"ebbtable lookup --addr " + srv.addr + " ":   "events everything users",
+		"ebbtable count --addr " + srv.addr + " u":   "users",
+		"ebbtable read --addr " + srv.addr + " nope": "",
+		"ebbtable read --addr 127.0.0.1:1 ":          "", // no server: no names, no hang
+	} {
+		r := run(t, []string{"PATH=" + path}, bash, "--norc", "--noprofile", "-c", script, "bash", line).mustSucceed(t, "bash completion")
+		if got := strings.Join(strings.Fields(r.stdout), " "); got != want {
+			t.Errorf("%q completes to %q, want %q", line, got, want)
+		}
+	}
 }

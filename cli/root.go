@@ -94,6 +94,7 @@ that talk to a running server.
 		c.GroupID = "client"
 		root.AddCommand(c)
 	}
+	addTableCompletion(root)
 	return root
 }
 
