@@ -237,3 +237,27 @@ func TestProgressRenderer(t *testing.T) {
 		t.Errorf("plain lines:\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestProgressDiff checks a replication diff reports its chunks: one
+// phase per peer, done reaching the total.
+func TestProgressDiff(t *testing.T) {
+	t.Parallel()
+	a := startServe(t, "serve", "--cluster-id", "a", "--addr", "127.0.0.1:0", "--http-addr", "off", "--data", t.TempDir())
+	startServe(t, "serve", "--cluster-id", "b", "--addr", "127.0.0.1:0", "--http-addr", "off", "--data", t.TempDir(), "--join", a.addr)
+	fillForProgress(t, a.addr)
+	cf := connFlags{addr: a.addr, project: "ebbtable", instance: "ebbtable"}
+	ctx := metadata.AppendToOutgoingContext(context.Background(), server.MetaProgressID, "diff-1")
+	var diffErr error
+	waitFor(t, "a diff with b", func() (bool, string) {
+		_, diffErr = cf.callEbbAdmin(ctx, server.MethodDiff, map[string]any{"table": "t"})
+		return diffErr == nil, fmt.Sprint(diffErr)
+	})
+	resp, err := cf.callEbbAdmin(context.Background(), server.MethodProgress, map[string]any{"id": "diff-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fields(resp.GetFields())
+	if f.str("phase") != "peer b (1/1)" || f.str("unit") != "chunks" || f.int("total") < 2 || f.int("done") != f.int("total") || !f["finished"].GetBoolValue() {
+		t.Errorf("diff progress: %v", resp.AsMap())
+	}
+}
