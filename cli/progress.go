@@ -35,7 +35,7 @@ type progressFlags struct {
 
 func (p *progressFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&p.mode, "progress", progressAuto,
-		"how to show progress on stderr: auto (a bar when stderr is a terminal, else a plain line every --progress-interval), bar, plain or off")
+		"how to show progress on stderr: auto (a bar when stderr is a terminal, else a plain line every --progress-interval while the count moves), bar, plain or off")
 	cmd.Flags().DurationVar(&p.interval, "progress-interval", 2*time.Second,
 		"how often plain progress lines are printed (the first after one interval, so quick work prints none)")
 }

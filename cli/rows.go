@@ -26,7 +26,7 @@ func newReadCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "read TABLE [prefix=P] [start=K] [end=K] [count=N] [cells-per-column=N] [keys-only=true]",
-		Short: "Print rows of a table",
+		Short: "Print rows of a table, as cbt read does",
 		Long: `Print rows of a table in key order, byte for byte as cbt read prints them: a
 line of dashes, the row key, then for each cell its column and timestamp (local
 time, microseconds) and, indented below, its value quoted, and a blank line
