@@ -89,7 +89,8 @@ type readSpec struct {
 	prefix, start, end string
 	count              int64
 	cellsPerColumn     int
-	keysOnly           bool
+	regex              string // of row keys
+	keysOnly, reversed bool
 }
 
 // merge adds cbt-style arguments to s; a flag and an argument for the same
@@ -107,6 +108,7 @@ func (s *readSpec) merge(cmd string, kv map[string]string) error {
 	set(&s.prefix, "prefix")
 	set(&s.start, "start")
 	set(&s.end, "end")
+	set(&s.regex, "regex")
 	if v, ok := kv["count"]; ok {
 		if s.count, err = strconv.ParseInt(v, 0, 64); err != nil || s.count < 0 {
 			return usagef("%s: bad count %q", cmd, v)
@@ -120,6 +122,11 @@ func (s *readSpec) merge(cmd string, kv map[string]string) error {
 	if v, ok := kv["keys-only"]; ok {
 		if s.keysOnly, err = strconv.ParseBool(v); err != nil {
 			return usagef("%s: bad keys-only %q", cmd, v)
+		}
+	}
+	if v, ok := kv["reversed"]; ok {
+		if s.reversed, err = strconv.ParseBool(v); err != nil {
+			return usagef("%s: bad reversed %q", cmd, v)
 		}
 	}
 	if (s.start != "" || s.end != "") && s.prefix != "" {
@@ -146,9 +153,15 @@ func (s *readSpec) options() []bigtable.ReadOption {
 	if s.count > 0 {
 		opts = append(opts, bigtable.LimitRows(s.count))
 	}
+	if s.reversed {
+		opts = append(opts, bigtable.ReverseScan())
+	}
 	var filters []bigtable.Filter
 	if s.cellsPerColumn > 0 {
 		filters = append(filters, bigtable.LatestNFilter(s.cellsPerColumn))
+	}
+	if s.regex != "" {
+		filters = append(filters, bigtable.RowKeyFilter(s.regex))
 	}
 	if s.keysOnly {
 		filters = append(filters, bigtable.StripValueFilter())

@@ -151,6 +151,8 @@ func TestCbtSameOutput(t *testing.T) {
 		{"read", "t", "count=2"},
 		{"read", "t", "cells-per-column=2"},
 		{"read", "t", "keys-only=true"},
+		{"read", "t", "regex=row.*", "cells-per-column=1"},
+		{"read", "t", "reversed=true", "count=3"},
 		{"read", "other"},
 		{"lookup", "t", "row1"},
 		{"lookup", "t", "row1", "cells-per-column=1"},
