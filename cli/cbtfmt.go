@@ -91,6 +91,7 @@ type readSpec struct {
 	cellsPerColumn     int
 	regex              string // of row keys
 	keysOnly, reversed bool
+	appProfile         string
 }
 
 // merge adds cbt-style arguments to s; a flag and an argument for the same
@@ -109,6 +110,7 @@ func (s *readSpec) merge(cmd string, kv map[string]string) error {
 	set(&s.start, "start")
 	set(&s.end, "end")
 	set(&s.regex, "regex")
+	set(&s.appProfile, "app-profile")
 	if v, ok := kv["count"]; ok {
 		if s.count, err = strconv.ParseInt(v, 0, 64); err != nil || s.count < 0 {
 			return usagef("%s: bad count %q", cmd, v)
@@ -176,8 +178,10 @@ func (s *readSpec) options() []bigtable.ReadOption {
 	return opts
 }
 
-// withData runs fn with the command's context and a connected data client.
-func (f *connFlags) withData(cmd *cobra.Command, fn func(ctx context.Context, c *bigtable.Client) error) error {
+// withData runs fn with the command's context and a connected data client
+// that sends spec's app profile.
+func (f *connFlags) withData(cmd *cobra.Command, spec readSpec, fn func(ctx context.Context, c *bigtable.Client) error) error {
+	f.appProfile = spec.appProfile
 	ctx, cancel := f.context(cmd.Context())
 	defer cancel()
 	client, err := f.dataClient(ctx)
@@ -194,7 +198,7 @@ func newLookupCmd() *cobra.Command {
 		showExpiry bool
 	)
 	cmd := &cobra.Command{
-		Use:   "lookup TABLE ROW [cells-per-column=N] [keys-only=true]",
+		Use:   "lookup TABLE ROW [cells-per-column=N] [keys-only=true] [app-profile=ID]",
 		Short: "Print one row, as cbt lookup does",
 		Long: `Print one row in cbt's layout (see read). A row that does not exist prints
 as cbt prints it: the dashes and an empty key.`,
@@ -202,7 +206,7 @@ as cbt prints it: the dashes and an empty key.`,
   ebbtable lookup users user#1 cells-per-column=1`,
 		Args: minArgs(2, "a table, a row key and optional cbt-style arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kv, err := cbtArgs("lookup", args[2:], "cells-per-column", "keys-only")
+			kv, err := cbtArgs("lookup", args[2:], "cells-per-column", "keys-only", "app-profile")
 			if err != nil {
 				return err
 			}
@@ -210,7 +214,7 @@ as cbt prints it: the dashes and an empty key.`,
 			if err := spec.merge("lookup", kv); err != nil {
 				return err
 			}
-			return cf.withData(cmd, func(ctx context.Context, c *bigtable.Client) error {
+			return cf.withData(cmd, spec, func(ctx context.Context, c *bigtable.Client) error {
 				if showExpiry {
 					ctx = metadata.AppendToOutgoingContext(ctx, server.MetaShowExpiry, "true")
 				}
@@ -235,12 +239,12 @@ func newCountCmd() *cobra.Command {
 		prefix string
 	)
 	cmd := &cobra.Command{
-		Use:     "count TABLE [prefix=PREFIX]",
+		Use:     "count TABLE [prefix=PREFIX] [app-profile=ID]",
 		Short:   "Print the number of rows, as cbt count does",
 		Example: "  ebbtable count events\n  ebbtable count events prefix=user#1",
 		Args:    minArgs(1, "a table and an optional prefix=PREFIX"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kv, err := cbtArgs("count", args[1:], "prefix")
+			kv, err := cbtArgs("count", args[1:], "prefix", "app-profile")
 			if err != nil {
 				return err
 			}
@@ -248,7 +252,7 @@ func newCountCmd() *cobra.Command {
 			if err := spec.merge("count", kv); err != nil {
 				return err
 			}
-			return cf.withData(cmd, func(ctx context.Context, c *bigtable.Client) error {
+			return cf.withData(cmd, spec, func(ctx context.Context, c *bigtable.Client) error {
 				n := 0
 				// cbt's filter: one cell per row, no values.
 				filter := bigtable.ChainFilters(bigtable.CellsPerRowLimitFilter(1), bigtable.StripValueFilter())

@@ -156,6 +156,7 @@ func TestCbtSameOutput(t *testing.T) {
 		{"read", "other"},
 		{"lookup", "t", "row1"},
 		{"lookup", "t", "row1", "cells-per-column=1"},
+		{"lookup", "t", "row1", "app-profile=default", "keys-only=true"},
 		{"lookup", "t", "missing"},
 		{"count", "t"},
 		{"count", "t", "prefix=ro"},

@@ -25,6 +25,8 @@ type connFlags struct {
 	instance string
 	timeout  time.Duration
 
+	appProfile string // cbt's app-profile= argument, for data clients
+
 	resolved   bool
 	resolveErr error
 }
@@ -107,7 +109,7 @@ func (f *connFlags) dataClient(ctx context.Context) (*bigtable.Client, error) {
 		return nil, err
 	}
 	c, err := bigtable.NewClientWithConfig(ctx, f.project, f.instance,
-		bigtable.ClientConfig{MetricsProvider: bigtable.NoopMetricsProvider{}, DisableSession: true},
+		bigtable.ClientConfig{AppProfile: f.appProfile, MetricsProvider: bigtable.NoopMetricsProvider{}, DisableSession: true},
 		option.WithGRPCConn(conn), option.WithoutAuthentication())
 	if err != nil {
 		conn.Close()

@@ -25,7 +25,7 @@ func newReadCmd() *cobra.Command {
 		showExpiry bool
 	)
 	cmd := &cobra.Command{
-		Use:   "read TABLE [prefix=P] [start=K] [end=K] [count=N] [cells-per-column=N] [regex=RE] [keys-only=true] [reversed=true]",
+		Use:   "read TABLE [prefix=P] [start=K] [end=K] [count=N] [cells-per-column=N] [regex=RE] [keys-only=true] [reversed=true] [app-profile=ID]",
 		Short: "Print rows of a table, as cbt read does",
 		Long: `Print rows of a table in key order, byte for byte as cbt read prints them: a
 line of dashes, the row key, then for each cell its column and timestamp (local
@@ -35,7 +35,7 @@ cbt releases do) instead of sent raw to the terminal. With --show-expiry, a
 cell that has a native expiry (a cell TTL) shows it after the timestamp.
 
 cbt's KEY=VALUE arguments work too: prefix=, start=, end=, count=,
-cells-per-column=, regex= (of row keys), keys-only=, reversed=.`,
+cells-per-column=, regex= (of row keys), keys-only=, reversed=, app-profile=.`,
 		Example: `  ebbtable read users --prefix user#12 --limit 10
   ebbtable read events --show-expiry`,
 		Args: minArgs(1, "a table name and optional cbt-style arguments"),
@@ -43,7 +43,7 @@ cells-per-column=, regex= (of row keys), keys-only=, reversed=.`,
 			if limit < 0 {
 				return usagef("--limit %d is negative", limit)
 			}
-			kv, err := cbtArgs("read", args[1:], "prefix", "start", "end", "count", "cells-per-column", "regex", "keys-only", "reversed")
+			kv, err := cbtArgs("read", args[1:], "prefix", "start", "end", "count", "cells-per-column", "regex", "keys-only", "reversed", "app-profile")
 			if err != nil {
 				return err
 			}
@@ -54,7 +54,7 @@ cells-per-column=, regex= (of row keys), keys-only=, reversed=.`,
 			if err := spec.merge("read", kv); err != nil {
 				return err
 			}
-			return cf.withData(cmd, func(ctx context.Context, client *bigtable.Client) error {
+			return cf.withData(cmd, spec, func(ctx context.Context, client *bigtable.Client) error {
 				if showExpiry {
 					ctx = metadata.AppendToOutgoingContext(ctx, server.MetaShowExpiry, "true")
 				}
