@@ -92,6 +92,7 @@ type readSpec struct {
 	regex              string // of row keys
 	keysOnly, reversed bool
 	appProfile         string
+	columns            bigtable.Filter // nil: every column
 }
 
 // merge adds cbt-style arguments to s; a flag and an argument for the same
@@ -111,6 +112,11 @@ func (s *readSpec) merge(cmd string, kv map[string]string) error {
 	set(&s.end, "end")
 	set(&s.regex, "regex")
 	set(&s.appProfile, "app-profile")
+	if v, ok := kv["columns"]; ok && v != "" {
+		if s.columns, err = columnsFilter(v); err != nil {
+			return usagef("%s: %v", cmd, err)
+		}
+	}
 	if v, ok := kv["count"]; ok {
 		if s.count, err = strconv.ParseInt(v, 0, 64); err != nil || s.count < 0 {
 			return usagef("%s: bad count %q", cmd, v)
@@ -135,6 +141,32 @@ func (s *readSpec) merge(cmd string, kv map[string]string) error {
 		return usagef(`%s: "start"/"end" may not be mixed with "prefix"`, cmd)
 	}
 	return nil
+}
+
+// columnsFilter reads cbt's columns= list: comma-separated entries, each
+// QUALIFIER, FAMILY:, :QUALIFIER or FAMILY:QUALIFIER (regular expressions);
+// a cell matching any entry is kept.
+func columnsFilter(list string) (bigtable.Filter, error) {
+	var fs []bigtable.Filter
+	for _, col := range strings.FieldsFunc(list, func(r rune) bool { return r == ',' }) {
+		parts := strings.Split(col, ":")
+		switch {
+		case len(parts) == 1:
+			fs = append(fs, bigtable.ColumnFilter(col))
+		case len(parts) != 2:
+			return nil, fmt.Errorf("bad format for column %q", col)
+		case parts[1] == "":
+			fs = append(fs, bigtable.FamilyFilter(parts[0]))
+		case parts[0] == "":
+			fs = append(fs, bigtable.ColumnFilter(parts[1]))
+		default:
+			fs = append(fs, bigtable.ChainFilters(bigtable.FamilyFilter(parts[0]), bigtable.ColumnFilter(parts[1])))
+		}
+	}
+	if len(fs) == 1 {
+		return fs[0], nil
+	}
+	return bigtable.InterleaveFilters(fs...), nil
 }
 
 // rows is the row range to read.
@@ -164,6 +196,9 @@ func (s *readSpec) options() []bigtable.ReadOption {
 	}
 	if s.regex != "" {
 		filters = append(filters, bigtable.RowKeyFilter(s.regex))
+	}
+	if s.columns != nil {
+		filters = append(filters, s.columns)
 	}
 	if s.keysOnly {
 		filters = append(filters, bigtable.StripValueFilter())
@@ -198,7 +233,7 @@ func newLookupCmd() *cobra.Command {
 		showExpiry bool
 	)
 	cmd := &cobra.Command{
-		Use:   "lookup TABLE ROW [cells-per-column=N] [keys-only=true] [app-profile=ID]",
+		Use:   "lookup TABLE ROW [columns=LIST] [cells-per-column=N] [keys-only=true] [app-profile=ID]",
 		Short: "Print one row, as cbt lookup does",
 		Long: `Print one row in cbt's layout (see read). A row that does not exist prints
 as cbt prints it: the dashes and an empty key.`,
@@ -206,7 +241,7 @@ as cbt prints it: the dashes and an empty key.`,
   ebbtable lookup users user#1 cells-per-column=1`,
 		Args: minArgs(2, "a table, a row key and optional cbt-style arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			kv, err := cbtArgs("lookup", args[2:], "cells-per-column", "keys-only", "app-profile")
+			kv, err := cbtArgs("lookup", args[2:], "columns", "cells-per-column", "keys-only", "app-profile")
 			if err != nil {
 				return err
 			}

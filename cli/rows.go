@@ -25,7 +25,7 @@ func newReadCmd() *cobra.Command {
 		showExpiry bool
 	)
 	cmd := &cobra.Command{
-		Use:   "read TABLE [prefix=P] [start=K] [end=K] [count=N] [cells-per-column=N] [regex=RE] [keys-only=true] [reversed=true] [app-profile=ID]",
+		Use:   "read TABLE [prefix=P] [start=K] [end=K] [count=N] [cells-per-column=N] [regex=RE] [columns=LIST] [keys-only=true] [reversed=true] [app-profile=ID]",
 		Short: "Print rows of a table, as cbt read does",
 		Long: `Print rows of a table in key order, byte for byte as cbt read prints them: a
 line of dashes, the row key, then for each cell its column and timestamp (local
@@ -35,7 +35,8 @@ cbt releases do) instead of sent raw to the terminal. With --show-expiry, a
 cell that has a native expiry (a cell TTL) shows it after the timestamp.
 
 cbt's KEY=VALUE arguments work too: prefix=, start=, end=, count=,
-cells-per-column=, regex= (of row keys), keys-only=, reversed=, app-profile=.`,
+cells-per-column=, regex= (of row keys), columns= (FAMILY:QUALIFIER regular
+expressions, comma-separated), keys-only=, reversed=, app-profile=.`,
 		Example: `  ebbtable read users --prefix user#12 --limit 10
   ebbtable read events --show-expiry`,
 		Args: minArgs(1, "a table name and optional cbt-style arguments"),
@@ -43,7 +44,7 @@ cells-per-column=, regex= (of row keys), keys-only=, reversed=, app-profile=.`,
 			if limit < 0 {
 				return usagef("--limit %d is negative", limit)
 			}
-			kv, err := cbtArgs("read", args[1:], "prefix", "start", "end", "count", "cells-per-column", "regex", "keys-only", "reversed", "app-profile")
+			kv, err := cbtArgs("read", args[1:], "prefix", "start", "end", "count", "cells-per-column", "regex", "columns", "keys-only", "reversed", "app-profile")
 			if err != nil {
 				return err
 			}
