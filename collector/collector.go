@@ -218,7 +218,7 @@ func (c *Collector) RunPass(ctx context.Context, sel Selector) (st PassStats, er
 	defer func() { st.Sweep = max(time.Since(realStart)-st.Compaction, 0) }()
 	matching := tablesMatching(tables, sel)
 	for i, m := range matching {
-		progress.FromContext(ctx).Phase(fmt.Sprintf("table %s (%d/%d)", m.Name, i+1, len(matching)), "cells", -1)
+		progress.FromContext(ctx).Phase(fmt.Sprintf("table %s (%d/%d)", m.Name, i+1, len(matching)), "cells", c.examinedEstimate(m.ID))
 		res, err := c.sweepTable(ctx, m, sweepAll, !c.decidesVersions())
 		st.Tables++
 		st.Examined += res.examined

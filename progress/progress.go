@@ -17,7 +17,8 @@ type Snapshot struct {
 	// Unit is what Done and Total count ("cells", "rows", "chunks").
 	Unit string
 	// Done is how many units the phase has handled; Total how many it
-	// will, or -1 when that is not known in advance.
+	// will (possibly an estimate, never below Done), or -1 when that is
+	// not known in advance.
 	Done, Total int64
 	// Finished is set once the whole operation has ended.
 	Finished bool
@@ -43,13 +44,17 @@ func (o *Op) Phase(phase, unit string, total int64) {
 	o.mu.Unlock()
 }
 
-// Add counts n more units done in the current phase.
+// Add counts n more units done in the current phase. A total that was an
+// estimate and proves short grows with Done.
 func (o *Op) Add(n int64) {
 	if o == nil {
 		return
 	}
 	o.mu.Lock()
 	o.s.Done += n
+	if o.s.Total >= 0 && o.s.Done > o.s.Total {
+		o.s.Total = o.s.Done
+	}
 	o.mu.Unlock()
 }
 

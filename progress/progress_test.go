@@ -54,3 +54,16 @@ func TestRegistryKeepsTheNewest(t *testing.T) {
 		t.Error("op 3 should be the oldest and forgotten")
 	}
 }
+
+func TestEstimatedTotalGrows(t *testing.T) {
+	op := NewOp()
+	op.Phase("table t (1/1)", "cells", 10)
+	op.Add(8)
+	if s := op.Snapshot(); s.Done != 8 || s.Total != 10 {
+		t.Fatalf("%+v", s)
+	}
+	op.Add(5)
+	if s := op.Snapshot(); s.Done != 13 || s.Total != 13 {
+		t.Fatalf("a short estimate did not grow: %+v", s)
+	}
+}
