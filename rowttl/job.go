@@ -170,7 +170,7 @@ func (j *Job) Run(ctx context.Context, sel Selector) (RunStats, error) {
 		if m.RowPolicy == nil || m.RowPolicy.Paused {
 			continue
 		}
-		progress.FromContext(ctx).Phase("table "+m.Name, "rows", -1)
+		progress.FromContext(ctx).Phase("table "+m.Name, "rows", j.scannedEstimate(m.ID))
 		res, err := j.runTable(ctx, m)
 		st.Tables++
 		st.Scanned += res.scanned
