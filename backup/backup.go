@@ -16,6 +16,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/progress"
 	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/prometheus/client_golang/prometheus"
@@ -224,14 +225,19 @@ func (m *Manager) Stop() {
 
 // Job is a backup operation running in the background.
 type Job[T any] struct {
-	done chan struct{}
-	res  T
-	err  error
+	done     chan struct{}
+	res      T
+	err      error
+	progress *progress.Op
 }
 
-func newJob[T any]() *Job[T] { return &Job[T]{done: make(chan struct{})} }
+func newJob[T any]() *Job[T] { return &Job[T]{done: make(chan struct{}), progress: progress.NewOp()} }
+
+// Progress reports how far the job has come.
+func (j *Job[T]) Progress() *progress.Op { return j.progress }
 
 func (j *Job[T]) finish(res T, err error) {
+	j.progress.Finish()
 	j.res, j.err = res, err
 	close(j.done)
 }
@@ -337,7 +343,8 @@ func (m *Manager) Create(name Name, sourceTable string, expire time.Time) (*Mani
 	}
 	job := newJob[*Manifest]()
 	if err := m.goJobLocked(func(ctx context.Context) {
-		done, err := m.write(ctx, mf.clone(), snap)
+		job.progress.Phase("backup "+name.ID, "cells", -1)
+		done, err := m.write(progress.NewContext(ctx, job.progress), mf.clone(), snap)
 		m.mu.Lock()
 		delete(m.creating, name)
 		if err == nil {

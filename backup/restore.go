@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/progress"
 	"github.com/ebbtable/ebbtable/table"
 )
 
@@ -40,7 +41,8 @@ func (m *Manager) Restore(name Name, instance, tableID string, retention table.R
 	}
 	job := newJob[*table.Meta]()
 	if err := m.goJobLocked(func(ctx context.Context) {
-		meta, err := m.restore(ctx, mf, r, retention)
+		job.progress.Phase("restore "+name.ID+" to "+tableID, "cells", mf.Cells)
+		meta, err := m.restore(progress.NewContext(ctx, job.progress), mf, r, retention)
 		m.release(name)
 		if err != nil {
 			if aerr := r.Abort(); aerr != nil {

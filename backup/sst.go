@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/ebbtable/ebbtable/progress"
 	"github.com/ebbtable/ebbtable/storage"
 )
 
@@ -101,13 +102,17 @@ func (s *sstWriter) abort() {
 // moved to table id `to`, skipping cells keep refuses. It checks ctx every
 // checkEvery cells.
 func copyCells(ctx context.Context, it *pebble.Iterator, w *sstWriter, to uint64, keep func(k []byte) (bool, error)) (int64, error) {
-	var n int64
+	var n, reported int64
 	var buf []byte
+	op := progress.FromContext(ctx) // counts the cells copied
+	defer func() { op.Add(n - reported) }()
 	for it.First(); it.Valid(); it.Next() {
 		if n%checkEvery == 0 {
 			if err := ctx.Err(); err != nil {
 				return n, err
 			}
+			op.Add(n - reported)
+			reported = n
 		}
 		k := it.Key()
 		if keep != nil {

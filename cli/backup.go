@@ -71,7 +71,10 @@ func parseExpire(s string, now time.Time) (time.Time, error) {
 }
 
 func newBackupCreateCmd(cf *connFlags) *cobra.Command {
-	var cluster, expire string
+	var (
+		cluster, expire string
+		pf              progressFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "create TABLE BACKUP --expire DURATION",
 		Short: "Back up a table and wait until the backup is ready",
@@ -88,7 +91,10 @@ or an RFC 3339 time; the server deletes the backup once it has passed.`,
 				return err
 			}
 			return cf.withAdmin(cmd, func(ctx context.Context, admin *bigtable.AdminClient) error {
-				if err := admin.CreateBackup(ctx, tbl, cluster, id, exp); err != nil {
+				err := pf.track(ctx, cmd, cf, "backup create", func(ctx context.Context) error {
+					return admin.CreateBackup(ctx, tbl, cluster, id, exp)
+				})
+				if err != nil {
 					return fmt.Errorf("backup create %s %s: %w", tbl, id, err)
 				}
 				info, err := admin.BackupInfo(ctx, cluster, id)
@@ -103,6 +109,7 @@ or an RFC 3339 time; the server deletes the backup once it has passed.`,
 	}
 	cmd.Flags().StringVar(&cluster, "cluster", defaultCluster, "cluster the backup belongs to")
 	cmd.Flags().StringVar(&expire, "expire", "", "when the backup expires: 6h to 90d from now (7d, 36h) or an RFC 3339 time (required)")
+	pf.register(cmd)
 	return cmd
 }
 
@@ -198,6 +205,7 @@ func newRestoreCmd() *cobra.Command {
 		cf        connFlags
 		cluster   string
 		retention string
+		pf        progressFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "restore BACKUP NEWTABLE [--retention drop|pause|apply]",
@@ -233,7 +241,10 @@ nothing to act on.)`,
 					return fmt.Errorf("restore %s: %w", id, err)
 				}
 				rctx := metadata.AppendToOutgoingContext(ctx, server.MetaRestoreRetention, string(mode))
-				if err := admin.RestoreTable(rctx, tbl, cluster, id); err != nil {
+				err = pf.track(rctx, cmd, &cf, "restore", func(ctx context.Context) error {
+					return admin.RestoreTable(ctx, tbl, cluster, id)
+				})
+				if err != nil {
 					return fmt.Errorf("restore %s into %s: %w", id, tbl, err)
 				}
 				_, err = fmt.Fprintf(cmd.OutOrStdout(), "restored backup %s (table %s as of %s, %s) into table %s\nretention %s: %s\n",
@@ -245,6 +256,7 @@ nothing to act on.)`,
 	cf.register(cmd)
 	cmd.Flags().StringVar(&cluster, "cluster", defaultCluster, "cluster the backup belongs to")
 	cmd.Flags().StringVar(&retention, "retention", string(table.RetentionDrop), "row deletion policies of the restored table: drop, pause or apply")
+	pf.register(cmd)
 	return cmd
 }
 

@@ -106,30 +106,35 @@ func TestClientCommands(t *testing.T) {
 		r := ebbtable(t, at("read", "fixed", "--prefix", "user#")...).mustSucceed(t, "read --prefix")
 		wantOutput(t, "read --prefix user#", r.stdout, `----------------------------------------
 "user#\x00bin"
-  cf:name                                  @ 2024-03-01T12:00:00.123Z
+  cf:name                                  @ 2024/03/01-12:00:00.123000
     "bin"
+
 ----------------------------------------
 user#1
-  cf:name                                  @ 2024-03-01T12:00:00.123Z
+  cf:name                                  @ 2024/03/01-12:00:00.123000
     "Ada"
-  cf:name                                  @ 2024-03-01T12:00:00.122Z
+  cf:name                                  @ 2024/03/01-12:00:00.122000
     "Ad"
-  zz:x                                     @ 2024-03-01T12:00:00.123Z
+  zz:x                                     @ 2024/03/01-12:00:00.123000
     "\x00\x01"
+
 ----------------------------------------
 user#10
-  cf:name                                  @ 2024-03-01T12:00:00.123Z
+  cf:name                                  @ 2024/03/01-12:00:00.123000
     "Tim \"Ten\""
+
 ----------------------------------------
 user#2
-  cf:name                                  @ 2024-03-01T12:00:00.123Z
+  cf:name                                  @ 2024/03/01-12:00:00.123000
     "Bob"
+
 `)
 		r = ebbtable(t, at("read", "fixed", "--limit", "1")...).mustSucceed(t, "read --limit")
 		wantOutput(t, "read --limit 1", r.stdout, `----------------------------------------
 admin
-  cf:name                                  @ 2024-03-01T12:00:00.123Z
+  cf:name                                  @ 2024/03/01-12:00:00.123000
     "root"
+
 `)
 		r = ebbtable(t, at("read", "fixed", "--prefix", "user#1", "--limit", "1")...).mustSucceed(t, "read --prefix --limit")
 		if got := r.stdout; !strings.HasPrefix(got, "----------------------------------------\nuser#1\n") || strings.Contains(got, "user#10") {
@@ -150,9 +155,9 @@ admin
 		after := time.Now().Add(time.Second)
 
 		r := ebbtable(t, at("read", "notes")...).mustSucceed(t, "read notes")
-		tsRE := regexp.MustCompile(`@ (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)`)
+		tsRE := regexp.MustCompile(`@ (\d{4}/\d\d/\d\d-\d\d:\d\d:\d\d\.\d{6})`)
 		for _, m := range tsRE.FindAllStringSubmatch(r.stdout, -1) {
-			ts, err := time.Parse(time.RFC3339, m[1])
+			ts, err := time.Parse(cbtTimestampLayout, m[1]) // TZ=UTC
 			if err != nil || ts.Before(before) || ts.After(after) {
 				t.Errorf("set wrote timestamp %s, want server time in [%v, %v]", m[1], before, after)
 			}
@@ -165,6 +170,7 @@ k1
     "x=y"
   n:title                                  @ TS
     "Hello, world"
+
 `)
 		wantFailure(t, "set unknown family", ebbtable(t, at("set", "notes", "k1", "nofam:c=1")...), 1, "nofam")
 		wantFailure(t, "set malformed cell", ebbtable(t, at("set", "notes", "k1", "n:c")...), 2, "FAMILY:QUALIFIER=VALUE")

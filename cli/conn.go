@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"cloud.google.com/go/bigtable"
@@ -14,40 +13,42 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// defaultAddr is where client commands look for a server when neither --addr
-// nor BIGTABLE_EMULATOR_HOST says otherwise.
+// defaultAddr is where client commands look for a server when no flag,
+// ~/.cbtrc or environment variable says otherwise.
 const defaultAddr = "localhost:8086"
 
 // connFlags are the flags every client command takes to reach a server.
+// Settings no flag gives come from ~/.cbtrc and the environment (resolve).
 type connFlags struct {
 	addr     string
 	project  string
 	instance string
 	timeout  time.Duration
+
+	appProfile string // cbt's app-profile= argument, for data clients
+
+	resolved   bool
+	resolveErr error
 }
 
 // register adds the connection flags to cmd as persistent flags.
 func (f *connFlags) register(cmd *cobra.Command) {
 	fl := cmd.PersistentFlags()
-	fl.StringVar(&f.addr, "addr", "", "gRPC address of the server, HOST:PORT (default $BIGTABLE_EMULATOR_HOST, else "+defaultAddr+")")
-	fl.StringVar(&f.project, "project", "ebbtable", "project ID in resource names")
-	fl.StringVar(&f.instance, "instance", "ebbtable", "instance ID in resource names")
-	fl.DurationVar(&f.timeout, "timeout", 0, "give up after this long (0: no limit)")
+	fl.StringVar(&f.addr, "addr", "", "gRPC address of the server, HOST:PORT (default: $EBBTABLE_ADDR, $BIGTABLE_EMULATOR_HOST, ~/.cbtrc data-endpoint, else "+defaultAddr+")")
+	fl.StringVar(&f.project, "project", "", "project ID in resource names (default: ~/.cbtrc project, $EBBTABLE_PROJECT, else "+defaultID+")")
+	fl.StringVar(&f.instance, "instance", "", "instance ID in resource names (default: ~/.cbtrc instance, $EBBTABLE_INSTANCE, else "+defaultID+")")
+	fl.DurationVar(&f.timeout, "timeout", 0, "give up after this long (default: ~/.cbtrc timeout, else no limit)")
 }
 
 // endpoint is the server address to dial.
 func (f *connFlags) endpoint() string {
-	if f.addr != "" {
-		return f.addr
-	}
-	if env := os.Getenv("BIGTABLE_EMULATOR_HOST"); env != "" {
-		return env
-	}
-	return defaultAddr
+	f.resolve()
+	return f.addr
 }
 
 // context bounds a command's RPCs by --timeout, if set.
 func (f *connFlags) context(parent context.Context) (context.Context, context.CancelFunc) {
+	f.resolve()
 	if f.timeout <= 0 {
 		return context.WithCancel(parent)
 	}
@@ -60,6 +61,9 @@ func (f *connFlags) context(parent context.Context) (context.Context, context.Ca
 // them off Google-only machinery (session data plane, DirectPath, channel
 // pool probes).
 func (f *connFlags) dial(ctx context.Context) (*grpc.ClientConn, error) {
+	if err := f.resolve(); err != nil {
+		return nil, err
+	}
 	addr := f.endpoint()
 	conn, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -105,7 +109,7 @@ func (f *connFlags) dataClient(ctx context.Context) (*bigtable.Client, error) {
 		return nil, err
 	}
 	c, err := bigtable.NewClientWithConfig(ctx, f.project, f.instance,
-		bigtable.ClientConfig{MetricsProvider: bigtable.NoopMetricsProvider{}, DisableSession: true},
+		bigtable.ClientConfig{AppProfile: f.appProfile, MetricsProvider: bigtable.NoopMetricsProvider{}, DisableSession: true},
 		option.WithGRPCConn(conn), option.WithoutAuthentication())
 	if err != nil {
 		conn.Close()

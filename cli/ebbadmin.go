@@ -17,6 +17,9 @@ import (
 // own admin service) with fields plus --project and --instance, and returns
 // the response. RPC failures come back as *rpcError.
 func (f *connFlags) callEbbAdmin(ctx context.Context, method string, fields map[string]any) (*structpb.Struct, error) {
+	if err := f.resolve(); err != nil {
+		return nil, err
+	}
 	all := map[string]any{"project": f.project, "instance": f.instance}
 	for k, v := range fields {
 		all[k] = v

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"github.com/ebbtable/ebbtable/gcrule"
 	"github.com/ebbtable/ebbtable/server"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // newGCCmd is `ebbtable gc`: run, plan and status, each one call to the
@@ -39,6 +41,7 @@ func newGCRunCmd(cf *connFlags) *cobra.Command {
 		tbl    string
 		wait   bool
 		asJSON bool
+		pf     progressFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run [--table TABLE] [--wait]",
@@ -72,7 +75,11 @@ stops the pass between two batches; what was collected stays collected.`,
 			if tableSet {
 				req["table"] = tbl
 			}
-			resp, err := cf.callEbbAdmin(ctx, server.MethodGCRun, req)
+			var resp *structpb.Struct
+			err := pf.track(ctx, cmd, cf, "gc run", func(ctx context.Context) (err error) {
+				resp, err = cf.callEbbAdmin(ctx, server.MethodGCRun, req)
+				return err
+			})
 			if err != nil {
 				return fmt.Errorf("gc run: %w", err)
 			}
@@ -107,6 +114,7 @@ stops the pass between two batches; what was collected stays collected.`,
 	fl.StringVar(&tbl, "table", "", "collect only this table (default: every table of the instance)")
 	fl.BoolVar(&wait, "wait", true, "return when the pass is done (the only mode)")
 	fl.BoolVar(&asJSON, "json", false, "print the server's answer as JSON")
+	pf.register(cmd)
 	return cmd
 }
 

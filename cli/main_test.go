@@ -35,6 +35,13 @@ func runTests(m *testing.M) int {
 	}
 	defer cleanup()
 	ebbtableBin = bin
+	home, err := os.MkdirTemp("", "ebbtable-cli-home-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(home)
+	emptyHome = home
 	return m.Run()
 }
 
@@ -163,15 +170,23 @@ func (p *serverProc) stdoutLines() []string {
 	return append([]string(nil), p.lines...)
 }
 
-// cleanEnv is the test's environment without BIGTABLE_EMULATOR_HOST, so a
-// developer's shell cannot redirect the subprocesses.
+// emptyHome is a HOME without a .cbtrc, so a developer's ~/.cbtrc cannot
+// redirect the subprocesses; TestMain makes it.
+var emptyHome string
+
+// cleanEnv is the test's environment without BIGTABLE_EMULATOR_HOST and
+// EBBTABLE_*, with HOME at emptyHome and TZ=UTC (read prints local time, as
+// cbt does), so a developer's shell cannot redirect the subprocesses. extra
+// comes last and wins.
 func cleanEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "BIGTABLE_EMULATOR_HOST=") {
+		if !strings.HasPrefix(kv, "BIGTABLE_EMULATOR_HOST=") && !strings.HasPrefix(kv, "EBBTABLE_") &&
+			!strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "TZ=") {
 			env = append(env, kv)
 		}
 	}
+	env = append(env, "HOME="+emptyHome, "TZ=UTC")
 	return append(env, extra...)
 }
 

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/ebbtable/ebbtable/server"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 func newReplicationCmd() *cobra.Command {
@@ -64,6 +66,7 @@ func newReplicationDiffCmd(cf *connFlags) *cobra.Command {
 		peer   string
 		repair bool
 		asJSON bool
+		pf     progressFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "diff TABLE [--peer CLUSTER] [--repair]",
@@ -89,9 +92,23 @@ are missing or older; cells in flight are left to replication.`,
 			if peer != "" {
 				req["peer"] = peer
 			}
-			return cf.adminReport(cmd, server.MethodDiff, req, "replication diff", asJSON, printDiff)
+			ctx, cancel := cf.context(cmd.Context())
+			defer cancel()
+			var resp *structpb.Struct
+			err := pf.track(ctx, cmd, cf, "replication diff", func(ctx context.Context) (err error) {
+				resp, err = cf.callEbbAdmin(ctx, server.MethodDiff, req)
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("replication diff: %w", err)
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), resp)
+			}
+			return printDiff(cmd.OutOrStdout(), fields(resp.GetFields()))
 		},
 	}
+	pf.register(cmd)
 	cmd.Flags().StringVar(&peer, "peer", "", "compare with this cluster only")
 	cmd.Flags().BoolVar(&repair, "repair", false, "settle the differences found")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the server's answer as JSON")

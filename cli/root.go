@@ -68,11 +68,12 @@ Bigtable Data and Table Admin gRPC APIs, so the official clients and cbt work
 against it (set BIGTABLE_EMULATOR_HOST to its address).
 
 Start a server with 'ebbtable serve'; the other commands are small clients
-that talk to a running server.`,
+that talk to a running server.
+
+` + configHelp,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
-	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetContext(context.Background())
@@ -89,10 +90,11 @@ that talk to a running server.`,
 	verify := newVerifyCmd(stdout)
 	verify.GroupID = "offline"
 	root.AddCommand(verify)
-	for _, c := range []*cobra.Command{newLsCmd(), newCreateTableCmd(), newReadCmd(), newSetCmd(), newGCCmd(), newFamilyCmd(), newWatchCmd(), newChangeStreamCmd(), newBackupCmd(), newRestoreCmd(), newDDLCmd(), newTTLCmd(), newReplicationCmd(), newDebugCmd()} {
+	for _, c := range []*cobra.Command{newLsCmd(), newCreateTableCmd(), newReadCmd(), newLookupCmd(), newCountCmd(), newSetCmd(), newGCCmd(), newFamilyCmd(), newWatchCmd(), newChangeStreamCmd(), newBackupCmd(), newRestoreCmd(), newDDLCmd(), newTTLCmd(), newReplicationCmd(), newDebugCmd()} {
 		c.GroupID = "client"
 		root.AddCommand(c)
 	}
+	addTableCompletion(root)
 	return root
 }
 

@@ -2,9 +2,8 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"fmt"
-	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,49 +25,53 @@ func newReadCmd() *cobra.Command {
 		showExpiry bool
 	)
 	cmd := &cobra.Command{
-		Use:   "read TABLE",
-		Short: "Print rows of a table",
-		Long: `Print rows of a table in key order, in the layout cbt uses: a line of dashes,
-the row key, then for each cell its column and timestamp (RFC 3339, UTC, with
-milliseconds) and, indented below, its value quoted. With --show-expiry, a
-cell that has a native expiry (a cell TTL) shows it after the timestamp.`,
+		Use:   "read TABLE [prefix=P] [start=K] [end=K] [count=N] [cells-per-column=N] [regex=RE] [columns=LIST] [keys-only=true] [reversed=true] [app-profile=ID]",
+		Short: "Print rows of a table, as cbt read does",
+		Long: `Print rows of a table in key order, byte for byte as cbt read prints them: a
+line of dashes, the row key, then for each cell its column and timestamp (local
+time, microseconds) and, indented below, its value quoted, and a blank line
+after each row. A key or column with unprintable bytes is Go-quoted (as newer
+cbt releases do) instead of sent raw to the terminal. With --show-expiry, a
+cell that has a native expiry (a cell TTL) shows it after the timestamp.
+
+cbt's KEY=VALUE arguments work too: prefix=, start=, end=, count=,
+cells-per-column=, regex= (of row keys), columns= (FAMILY:QUALIFIER regular
+expressions, comma-separated), keys-only=, reversed=, app-profile=.`,
 		Example: `  ebbtable read users --prefix user#12 --limit 10
   ebbtable read events --show-expiry`,
-		Args: exactArgs(1, "a table name"),
+		Args: minArgs(1, "a table name and optional cbt-style arguments"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if limit < 0 {
 				return usagef("--limit %d is negative", limit)
 			}
-			rr := bigtable.InfiniteRange("")
-			if prefix != "" {
-				rr = bigtable.PrefixRange(prefix)
-			}
-			var opts []bigtable.ReadOption
-			if limit > 0 {
-				opts = append(opts, bigtable.LimitRows(limit))
-			}
-			ctx, cancel := cf.context(cmd.Context())
-			defer cancel()
-			client, err := cf.dataClient(ctx)
+			kv, err := cbtArgs("read", args[1:], "prefix", "start", "end", "count", "cells-per-column", "regex", "columns", "keys-only", "reversed", "app-profile")
 			if err != nil {
 				return err
 			}
-			defer client.Close()
-			if showExpiry {
-				ctx = metadata.AppendToOutgoingContext(ctx, server.MetaShowExpiry, "true")
+			spec := readSpec{prefix: prefix, count: limit}
+			if _, ok := kv["count"]; ok && limit > 0 {
+				return usagef("read: give --limit or count=, not both")
 			}
-			w := bufio.NewWriter(cmd.OutOrStdout())
-			err = client.Open(args[0]).ReadRows(ctx, rr, func(r bigtable.Row) bool {
-				printRow(w, r)
-				return true
-			}, opts...)
-			if ferr := w.Flush(); err == nil {
-				err = ferr
+			if err := spec.merge("read", kv); err != nil {
+				return err
 			}
-			if err != nil {
-				return fmt.Errorf("read %q: %w", args[0], err)
-			}
-			return nil
+			return cf.withData(cmd, spec, func(ctx context.Context, client *bigtable.Client) error {
+				if showExpiry {
+					ctx = metadata.AppendToOutgoingContext(ctx, server.MetaShowExpiry, "true")
+				}
+				w := bufio.NewWriter(cmd.OutOrStdout())
+				err := client.Open(args[0]).ReadRows(ctx, spec.rows(), func(r bigtable.Row) bool {
+					printRow(w, r)
+					return true
+				}, spec.options()...)
+				if ferr := w.Flush(); err == nil {
+					err = ferr
+				}
+				if err != nil {
+					return fmt.Errorf("read %q: %w", args[0], err)
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().StringVar(&prefix, "prefix", "", "read only rows whose key starts with this")
@@ -76,34 +79,6 @@ cell that has a native expiry (a cell TTL) shows it after the timestamp.`,
 	cmd.Flags().BoolVar(&showExpiry, "show-expiry", false, "print each cell's native expiry (cell TTL), if it has one")
 	cf.register(cmd)
 	return cmd
-}
-
-// timestampLayout is RFC 3339 with milliseconds.
-const timestampLayout = "2006-01-02T15:04:05.000Z07:00"
-
-// printRow writes one row: dashes, the key, then each cell's column and
-// timestamp (and its expiry, when the server labelled it with one) with its
-// quoted value indented below. Families are sorted; within a family cells
-// keep the server's order (column, newest first).
-func printRow(w io.Writer, r bigtable.Row) {
-	fmt.Fprintln(w, strings.Repeat("-", 40))
-	fmt.Fprintln(w, printable(r.Key()))
-	fams := make([]string, 0, len(r))
-	for fam := range r {
-		fams = append(fams, fam)
-	}
-	slices.Sort(fams)
-	for _, fam := range fams {
-		for _, it := range r[fam] {
-			ts := it.Timestamp.Time().UTC().Format(timestampLayout)
-			if exp := expiryOf(it.Labels); exp != "" {
-				fmt.Fprintf(w, "  %-40s @ %s  expires %s\n", printable(it.Column), ts, exp)
-			} else {
-				fmt.Fprintf(w, "  %-40s @ %s\n", printable(it.Column), ts)
-			}
-			fmt.Fprintf(w, "    %q\n", it.Value)
-		}
-	}
 }
 
 // expiryOf returns the expiry a --show-expiry read labelled a cell with

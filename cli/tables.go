@@ -13,11 +13,21 @@ import (
 func newLsCmd() *cobra.Command {
 	var cf connFlags
 	cmd := &cobra.Command{
-		Use:   "ls",
-		Short: "List tables, one name per line",
-		Args:  exactArgs(0, "no arguments"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Use:   "ls [TABLE]",
+		Short: "List tables, or a table's families, as cbt ls does",
+		Long: `With no argument, list the tables, one name per line in name order. With a
+table, list its column families with their GC rules and value types, in cbt's
+layout.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			return cf.withAdmin(cmd, func(ctx context.Context, admin *bigtable.AdminClient) error {
+				if len(args) == 1 {
+					ti, err := admin.TableInfo(ctx, args[0])
+					if err != nil {
+						return fmt.Errorf("table %q: %w", args[0], err)
+					}
+					return printFamilies(cmd.OutOrStdout(), ti)
+				}
 				names, err := admin.Tables(ctx)
 				if err != nil {
 					return fmt.Errorf("list tables on %s: %w", cf.endpoint(), err)

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"github.com/ebbtable/ebbtable/rowttl"
 	"github.com/ebbtable/ebbtable/server"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // newDDLCmd is `ebbtable ddl 'STATEMENT'`: one schema statement for row
@@ -96,6 +98,7 @@ func newTTLRunCmd(cf *connFlags) *cobra.Command {
 		tbl    string
 		wait   bool
 		asJSON bool
+		pf     progressFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run [--table TABLE] [--wait]",
@@ -119,7 +122,11 @@ runs never overlap.`,
 			if tbl != "" {
 				req["table"] = tbl
 			}
-			resp, err := cf.callEbbAdmin(ctx, server.MethodTTLRun, req)
+			var resp *structpb.Struct
+			err := pf.track(ctx, cmd, cf, "ttl run", func(ctx context.Context) (err error) {
+				resp, err = cf.callEbbAdmin(ctx, server.MethodTTLRun, req)
+				return err
+			})
 			if err != nil {
 				return fmt.Errorf("ttl run: %w", err)
 			}
@@ -137,6 +144,7 @@ runs never overlap.`,
 	fl.StringVar(&tbl, "table", "", "run over this table only")
 	fl.BoolVar(&wait, "wait", true, "return when the run is done (the only mode)")
 	fl.BoolVar(&asJSON, "json", false, "print the server's answer as JSON")
+	pf.register(cmd)
 	return cmd
 }
 

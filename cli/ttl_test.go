@@ -50,7 +50,11 @@ func TestCellTTLCommands(t *testing.T) {
 	}
 	parse := func(s string) time.Time {
 		t.Helper()
-		v, err := time.Parse(timestampLayout, s)
+		layout := expiryLayout
+		if strings.Contains(s, "/") {
+			layout = cbtTimestampLayout // a timestamp, in UTC (TZ=UTC)
+		}
+		v, err := time.Parse(layout, s)
 		if err != nil {
 			t.Fatalf("read printed %q: %v", s, err)
 		}
@@ -73,8 +77,8 @@ func TestCellTTLCommands(t *testing.T) {
 		if d := exp.Sub(parse(ttl.ts)); d != time.Second {
 			t.Errorf("cf:ttl expires %v after its timestamp, want 1s", d)
 		}
-		if got := cells["cf:at"].exp; got != soon.Format(timestampLayout) {
-			t.Errorf("cf:at expires %q, want %q", got, soon.Format(timestampLayout))
+		if got := cells["cf:at"].exp; got != soon.Format(expiryLayout) {
+			t.Errorf("cf:at expires %q, want %q", got, soon.Format(expiryLayout))
 		}
 		if c := cells["cf:plain"]; c.ts == "" || c.exp != "" {
 			t.Errorf("cf:plain %+v, want a cell without expiry", c)
@@ -143,3 +147,7 @@ func TestCellTTLCommands(t *testing.T) {
 		wantFailure(t, "guard missing family", ebbtable(t, at("family", "guard", "t", "nofam", "--expiry-timestamps")...), 1, "NotFound", "nofam")
 	})
 }
+
+// expiryLayout is how read --show-expiry prints an expiry (the server's
+// label): RFC 3339, UTC, milliseconds.
+const expiryLayout = "2006-01-02T15:04:05.000Z07:00"

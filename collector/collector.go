@@ -11,6 +11,7 @@ import (
 
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/gcrule"
+	"github.com/ebbtable/ebbtable/progress"
 	"github.com/ebbtable/ebbtable/schedule"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/prometheus/client_golang/prometheus"
@@ -219,7 +220,9 @@ func (c *Collector) RunPass(ctx context.Context, sel Selector) (st PassStats, er
 	var errs []error
 	realStart := time.Now()
 	defer func() { st.Sweep = max(time.Since(realStart)-st.Compaction, 0) }()
-	for _, m := range tablesMatching(tables, sel) {
+	matching := tablesMatching(tables, sel)
+	for i, m := range matching {
+		progress.FromContext(ctx).Phase(fmt.Sprintf("table %s (%d/%d)", m.Name, i+1, len(matching)), "cells", c.examinedEstimate(m.ID))
 		t0 := c.opts.Clock.Now()
 		res, err := c.sweepTable(ctx, m, sweepAll, !c.decidesVersions())
 		res.duration = c.opts.Clock.Now().Sub(t0)

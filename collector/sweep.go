@@ -12,6 +12,7 @@ import (
 	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/gcrule"
+	"github.com/ebbtable/ebbtable/progress"
 	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
 )
@@ -95,6 +96,7 @@ func (c *Collector) sweepTableAt(ctx context.Context, m *table.Meta, onlyFamily 
 		busy := time.Now()
 		cands, next, err := c.scanBatch(m, cursor, hi, now, onlyFamily, rules, &res, &sc)
 		c.m.cellsExamined.Add(float64(res.examined - before))
+		progress.FromContext(ctx).Add(res.examined - before)
 		if err != nil {
 			return res, err
 		}

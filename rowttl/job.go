@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/cell"
 	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/progress"
 	"github.com/ebbtable/ebbtable/schedule"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/prometheus/client_golang/prometheus"
@@ -171,6 +172,7 @@ func (j *Job) Run(ctx context.Context, sel Selector) (RunStats, error) {
 		if m.RowPolicy == nil || m.RowPolicy.Paused {
 			continue
 		}
+		progress.FromContext(ctx).Phase("table "+m.Name, "rows", j.scannedEstimate(m.ID))
 		res, err := j.runTable(ctx, m)
 		st.Tables++
 		st.Scanned += res.scanned
@@ -254,6 +256,7 @@ func (j *Job) runTable(ctx context.Context, m *table.Meta) (tableResult, error) 
 		}
 		res.scanned += int64(scanned)
 		j.m.scanned.Add(float64(scanned))
+		progress.FromContext(ctx).Add(int64(scanned))
 		if len(keys) > 0 {
 			if err := j.deleteKeys(ctx, cur, pol, keys, res.now, &res); err != nil {
 				return res, err

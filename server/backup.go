@@ -144,6 +144,7 @@ func (a *adminServer) CreateBackup(ctx context.Context, req *adminpb.CreateBacku
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	a.s.attachProgress(ctx, job.Progress())
 	meta := &adminpb.CreateBackupMetadata{Name: mf.Name, SourceTable: mf.SourceTable, StartTime: ts(mf.StartTime)}
 	op, err := a.s.ops.pending(mf.Name, meta)
 	if err != nil {
@@ -301,6 +302,7 @@ func (a *adminServer) RestoreTable(ctx context.Context, req *adminpb.RestoreTabl
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	a.s.attachProgress(ctx, job.Progress())
 	tableName := inst + "/tables/" + req.GetTableId()
 	meta := &adminpb.RestoreTableMetadata{
 		Name:       tableName,

@@ -55,6 +55,8 @@ func (a *ebbAdmin) ttlRun(ctx context.Context, in *structpb.Struct) (*structpb.S
 	if err != nil {
 		return nil, err
 	}
+	ctx, op := a.s.trackProgress(ctx)
+	defer op.Finish()
 	st, err := a.s.ttl.Run(ctx, rowttl.Selector{Instance: inst, Table: str(in, "table")})
 	if err != nil {
 		return nil, toStatus(err)

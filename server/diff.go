@@ -6,10 +6,12 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"sort"
 	"strconv"
 	"time"
 
+	"github.com/ebbtable/ebbtable/progress"
 	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -218,8 +220,11 @@ func (a *ebbAdmin) replicationDiff(ctx context.Context, in *structpb.Struct) (*s
 			local.applied[p.ID] = pos.Commit
 		}
 	}
+	ctx, op := s.trackProgress(ctx)
+	defer op.Finish()
 	var results []any
-	for _, p := range peers {
+	for i, p := range peers {
+		op.Phase(fmt.Sprintf("peer %s (%d/%d)", p.ID, i+1, len(peers)), "chunks", int64(len(ranges)))
 		callCtx, cancel := context.WithTimeout(ctx, time.Minute)
 		res, err := a.diffPeer(callCtx, m, p.ID, local, ranges, boundVals, repair)
 		cancel()
@@ -251,7 +256,9 @@ func (a *ebbAdmin) diffPeer(ctx context.Context, m *table.Meta, peer string, loc
 	}
 	var found []oneSided
 	differing := 0
+	op := progress.FromContext(ctx)
 	for i, r := range ranges {
+		op.Add(1)
 		h, _, err := s.engine.ChunkHash(m, r[0], r[1])
 		if err != nil {
 			return nil, toStatus(err)

@@ -121,6 +121,8 @@ func (a *ebbAdmin) gcRun(ctx context.Context, in *structpb.Struct) (*structpb.St
 	if err != nil {
 		return nil, err
 	}
+	ctx, op := a.s.trackProgress(ctx)
+	defer op.Finish()
 	st, err := a.s.collector.RunPass(ctx, collector.Selector{Instance: inst, Table: str(in, "table")})
 	if err != nil {
 		return nil, toStatus(err)

@@ -117,6 +117,7 @@ type Server struct {
 	grpc      *grpc.Server
 	health    *health.Server
 	ops       *operations
+	progress  lazyProgress // long calls' progress, by client-chosen id (progress.go)
 	inst      *instanceServer
 	peers     *peerSet
 	repl      *replication

@@ -5,25 +5,31 @@ import (
 	"time"
 )
 
-// Eventually polls cond until it holds, failing the test with what and the
-// last detail cond gave once timeout has passed. It is for waiting on what
-// runs on the real clock: another process, a peer, a disk. Work on the
-// injected clock is driven by advancing the fake clock instead.
-func Eventually(t testing.TB, what string, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
+// Poll calls cond until it holds or timeout passes, and says whether it
+// held. It is for waiting on what runs on the real clock: another process,
+// a terminal, a peer, a disk. Work on the injected clock is driven by
+// advancing the fake clock instead.
+func Poll(timeout time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(timeout)
 	wait := time.Millisecond
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: never happened in %v (last: %s)", what, timeout, detail)
+			return false
 		}
 		time.Sleep(wait)
 		if wait < 50*time.Millisecond {
 			wait *= 2
 		}
+	}
+	return true
+}
+
+// Eventually polls cond until it holds, failing the test with what and the
+// last detail cond gave once timeout has passed.
+func Eventually(t testing.TB, what string, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	var detail string
+	if !Poll(timeout, func() (ok bool) { ok, detail = cond(); return ok }) {
+		t.Fatalf("%s: never happened in %v (last: %s)", what, timeout, detail)
 	}
 }
