@@ -500,6 +500,27 @@ func (a *instanceServer) defaultAppProfile(inst string) *adminpb.AppProfile {
 	}
 }
 
+// withIsolationDefault gives a profile without isolation Bigtable's
+// default: standard isolation at high priority.
+func withIsolationDefault(p *adminpb.AppProfile) {
+	if p.GetIsolation() == nil {
+		p.Isolation = &adminpb.AppProfile_StandardIsolation_{StandardIsolation: &adminpb.AppProfile_StandardIsolation{Priority: adminpb.AppProfile_PRIORITY_HIGH}}
+	}
+	if si, ok := p.GetIsolation().(*adminpb.AppProfile_StandardIsolation_); ok && si.StandardIsolation.GetPriority() == adminpb.AppProfile_PRIORITY_UNSPECIFIED {
+		si.StandardIsolation.Priority = adminpb.AppProfile_PRIORITY_HIGH
+	}
+}
+
+// profileOut is a profile as the API returns it: with the isolation default
+// and without the etag, which ebbtable keeps for ordering replicated
+// profile changes (Bigtable's Get and List return none either).
+func profileOut(p *adminpb.AppProfile) *adminpb.AppProfile {
+	p = proto.Clone(p).(*adminpb.AppProfile)
+	p.Etag = ""
+	withIsolationDefault(p)
+	return p
+}
+
 // profile returns (a copy of) the stored profile, the implicit default, or
 // NotFound.
 func (a *instanceServer) profile(inst, id string) (*adminpb.AppProfile, error) {
@@ -613,6 +634,7 @@ func (a *instanceServer) CreateAppProfile(ctx context.Context, req *adminpb.Crea
 		p = &adminpb.AppProfile{}
 	}
 	p.Name = inst + "/appProfiles/" + id
+	withIsolationDefault(p)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, err := a.profile(inst, id); err == nil {
@@ -624,7 +646,7 @@ func (a *instanceServer) CreateAppProfile(ctx context.Context, req *adminpb.Crea
 	if err := a.putProfile(inst, id, p); err != nil {
 		return nil, toStatus(err)
 	}
-	return p, nil
+	return profileOut(p), nil
 }
 
 func (a *instanceServer) GetAppProfile(ctx context.Context, req *adminpb.GetAppProfileRequest) (*adminpb.AppProfile, error) {
@@ -636,7 +658,7 @@ func (a *instanceServer) GetAppProfile(ctx context.Context, req *adminpb.GetAppP
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return p, nil
+	return profileOut(p), nil
 }
 
 func (a *instanceServer) ListAppProfiles(ctx context.Context, req *adminpb.ListAppProfilesRequest) (*adminpb.ListAppProfilesResponse, error) {
@@ -652,14 +674,14 @@ func (a *instanceServer) ListAppProfiles(ctx context.Context, req *adminpb.ListA
 			return fmt.Errorf("ebbtable: app profile %s/%s: %w", inst, name, err)
 		}
 		hasDefault = hasDefault || name == defaultProfile
-		resp.AppProfiles = append(resp.AppProfiles, p)
+		resp.AppProfiles = append(resp.AppProfiles, profileOut(p))
 		return nil
 	})
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	if !hasDefault {
-		resp.AppProfiles = append([]*adminpb.AppProfile{a.defaultAppProfile(inst)}, resp.AppProfiles...)
+		resp.AppProfiles = append([]*adminpb.AppProfile{profileOut(a.defaultAppProfile(inst))}, resp.AppProfiles...)
 	}
 	return resp, nil
 }
@@ -677,7 +699,7 @@ func (a *instanceServer) UpdateAppProfile(ctx context.Context, req *adminpb.Upda
 	}
 	paths := req.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: UpdateAppProfile needs an update_mask")
+		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: A non-empty 'update_mask' must be specified (UpdateAppProfile)")
 	}
 	in := req.GetAppProfile()
 	for _, path := range paths {
@@ -688,6 +710,7 @@ func (a *instanceServer) UpdateAppProfile(ctx context.Context, req *adminpb.Upda
 			p.RoutingPolicy = in.GetRoutingPolicy()
 		case "priority", "standard_isolation", "data_boost_isolation_read_only":
 			p.Isolation = in.GetIsolation()
+			withIsolationDefault(p)
 		default:
 			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: cannot update app profile field %q", path)
 		}
@@ -698,7 +721,7 @@ func (a *instanceServer) UpdateAppProfile(ctx context.Context, req *adminpb.Upda
 	if err := a.putProfile(inst, id, p); err != nil {
 		return nil, toStatus(err)
 	}
-	return a.s.ops.done(p.Name, p, &adminpb.UpdateAppProfileMetadata{})
+	return a.s.ops.done(p.Name, profileOut(p), &adminpb.UpdateAppProfileMetadata{})
 }
 
 func (a *instanceServer) DeleteAppProfile(ctx context.Context, req *adminpb.DeleteAppProfileRequest) (*emptypb.Empty, error) {
