@@ -74,15 +74,28 @@ func projectOf(inst string) string {
 // clusters returns the instance's clusters: the local one, those stored
 // and the peers.
 func (a *instanceServer) clusters(inst string) ([]*adminpb.Cluster, error) {
-	out := []*adminpb.Cluster{a.localCluster(inst)}
+	d, err := a.declared(inst)
+	if err != nil {
+		return nil, err
+	}
+	// An implicit instance always has this process's cluster; a declared
+	// one has the clusters it declares (all served here).
+	var out []*adminpb.Cluster
+	local := -1
+	if d == nil {
+		out, local = []*adminpb.Cluster{a.localCluster(inst)}, 0
+	}
 	stored := map[string]*adminpb.Cluster{}
-	err := a.s.engine.InstanceMeta(kindCluster, inst, func(_, name string, v []byte) error {
-		if name == a.s.opts.ClusterID {
-			return nil
-		}
+	err = a.s.engine.InstanceMeta(kindCluster, inst, func(_, name string, v []byte) error {
 		c := &adminpb.Cluster{}
 		if err := protojson.Unmarshal(v, c); err != nil {
 			return fmt.Errorf("ebbtable: cluster %s/%s: %w", inst, name, err)
+		}
+		if name == a.s.opts.ClusterID && local >= 0 {
+			// Settings recorded by UpdateCluster for this process's cluster.
+			c.Name, c.State = out[local].Name, adminpb.Cluster_READY
+			out[local] = c
+			return nil
 		}
 		stored[name] = c
 		out = append(out, c)
@@ -125,7 +138,7 @@ func (a *instanceServer) instances() ([]string, error) {
 	for _, m := range a.s.engine.Tables("") {
 		seen[m.Instance] = true
 	}
-	for _, kind := range []string{kindCluster, kindAppProfile} {
+	for _, kind := range []string{kindCluster, kindAppProfile, kindInstance} {
 		if err := a.s.engine.InstanceMeta(kind, "", func(inst, _ string, _ []byte) error {
 			seen[inst] = true
 			return nil
@@ -152,8 +165,12 @@ func (a *instanceServer) GetInstance(ctx context.Context, req *adminpb.GetInstan
 		return nil, toStatus(err)
 	}
 	// Every well-formed instance exists: ebbtable serves any instance a
-	// client names, as the emulator does.
-	return instanceProto(inst), nil
+	// client names, as the emulator does; a declared one as declared.
+	p, err := a.instanceInfo(inst)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return p, nil
 }
 
 func (a *instanceServer) ListInstances(ctx context.Context, req *adminpb.ListInstancesRequest) (*adminpb.ListInstancesResponse, error) {
@@ -164,7 +181,11 @@ func (a *instanceServer) ListInstances(ctx context.Context, req *adminpb.ListIns
 	resp := &adminpb.ListInstancesResponse{}
 	for _, n := range names {
 		if req.GetParent() == "" || strings.HasPrefix(n, req.GetParent()+"/") {
-			resp.Instances = append(resp.Instances, instanceProto(n))
+			p, err := a.instanceInfo(n)
+			if err != nil {
+				return nil, toStatus(err)
+			}
+			resp.Instances = append(resp.Instances, p)
 		}
 	}
 	return resp, nil
@@ -260,6 +281,12 @@ func (a *instanceServer) CreateCluster(ctx context.Context, req *adminpb.CreateC
 	if p, ok := a.s.peers.get(id); ok && p.Ready {
 		c.State = adminpb.Cluster_READY
 	}
+	if d, err := a.declared(inst); err != nil {
+		return nil, toStatus(err)
+	} else if d != nil {
+		// A declared instance's clusters are all served by this process.
+		c = newCluster(inst, id, c)
+	}
 	if c.GetLocation() == "" {
 		c.Location = "projects/" + projectOf(inst) + "/locations/" + localZone
 	}
@@ -295,10 +322,9 @@ func (a *instanceServer) UpdateCluster(ctx context.Context, req *adminpb.Cluster
 		return nil, toStatus(err)
 	}
 	c.ServeNodes = req.GetServeNodes()
-	if id != a.s.opts.ClusterID {
-		if err := a.putCluster(inst, id, c); err != nil {
-			return nil, toStatus(err)
-		}
+	autoscaledNodes(c)
+	if err := a.putCluster(inst, id, c); err != nil {
+		return nil, toStatus(err)
 	}
 	now := timestamppb.New(a.s.opts.Clock.Now())
 	return a.s.ops.done(c.Name, c, &adminpb.UpdateClusterMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
@@ -331,10 +357,9 @@ func (a *instanceServer) PartialUpdateCluster(ctx context.Context, req *adminpb.
 			c.Config = req.GetCluster().GetConfig()
 		}
 	}
-	if id != a.s.opts.ClusterID {
-		if err := a.putCluster(inst, id, c); err != nil {
-			return nil, toStatus(err)
-		}
+	autoscaledNodes(c)
+	if err := a.putCluster(inst, id, c); err != nil {
+		return nil, toStatus(err)
 	}
 	now := timestamppb.New(a.s.opts.Clock.Now())
 	return a.s.ops.done(c.Name, c, &adminpb.PartialUpdateClusterMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
