@@ -70,12 +70,8 @@ var prodFailures = map[string]expected{
 var prodGaps = map[string]string{
 	"TestIntegration_Admin":                       "tiered storage config",
 	"TestIntegration_AdminBackup":                 "hot backups",
-	"TestIntegration_AuthorizedView":              "authorized views",
-	"TestIntegration_AuthorizedViewIAM":           "authorized views and IAM",
 	"TestIntegration_AdminSchemaBundle":           "schema bundles",
 	"TestIntegration_AutomatedBackups":            "automated backup policy",
-	"TestIntegration_BackupIAM":                   "IAM on backups",
-	"TestIntegration_TableIam":                    "IAM on tables",
 	"TestIntegration_CreateTableWithRowKeySchema": "row key schema",
 	"TestIntegration_UpdateRowKeySchemaInTable":   "row key schema updates",
 }

@@ -138,6 +138,13 @@ func (a *adminServer) DeleteTable(ctx context.Context, req *adminpb.DeleteTableR
 	if err := a.s.engine.DeleteTable(ref.instance, ref.table); err != nil {
 		return nil, toStatus(err)
 	}
+	// Its authorized views and IAM policies go with it.
+	if err := a.s.forgetTableViews(ref); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := a.s.forgetIAM(req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
 	return &emptypb.Empty{}, nil
 }
 

@@ -211,6 +211,9 @@ func (a *adminServer) DeleteBackup(ctx context.Context, req *adminpb.DeleteBacku
 	if err := a.s.backups.Delete(name); err != nil {
 		return nil, toStatus(err)
 	}
+	if err := a.s.forgetIAM(req.GetName()); err != nil {
+		return nil, toStatus(err)
+	}
 	return &emptypb.Empty{}, nil
 }
 

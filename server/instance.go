@@ -51,6 +51,8 @@ type instanceServer struct {
 	// cache holds resolved profiles by instance and id (nil: none).
 	cacheMu sync.Mutex
 	cache   map[string]*adminpb.AppProfile
+	// iamMu serialises SetIamPolicy's read, etag check and write.
+	iamMu sync.Mutex
 }
 
 func (a *instanceServer) localCluster(inst string) *adminpb.Cluster {
