@@ -159,6 +159,9 @@ func (a *adminServer) DeleteTable(ctx context.Context, req *adminpb.DeleteTableR
 	if err := a.s.forgetTableExt(ref); err != nil {
 		return nil, toStatus(err)
 	}
+	if err := a.s.forgetTableBundles(ref); err != nil {
+		return nil, toStatus(err)
+	}
 	if err := a.s.forgetTableViews(ref); err != nil {
 		return nil, toStatus(err)
 	}

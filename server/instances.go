@@ -231,7 +231,7 @@ func (a *instanceServer) DeleteInstance(ctx context.Context, req *adminpb.Delete
 			return nil, toStatus(err)
 		}
 	}
-	for _, kind := range []string{kindCluster, kindAppProfile, kindAppProfileGone, kindAuthView, kindIAM, kindInstance} {
+	for _, kind := range []string{kindCluster, kindAppProfile, kindAppProfileGone, kindAuthView, kindSchemaBundle, kindTableExt, kindIAM, kindInstance} {
 		var names []string
 		if err := a.s.engine.InstanceMeta(kind, inst, func(_, name string, _ []byte) error {
 			names = append(names, name)
