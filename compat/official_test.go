@@ -64,18 +64,6 @@ var prodFailures = map[string]expected{
 	},
 }
 
-// prodGaps are failures that this issue still has to close; they are listed
-// so the suite passes while the work goes on, and each must be removed once
-// its test passes (the harness fails when a listed test starts passing).
-var prodGaps = map[string]string{
-}
-
-func init() {
-	for name, why := range prodGaps {
-		prodFailures[name] = expected{reason: why}
-	}
-}
-
 // TestEmulatorMode runs the client's integration suite as the client runs
 // it against an emulator: every test in one process, against one fresh
 // ebbtable. Tests that need a real instance skip themselves.
