@@ -317,6 +317,8 @@ type CreateOptions struct {
 	// turns standard.
 	Hot           bool
 	HotToStandard time.Time
+	// Automated marks a backup taken by an automated backup policy.
+	Automated bool
 }
 
 // CreateWith is Create with options.
@@ -348,6 +350,7 @@ func (m *Manager) CreateWith(name Name, sourceTable string, expire time.Time, op
 		State:       Creating,
 		name:        name,
 		Hot:         opt.Hot || !opt.HotToStandard.IsZero(),
+		Automated:   opt.Automated,
 	}
 	if !opt.HotToStandard.IsZero() {
 		if !opt.HotToStandard.After(start) {

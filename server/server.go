@@ -18,6 +18,7 @@ import (
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/collector"
 	"github.com/ebbtable/ebbtable/rowttl"
+	"github.com/ebbtable/ebbtable/schedule"
 	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/prometheus/client_golang/prometheus"
@@ -121,6 +122,7 @@ type Server struct {
 	backups   *backup.Manager
 	opWait    time.Duration // see defaultOpWait
 	ttl       *rowttl.Job
+	autoBkps  *schedule.Loop // takes automated backups (autobackup.go)
 	lis       net.Listener
 	hlis      net.Listener
 	log       *slog.Logger
@@ -273,6 +275,7 @@ func (s *Server) Start() error {
 	}()
 	s.collector.Start()
 	s.backups.Start()
+	s.autoBkps = s.startAutoBackups()
 	s.ttl.Start()
 	for _, p := range s.peers.list() {
 		s.repl.start(p.ID)
@@ -318,6 +321,7 @@ func (s *Server) Close() error {
 		cancel()
 	}
 	s.collector.Stop()
+	s.autoBkps.Stop()
 	s.backups.Stop()
 	s.ttl.Stop()
 	s.repl.wg.Wait()
