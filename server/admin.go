@@ -92,6 +92,9 @@ func (a *adminServer) CreateTable(ctx context.Context, req *adminpb.CreateTableR
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	if err := a.s.forgetTableMeta(tableRef{instance: inst, table: req.GetTableId()}); err != nil {
+		return nil, toStatus(err)
+	}
 	if ext != nil {
 		if err := a.s.putTableExt(tableRef{instance: inst, table: req.GetTableId()}, ext); err != nil {
 			return nil, toStatus(err)
@@ -155,19 +158,8 @@ func (a *adminServer) DeleteTable(ctx context.Context, req *adminpb.DeleteTableR
 	if err := a.s.engine.DeleteTable(ref.instance, ref.table); err != nil {
 		return nil, toStatus(err)
 	}
-	// Its settings, authorized views and IAM policies go with it.
-	if err := a.s.forgetTableExt(ref); err != nil {
-		return nil, toStatus(err)
-	}
-	if err := a.s.forgetTableBundles(ref); err != nil {
-		return nil, toStatus(err)
-	}
-	if err := a.s.forgetTableViews(ref); err != nil {
-		return nil, toStatus(err)
-	}
-	if err := a.s.forgetIAM(req.GetName()); err != nil {
-		return nil, toStatus(err)
-	}
+	// Its settings, authorized views, schema bundles and IAM policy stay
+	// for UndeleteTable; a table created under the name clears them.
 	return &emptypb.Empty{}, nil
 }
 

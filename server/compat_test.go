@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"cloud.google.com/go/iam"
 	"google.golang.org/api/iterator"
@@ -355,5 +356,45 @@ func TestSampleRowKeysRowRange(t *testing.T) {
 		if got := sample(c.r); got != c.want {
 			t.Errorf("row range %v: %s, want %s", c.r, got, c.want)
 		}
+	}
+}
+
+func TestUndeleteTableThroughTheAdminAPI(t *testing.T) {
+	env := newTestEnv(t)
+	ctx := context.Background()
+	tbl := env.createTable(t, "u", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
+	m := bigtable.NewMutation()
+	m.Set("f", "q", 1000, []byte("kept"))
+	if err := tbl.Apply(ctx, "r1", m); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.admin.CreateAuthorizedView(ctx, &bigtable.AuthorizedViewConf{TableID: "u", AuthorizedViewID: "v",
+		AuthorizedView: &bigtable.SubsetViewConf{RowPrefixes: [][]byte{[]byte("r")}, FamilySubsets: map[string]bigtable.FamilySubset{"f": {QualifierPrefixes: [][]byte{{}}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.admin.DeleteTable(ctx, "u"); err != nil {
+		t.Fatal(err)
+	}
+	raw := env.rawAdmin(t)
+	op, err := raw.UndeleteTable(ctx, &adminpb.UndeleteTableRequest{Name: tableName("u")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !op.GetDone() || op.GetError() != nil {
+		t.Fatalf("operation: %v", op)
+	}
+	if got := readThrough(t, env.client.OpenAuthorizedView("u", "v"), bigtable.RowRange{}); got != "r1/f:q" {
+		t.Fatalf("through the view after undelete: %q", got)
+	}
+	if _, err := raw.UndeleteTable(ctx, &adminpb.UndeleteTableRequest{Name: tableName("u")}); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("undelete over a live table: %v", err)
+	}
+	// Past the retention (7 days by default) the table is gone for good.
+	if err := env.admin.DeleteTable(ctx, "u"); err != nil {
+		t.Fatal(err)
+	}
+	env.clock.Advance(DefaultUndeleteRetention)
+	if _, err := raw.UndeleteTable(ctx, &adminpb.UndeleteTableRequest{Name: tableName("u")}); status.Code(err) != codes.NotFound {
+		t.Errorf("undelete after the retention: %v", err)
 	}
 }

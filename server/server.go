@@ -71,6 +71,9 @@ type Options struct {
 	// Ballast sizes the emergency ballast in the data directory; zero:
 	// none.
 	Ballast storage.Ballast
+	// UndeleteRetention is how long a deleted table stays restorable
+	// (UndeleteTable); 0 means DefaultUndeleteRetention, negative: none.
+	UndeleteRetention time.Duration
 	// OnFatal is called once when the engine meets a fatal storage error,
 	// after the server has stopped serving (health NOT_SERVING, every call
 	// Unavailable). The serve command exits the process from it
@@ -104,6 +107,9 @@ func (o *Options) EnsureDefaults() {
 	if o.MaxMessageBytes == 0 {
 		o.MaxMessageBytes = 256 << 20
 	}
+	if o.UndeleteRetention == 0 {
+		o.UndeleteRetention = DefaultUndeleteRetention
+	}
 }
 
 // Server is a running ebbtable: the engine, its background jobs and the gRPC
@@ -123,6 +129,7 @@ type Server struct {
 	opWait    time.Duration // see defaultOpWait
 	ttl       *rowttl.Job
 	autoBkps  *schedule.Loop // takes automated backups (autobackup.go)
+	purge     *schedule.Loop // purges deleted tables (undelete.go)
 	lis       net.Listener
 	hlis      net.Listener
 	log       *slog.Logger
@@ -142,7 +149,7 @@ func New(opts Options) (*Server, error) {
 	var srv atomic.Pointer[Server]
 	var early atomic.Pointer[error]
 	eng, err := table.Open(table.Options{Dir: opts.DataDir, Clock: opts.Clock, Logger: opts.Logger, Visibility: opts.Visibility,
-		MaxSyncDuration: opts.MaxSyncDuration, Ballast: opts.Ballast,
+		MaxSyncDuration: opts.MaxSyncDuration, Ballast: opts.Ballast, UndeleteRetention: max(opts.UndeleteRetention, 0),
 		OnFatal: func(err error) {
 			if s := srv.Load(); s != nil {
 				s.fatal(err)
@@ -276,6 +283,7 @@ func (s *Server) Start() error {
 	s.collector.Start()
 	s.backups.Start()
 	s.autoBkps = s.startAutoBackups()
+	s.purge = s.startPurge()
 	s.ttl.Start()
 	for _, p := range s.peers.list() {
 		s.repl.start(p.ID)
@@ -322,6 +330,7 @@ func (s *Server) Close() error {
 	}
 	s.collector.Stop()
 	s.autoBkps.Stop()
+	s.purge.Stop()
 	s.backups.Stop()
 	s.ttl.Stop()
 	s.repl.wg.Wait()

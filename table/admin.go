@@ -189,14 +189,12 @@ func (e *Engine) DeleteTableAt(instance, name string, st storage.Stamp) error {
 	if err := b.Delete(tableMetaKey(instance, name), nil); err != nil {
 		return err
 	}
-	if err := b.DeleteRange(storage.TablePrefix(m.ID), storage.TableEnd(m.ID), nil); err != nil {
-		return err
-	}
-	// The change stream goes with the table.
-	if err := b.DeleteRange(changestream.TableStart(m.ID), changestream.TableEnd(m.ID), nil); err != nil {
-		return err
-	}
-	if err := b.DeleteRange(ageCutoffPrefix(m.ID), storage.PrefixEnd(ageCutoffPrefix(m.ID)), nil); err != nil {
+	if e.keepsDeleted() {
+		// Restorable for a while: the data stays (undelete.go).
+		if err := e.keepDeletedLocked(b, m); err != nil {
+			return err
+		}
+	} else if err := purgeTableData(b, m.ID); err != nil { // with its change stream
 		return err
 	}
 	if _, ok := e.Replicating(); ok {
