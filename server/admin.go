@@ -30,6 +30,9 @@ func (a *adminServer) tableToProto(m *table.Meta, view adminpb.Table_View) *admi
 		Granularity:        adminpb.Table_MILLIS,
 		DeletionProtection: m.DeletionProtection,
 	}
+	if m.Micros {
+		t.Granularity = adminpb.Table_MICROS
+	}
 	if m.Restored != nil {
 		t.RestoreInfo = restoreInfoProto(m.Restored)
 	}
@@ -63,7 +66,8 @@ func (a *adminServer) CreateTable(ctx context.Context, req *adminpb.CreateTableR
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	spec := table.TableSpec{DeletionProtection: req.GetTable().GetDeletionProtection()}
+	spec := table.TableSpec{DeletionProtection: req.GetTable().GetDeletionProtection(),
+		Micros: req.GetTable().GetGranularity() == adminpb.Table_MICROS}
 	if rp := req.GetTable().GetChangeStreamConfig().GetRetentionPeriod(); rp != nil {
 		spec.ChangeStreamRetention = rp.AsDuration() // zero: no stream
 		if spec.ChangeStreamRetention < 0 {

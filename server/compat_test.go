@@ -398,3 +398,23 @@ func TestUndeleteTableThroughTheAdminAPI(t *testing.T) {
 		t.Errorf("undelete after the retention: %v", err)
 	}
 }
+
+func TestMicrosGranularityReturned(t *testing.T) {
+	env := newTestEnv(t)
+	ctx := context.Background()
+	raw := env.rawAdmin(t)
+	_, err := raw.CreateTable(ctx, &adminpb.CreateTableRequest{Parent: "projects/" + testProject + "/instances/" + testInstance, TableId: "m",
+		Table: &adminpb.Table{Granularity: adminpb.Table_MICROS, ColumnFamilies: map[string]*adminpb.ColumnFamily{"f": {}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := raw.GetTable(ctx, &adminpb.GetTableRequest{Name: tableName("m")})
+	if err != nil || got.GetGranularity() != adminpb.Table_MICROS {
+		t.Fatalf("granularity %v %v, want MICROS", got.GetGranularity(), err)
+	}
+	m := bigtable.NewMutation()
+	m.Set("f", "q", 1001, []byte("v"))
+	if err := env.client.Open("m").Apply(ctx, "r", m); err != nil {
+		t.Fatalf("a microsecond timestamp in a MICROS table: %v", err)
+	}
+}

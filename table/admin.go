@@ -35,6 +35,9 @@ type TableSpec struct {
 	// Stamp, when set, is the schema stamp of a table created on a peer
 	// cluster; zero means now, here.
 	Stamp storage.Stamp
+	// Micros keeps timestamps at microsecond granularity (Bigtable's
+	// MICROS); the default is milliseconds.
+	Micros bool
 }
 
 var (
@@ -108,6 +111,7 @@ func (e *Engine) CreateTable(instance, name string, spec TableSpec) (*Meta, erro
 		}
 	}
 	m.Splits = splits
+	m.Micros = spec.Micros
 	if spec.ChangeStreamRetention != 0 {
 		if err := validRetention(spec.ChangeStreamRetention); err != nil {
 			return nil, err
