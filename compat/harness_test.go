@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -153,32 +154,43 @@ func runSuite(t *testing.T, suite, dir, addr string, timeout time.Duration, args
 	return parseResults(string(out)), string(out)
 }
 
-// parseResults reads `go test -v` output into per-test results; each test's
-// output is the text between its RUN line and its verdict.
+// parseResults reads `go test -v` output into per-test results. Parallel
+// tests interleave their output; go test heads each stretch with
+// "=== RUN|CONT|NAME|PAUSE <test>", so every line is given to the
+// top-level test of the last header.
 func parseResults(out string) map[string]*result {
 	res := map[string]*result{}
-	var b strings.Builder
+	bufs := map[string]*strings.Builder{}
+	current := ""
+	top := func(name string) string { return strings.SplitN(name, "/", 2)[0] }
 	for _, line := range strings.Split(out, "\n") {
+		if m := testHeader.FindStringSubmatch(line); m != nil {
+			current = top(m[1])
+		}
+		verdict := ""
+		if m := testVerdict.FindStringSubmatch(strings.TrimSpace(line)); m != nil && !strings.Contains(m[2], "/") {
+			verdict, current = m[1], m[2]
+		}
+		b := bufs[current]
+		if b == nil {
+			b = &strings.Builder{}
+			bufs[current] = b
+		}
 		b.WriteString(line)
 		b.WriteByte('\n')
-		for _, v := range []string{"--- PASS: ", "--- FAIL: ", "--- SKIP: "} {
-			rest, ok := strings.CutPrefix(line, v)
-			if !ok {
-				continue
-			}
-			name := strings.Fields(rest)[0]
-			if strings.Contains(name, "/") {
-				continue
-			}
-			res[name] = &result{passed: v != "--- FAIL: ", skipped: v == "--- SKIP: ", output: b.String()}
-			b.Reset()
+		if verdict != "" {
+			res[current] = &result{passed: verdict != "FAIL", skipped: verdict == "SKIP", output: b.String()}
 		}
 	}
 	return res
 }
 
-// outputFor returns the part of the whole output that mentions test name,
-// for a test that never reached a verdict (a panic or a timeout).
+var (
+	testHeader  = regexp.MustCompile(`^=== (?:RUN|CONT|NAME|PAUSE)\s+(\S+)`)
+	testVerdict = regexp.MustCompile(`^--- (PASS|FAIL|SKIP): (\S+)`)
+)
+
+// tail returns the last n lines of s.
 func tail(s string, n int) string {
 	lines := strings.Split(s, "\n")
 	if len(lines) > n {
