@@ -183,6 +183,22 @@ func TestIAMPolicyStored(t *testing.T) {
 	if _, err := env.admin.TableIAM("missing").Policy(ctx); status.Code(err) != codes.NotFound {
 		t.Errorf("policy of a missing table: %v", err)
 	}
+	// Instances have policies too (through the Instance Admin API).
+	ih := env.instanceAdmin(t).InstanceIAM(testInstance)
+	ip, err := ih.Policy(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip.Add("group:ops@example.com", iam.Owner)
+	if err := ih.SetPolicy(ctx, ip); err != nil {
+		t.Fatal(err)
+	}
+	if ip, err = ih.Policy(ctx); err != nil || len(ip.Members(iam.Owner)) != 1 {
+		t.Errorf("instance policy: %v %v", ip.Roles(), err)
+	}
+	if _, err := ih.TestPermissions(ctx, []string{"not a permission"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a malformed permission: %v", err)
+	}
 	// A table created again under the name starts with no policy.
 	if err := env.admin.DeleteTable(ctx, "t"); err != nil {
 		t.Fatal(err)
