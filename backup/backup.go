@@ -314,6 +314,21 @@ func (m *Manager) publish(tmp string, name Name) error {
 // about the request (bad names or expiry, no such table, backup exists)
 // are returned at once.
 func (m *Manager) Create(name Name, sourceTable string, expire time.Time) (*Manifest, *Job[*Manifest], error) {
+	return m.CreateWith(name, sourceTable, expire, CreateOptions{})
+}
+
+// CreateOptions are a backup's optional settings.
+type CreateOptions struct {
+	// Hot makes a hot backup; HotToStandard (zero: never) is when it
+	// turns standard.
+	Hot           bool
+	HotToStandard time.Time
+	// Automated marks a backup taken by an automated backup policy.
+	Automated bool
+}
+
+// CreateWith is Create with options.
+func (m *Manager) CreateWith(name Name, sourceTable string, expire time.Time, opt CreateOptions) (*Manifest, *Job[*Manifest], error) {
 	if err := name.validate(); err != nil {
 		return nil, nil, err
 	}
@@ -340,6 +355,16 @@ func (m *Manager) Create(name Name, sourceTable string, expire time.Time) (*Mani
 		ExpireTime:  expire,
 		State:       Creating,
 		name:        name,
+		Hot:         opt.Hot || !opt.HotToStandard.IsZero(),
+		Automated:   opt.Automated,
+	}
+	if !opt.HotToStandard.IsZero() {
+		if !opt.HotToStandard.After(start) {
+			snap.Close()
+			return nil, nil, fmt.Errorf("%w: hot_to_standard_time %s is not in the future", table.ErrInvalid, opt.HotToStandard.Format(time.RFC3339))
+		}
+		hts := opt.HotToStandard
+		mf.HotToStandard = &hts
 	}
 	job := newJob[*Manifest]()
 	if err := m.goJobLocked(func(ctx context.Context) {

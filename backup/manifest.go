@@ -119,6 +119,13 @@ type Manifest struct {
 	StartTime   time.Time `json:"start_time"`
 	EndTime     time.Time `json:"end_time"`
 	ExpireTime  time.Time `json:"expire_time"`
+	// Hot marks a hot backup (Bigtable keeps those on faster storage for
+	// quicker restores; ebbtable has one storage tier, so only the type
+	// differs). HotToStandard, when set, is when it turns standard.
+	// Automated marks a backup taken by a table's automated backup policy.
+	Automated     bool       `json:"automated,omitempty"`
+	Hot           bool       `json:"hot,omitempty"`
+	HotToStandard *time.Time `json:"hot_to_standard_time,omitempty"`
 	// SizeBytes is the total size of the SSTables.
 	SizeBytes int64      `json:"size_bytes"`
 	Cells     int64      `json:"cells"`

@@ -46,6 +46,7 @@ type serveFlags struct {
 	goGCPercent int
 
 	maxSyncDuration time.Duration
+	undelete        time.Duration
 	ballastSize     string
 
 	console, consoleWrites bool
@@ -119,6 +120,7 @@ its own: a process that joined once rejoins by itself on restart.`,
 	fl.DurationVar(&f.ttlInterval, "ttl-interval", time.Hour, "start a run of the row deletion job this often")
 	fl.IntVar(&f.ttlBatchSize, "ttl-batch-size", 500, "most expired rows the row deletion job deletes in one atomic batch")
 	fl.IntVar(&f.goGCPercent, "go-gc-percent", DefaultGoGCPercent, "the Go runtime's GC percent for this process (the GOGC environment variable, when set, wins)")
+	fl.DurationVar(&f.undelete, "undelete-retention", server.DefaultUndeleteRetention, "how long a deleted table stays restorable with UndeleteTable (its data is kept until then); 0: deleted at once")
 	fl.DurationVar(&f.maxSyncDuration, "max-sync-duration", table.DefaultMaxSyncDuration, "a disk write or sync taking longer than this stops the server (a stalled disk); 0 disables the check")
 	fl.StringVar(&f.ballastSize, "ballast-size", "1%", `size of the emergency ballast file DATA/`+storage.BallastName+` that gives a full disk a way back: bytes with a unit (64MiB), a percentage of the filesystem (at most 1 GiB), or 0 for none`)
 	fl.BoolVar(&f.console, "console", true, "serve the web console at / on --http-addr (docs/console.md)")
@@ -178,6 +180,13 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 	if f.maxSyncDuration < 0 {
 		return server.Options{}, usagef("--max-sync-duration %v is negative", f.maxSyncDuration)
 	}
+	if f.undelete < 0 {
+		return server.Options{}, usagef("--undelete-retention %v is negative", f.undelete)
+	}
+	undelete := f.undelete
+	if undelete == 0 {
+		undelete = -1 // the server's "none"; its zero means the default
+	}
 	maxSync := f.maxSyncDuration
 	if maxSync == 0 {
 		maxSync = -1 // the engine's "no check"; its zero means the default
@@ -214,6 +223,8 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 		Ballast:         ballast,
 		ConsoleOff:      !f.console,
 		ConsoleWrites:   f.consoleWrites,
+
+		UndeleteRetention: undelete,
 	}, nil
 }
 

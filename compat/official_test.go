@@ -1,73 +1,189 @@
 package compat
 
 import (
-	"bytes"
-	"context"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/ebbtable/ebbtable/server"
 )
 
-// knownFailures are integration tests that cannot pass through
-// BIGTABLE_EMULATOR_HOST against any server, the reference emulator
-// included: the client dials that address with gRPC's default 4 MiB receive
-// limit and refuses rows that span responses, so its 5 MiB read fails.
-var knownFailures = []string{"TestIntegration_LargeReadsWritesAndScans"}
+// expected is an integration test known to fail against ebbtable: why, and
+// a piece of its output that shows it failed for that reason (so a failure
+// for another reason is still a regression).
+type expected struct {
+	reason string
+	want   string
+}
 
-// TestOfficialIntegrationSuite runs cloud.google.com/go/bigtable's
-// TestIntegration_* tests against an in-process ebbtable. Every test that
-// reaches the server must pass.
-func TestOfficialIntegrationSuite(t *testing.T) {
+// emulatorFailures are the emulator-mode tests expected to fail.
+var emulatorFailures = map[string]expected{
+	"TestIntegration_LargeReadsWritesAndScans": largeRead,
+}
+
+// largeRead cannot pass against any server: through BIGTABLE_EMULATOR_HOST
+// the client dials with gRPC's default 4 MiB receive limit (its 256 MiB call
+// options go to a dial that a pre-dialled connection replaces), so a 5 MiB
+// cell cannot come in one response; and the v1.58.0 client calls
+// chunkReader.Close after every ReadRowsResponse (bigtable.go, readRows),
+// which refuses a row left open at the end of a response ("invalid state for
+// end of stream"), so the cell cannot come in several either. See
+// docs/compatibility.md.
+var largeRead = expected{
+	reason: "the client reads through a 4 MiB receive limit and refuses a row split across responses",
+	want:   "received message larger than max (5243015 vs. 4194304)",
+}
+
+// prodFailures are the prod-mode tests expected to fail, each with why.
+var prodFailures = map[string]expected{
+	"TestIntegration_LargeReadsWritesAndScans": largeRead,
+	"TestIntegration_ExportBuiltInMetrics": {
+		reason: "exports the client's metrics to Google Cloud Monitoring, which needs Google credentials",
+		want:   "could not find default credentials",
+	},
+	"TestIntegration_AdminEncryptionInfo": {
+		reason: "needs a Cloud KMS key ring (customer-managed encryption keys)",
+		want:   "GCLOUD_TESTS_BIGTABLE_KEYRING",
+	},
+	"TestIntegration_Execute": {
+		reason: "SQL queries (PrepareQuery/ExecuteQuery) are built by another issue",
+		want:   "PrepareQuery",
+	},
+	"TestIntegration_AdminLogicalView": {
+		reason: "logical views come with SQL, another issue",
+		want:   "LogicalView",
+	},
+	"TestIntegration_AdminMaterializedView": {
+		reason: "materialized views come with SQL, another issue",
+		want:   "MaterializedView",
+	},
+	"TestIntegration_DataMaterializedView": {
+		reason: "materialized views come with SQL, another issue",
+		want:   "MaterializedView",
+	},
+}
+
+// TestEmulatorMode runs the client's integration suite as the client runs
+// it against an emulator: every test in one process, against one fresh
+// ebbtable. Tests that need a real instance skip themselves.
+func TestEmulatorMode(t *testing.T) {
 	if testing.Short() {
-		t.Skip("compiles and runs the client library's suite (about a minute)")
+		t.Skip("builds and runs the client library's suite")
 	}
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "cloud.google.com/go/bigtable").Output()
-	if err != nil {
-		t.Fatalf("locate the client module: %v", err)
+	ebb, suite, dir := binaries(t)
+	addr := serve(t, ebb)
+	res, out := runSuite(t, suite, dir, addr, 5*time.Minute,
+		"-test.run", "^TestIntegration_", "-test.skip", "^TestIntegration_SessionVRpc_")
+	passed := judge(t, res, emulatorFailures, out)
+	skipped := 0
+	for _, r := range res {
+		if r.skipped {
+			skipped++
+		}
 	}
-	dir := strings.TrimSpace(string(out))
-	if _, err := os.Stat(filepath.Join(dir, "integration_test.go")); err != nil {
-		t.Fatalf("client module has no integration suite at %s: %v", dir, err)
-	}
-	srv, err := server.New(server.Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	skip := "^TestIntegration_SessionVRpc_|^(" + strings.Join(knownFailures, "|") + ")$"
-	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-v", "-run", "^TestIntegration_", "-skip", skip, ".")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "BIGTABLE_EMULATOR_HOST="+srv.Addr(), "GOFLAGS=-mod=mod")
-	var buf bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &buf, &buf
-	err = cmd.Run()
-	passed := regexp.MustCompile(`(?m)^--- PASS: TestIntegration_`).FindAll(buf.Bytes(), -1)
-	failed := regexp.MustCompile(`(?m)^--- FAIL: .*$`).FindAll(buf.Bytes(), -1)
-	t.Logf("official suite: %d passed, %d failed", len(passed), len(failed))
-	if err != nil || len(failed) > 0 {
-		t.Fatalf("official integration suite failed (%v):\n%s", err, tail(buf.String(), 80))
-	}
-	if len(passed) < 10 {
-		t.Fatalf("only %d integration tests passed; the suite did not really run:\n%s", len(passed), tail(buf.String(), 40))
+	t.Logf("emulator mode: %d of %d passed (%d of them skip themselves: they need a real instance)", passed, len(res), skipped)
+	if len(res) < 30 {
+		t.Fatalf("only %d integration tests reported; the suite did not really run:\n%s", len(res), tail(out, 60))
 	}
 }
 
-func tail(s string, n int) string {
-	lines := strings.Split(s, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
+// TestProdMode runs each of the client's integration tests in prod mode
+// (-it.use-prod: the tests that need a real instance run too), each in its
+// own process against its own fresh ebbtable, so a panic ends one test only.
+func TestProdMode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the client library's suite")
 	}
-	return strings.Join(lines, "\n")
+	ebb, suite, dir := binaries(t)
+	names := listTests(t, suite, dir)
+	results := map[string]*result{}
+	outs := map[string]string{}
+	sem := make(chan struct{}, 3)
+	t.Run("each", func(t *testing.T) {
+		for _, name := range names {
+			t.Run(strings.TrimPrefix(name, "TestIntegration_"), func(t *testing.T) {
+				t.Parallel()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				addr := serve(t, ebb)
+				res, out := runSuite(t, suite, dir, addr, 3*time.Minute, "-test.run", "^"+name+"$",
+					"-it.use-prod", "-it.project", "p", "-it.instance", "i", "-it.cluster", "ebbtable")
+				r := res[name]
+				if r == nil {
+					r = &result{output: out} // a panic or a timeout: no verdict line
+				}
+				mu.Lock()
+				results[name], outs[name] = r, out
+				mu.Unlock()
+			})
+		}
+	})
+	passed := judge(t, results, prodFailures, "")
+	skipped := 0
+	for _, r := range results {
+		if r.skipped {
+			skipped++
+		}
+	}
+	t.Logf("prod mode: %d of %d passed (%d of them skip themselves)", passed, len(names), skipped)
+}
+
+// listTests lists the suite's integration tests, the session-protocol tests
+// left out (they run against an in-process fake, never a server).
+func listTests(t *testing.T, suite, dir string) []string {
+	cmd := exec.Command(suite, "-test.list", "^TestIntegration_")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("listing the suite's tests: %v", err)
+	}
+	var names []string
+	for _, n := range strings.Fields(string(out)) {
+		if !strings.HasPrefix(n, "TestIntegration_SessionVRpc_") {
+			names = append(names, n)
+		}
+	}
+	if len(names) < 30 {
+		t.Fatalf("the suite lists only %d integration tests: %q", len(names), names)
+	}
+	return names
+}
+
+// judge compares results with the expected failures: an unlisted failure,
+// a listed test that passes, and a listed failure that no longer shows its
+// reason all fail t. It returns how many tests passed.
+func judge(t *testing.T, res map[string]*result, known map[string]expected, whole string) int {
+	t.Helper()
+	names := make([]string, 0, len(res))
+	for n := range res {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	passed := 0
+	for _, name := range names {
+		r := res[name]
+		exp, listed := known[name]
+		switch {
+		case r.passed && listed:
+			t.Errorf("%s passes now: remove it from the expected failures (%s)", name, exp.reason)
+		case r.passed:
+			passed++
+			if *keepLogs {
+				t.Logf("%s:\n%s", name, r.output)
+			}
+		case !listed:
+			t.Errorf("%s failed:\n%s", name, tail(r.output, 40))
+		case exp.want != "" && !strings.Contains(r.output, exp.want):
+			t.Errorf("%s failed, but not for its known reason (%s; want %q in its output):\n%s", name, exp.reason, exp.want, tail(r.output, 40))
+		default:
+			t.Logf("%s fails as expected: %s", name, exp.reason)
+		}
+	}
+	for name := range known {
+		if whole != "" && res[name] == nil && regexp.MustCompile(`(?m)^=== RUN\s+`+name+`$`).MatchString(whole) {
+			t.Errorf("%s ran but reported no verdict:\n%s", name, tail(whole, 40))
+		}
+	}
+	return passed
 }

@@ -30,6 +30,9 @@ func (a *adminServer) tableToProto(m *table.Meta, view adminpb.Table_View) *admi
 		Granularity:        adminpb.Table_MILLIS,
 		DeletionProtection: m.DeletionProtection,
 	}
+	if m.Micros {
+		t.Granularity = adminpb.Table_MICROS
+	}
 	if m.Restored != nil {
 		t.RestoreInfo = restoreInfoProto(m.Restored)
 	}
@@ -43,9 +46,17 @@ func (a *adminServer) tableToProto(m *table.Meta, view adminpb.Table_View) *admi
 	for _, f := range m.Families {
 		t.ColumnFamilies[f.Name] = &adminpb.ColumnFamily{GcRule: convert.GCRuleToProto(f.GC), ValueType: convert.ValueTypeToProto(f.ValueType)}
 	}
-	if view == adminpb.Table_REPLICATION_VIEW || view == adminpb.Table_FULL {
+	if view == adminpb.Table_REPLICATION_VIEW || view == adminpb.Table_FULL || view == adminpb.Table_ENCRYPTION_VIEW {
 		t.ClusterStates = a.s.clusterStates()
 	}
+	if view == adminpb.Table_ENCRYPTION_VIEW || view == adminpb.Table_FULL {
+		// Data is stored unencrypted by ebbtable itself (use disk
+		// encryption); reported as Bigtable's default, with no KMS key.
+		for _, cs := range t.ClusterStates {
+			cs.EncryptionInfo = []*adminpb.EncryptionInfo{{EncryptionType: adminpb.EncryptionInfo_GOOGLE_DEFAULT_ENCRYPTION}}
+		}
+	}
+	a.s.addTableExt(m, t)
 	return t
 }
 
@@ -55,7 +66,8 @@ func (a *adminServer) CreateTable(ctx context.Context, req *adminpb.CreateTableR
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	spec := table.TableSpec{DeletionProtection: req.GetTable().GetDeletionProtection()}
+	spec := table.TableSpec{DeletionProtection: req.GetTable().GetDeletionProtection(),
+		Micros: req.GetTable().GetGranularity() == adminpb.Table_MICROS}
 	if rp := req.GetTable().GetChangeStreamConfig().GetRetentionPeriod(); rp != nil {
 		spec.ChangeStreamRetention = rp.AsDuration() // zero: no stream
 		if spec.ChangeStreamRetention < 0 {
@@ -76,9 +88,21 @@ func (a *adminServer) CreateTable(ctx context.Context, req *adminpb.CreateTableR
 	for _, s := range req.GetInitialSplits() {
 		spec.Splits = append(spec.Splits, s.GetKey())
 	}
+	ext, err := createTableExt(req.GetTable())
+	if err != nil {
+		return nil, err
+	}
 	m, err := a.s.engine.CreateTable(inst, req.GetTableId(), spec)
 	if err != nil {
 		return nil, toStatus(err)
+	}
+	if err := a.s.forgetTableMeta(tableRef{instance: inst, table: req.GetTableId()}); err != nil {
+		return nil, toStatus(err)
+	}
+	if ext != nil {
+		if err := a.s.putTableExt(tableRef{instance: inst, table: req.GetTableId()}, ext); err != nil {
+			return nil, toStatus(err)
+		}
 	}
 	return a.tableToProto(m, adminpb.Table_SCHEMA_VIEW), nil
 }
@@ -138,6 +162,8 @@ func (a *adminServer) DeleteTable(ctx context.Context, req *adminpb.DeleteTableR
 	if err := a.s.engine.DeleteTable(ref.instance, ref.table); err != nil {
 		return nil, toStatus(err)
 	}
+	// Its settings, authorized views, schema bundles and IAM policy stay
+	// for UndeleteTable; a table created under the name clears them.
 	return &emptypb.Empty{}, nil
 }
 
@@ -174,7 +200,18 @@ func (a *adminServer) UpdateTable(ctx context.Context, req *adminpb.UpdateTableR
 				return nil, toStatus(err)
 			}
 		default:
-			return nil, status.Errorf(codes.Unimplemented, "ebbtable: updating %q is not supported", p)
+			cur, err := a.s.engine.Table(ref.instance, ref.table)
+			if err != nil {
+				return nil, toStatus(err)
+			}
+			ok, err := a.s.updateTableExt(ref, cur, req, p)
+			if err != nil {
+				return nil, toStatus(err)
+			}
+			if !ok {
+				return nil, status.Errorf(codes.Unimplemented, "ebbtable: updating %q is not supported", p)
+			}
+			m = cur
 		}
 	}
 	return a.s.ops.done(ref.name(), a.tableToProto(m, adminpb.Table_SCHEMA_VIEW), &adminpb.UpdateTableMetadata{

@@ -73,7 +73,8 @@ func ts(t time.Time) *timestamppb.Timestamp {
 }
 
 // backupToProto renders a manifest as the API's Backup.
-func backupToProto(mf *backup.Manifest) *adminpb.Backup {
+// A hot backup reports HOT until its hot_to_standard_time, STANDARD after.
+func backupToProto(mf *backup.Manifest, now time.Time) *adminpb.Backup {
 	b := &adminpb.Backup{
 		Name:         mf.Name,
 		SourceTable:  mf.SourceTable,
@@ -90,6 +91,12 @@ func backupToProto(mf *backup.Manifest) *adminpb.Backup {
 	}
 	if mf.State == backup.Creating {
 		b.State = adminpb.Backup_CREATING
+	}
+	if mf.HotToStandard != nil {
+		b.HotToStandardTime = ts(*mf.HotToStandard)
+	}
+	if mf.Hot && (mf.HotToStandard == nil || now.Before(*mf.HotToStandard)) {
+		b.BackupType = adminpb.Backup_HOT
 	}
 	return b
 }
@@ -132,15 +139,19 @@ func (a *adminServer) CreateBackup(ctx context.Context, req *adminpb.CreateBacku
 	if src.instance != inst {
 		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: source table %s is not in instance %s", src.name(), inst)
 	}
-	if req.GetBackup().GetBackupType() == adminpb.Backup_HOT || req.GetBackup().GetHotToStandardTime() != nil {
-		return nil, status.Error(codes.InvalidArgument, "ebbtable: hot backups are not supported (use the standard type)")
+	opt := backup.CreateOptions{Hot: req.GetBackup().GetBackupType() == adminpb.Backup_HOT}
+	if h := req.GetBackup().GetHotToStandardTime(); h != nil {
+		if !opt.Hot {
+			return nil, status.Error(codes.InvalidArgument, "ebbtable: hot_to_standard_time needs backup_type HOT")
+		}
+		opt.HotToStandard = h.AsTime()
 	}
 	var expire time.Time
 	if e := req.GetBackup().GetExpireTime(); e != nil {
 		expire = e.AsTime()
 	}
 	name := backup.Name{Instance: inst, Cluster: cluster, ID: req.GetBackupId()}
-	mf, job, err := a.s.backups.Create(name, src.table, expire)
+	mf, job, err := a.s.backups.CreateWith(name, src.table, expire, opt)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -156,7 +167,7 @@ func (a *adminServer) CreateBackup(ctx context.Context, req *adminpb.CreateBacku
 			op.finish(nil, nil, toStatus(err))
 			return
 		}
-		op.finish(backupToProto(done), &adminpb.CreateBackupMetadata{
+		op.finish(backupToProto(done, a.s.opts.Clock.Now()), &adminpb.CreateBackupMetadata{
 			Name: done.Name, SourceTable: done.SourceTable, StartTime: ts(done.StartTime), EndTime: ts(done.EndTime),
 		}, nil)
 	}()
@@ -173,7 +184,7 @@ func (a *adminServer) GetBackup(ctx context.Context, req *adminpb.GetBackupReque
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return backupToProto(mf), nil
+	return backupToProto(mf, a.s.opts.Clock.Now()), nil
 }
 
 // UpdateBackup changes a backup's expire time, the only field that can be
@@ -185,22 +196,35 @@ func (a *adminServer) UpdateBackup(ctx context.Context, req *adminpb.UpdateBacku
 	}
 	paths := req.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "ebbtable: update_mask must name expire_time")
+		return nil, status.Error(codes.InvalidArgument, "ebbtable: update_mask must name expire_time or hot_to_standard_time")
 	}
 	for _, p := range paths {
-		if p != "expire_time" {
-			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: %q cannot be updated (only expire_time can)", p)
+		if p != "expire_time" && p != "hot_to_standard_time" {
+			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: %q cannot be updated (expire_time and hot_to_standard_time can)", p)
 		}
 	}
-	var expire time.Time
-	if e := req.GetBackup().GetExpireTime(); e != nil {
-		expire = e.AsTime()
+	var mf *backup.Manifest
+	for _, p := range paths {
+		switch p {
+		case "expire_time":
+			var expire time.Time
+			if e := req.GetBackup().GetExpireTime(); e != nil {
+				expire = e.AsTime()
+			}
+			mf, err = a.s.backups.UpdateExpiry(name, expire)
+		case "hot_to_standard_time":
+			var at *time.Time
+			if h := req.GetBackup().GetHotToStandardTime(); h != nil {
+				t := h.AsTime()
+				at = &t
+			}
+			mf, err = a.s.backups.UpdateHotToStandard(name, at)
+		}
+		if err != nil {
+			return nil, toStatus(err)
+		}
 	}
-	mf, err := a.s.backups.UpdateExpiry(name, expire)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return backupToProto(mf), nil
+	return backupToProto(mf, a.s.opts.Clock.Now()), nil
 }
 
 // DeleteBackup removes a backup.
@@ -210,6 +234,9 @@ func (a *adminServer) DeleteBackup(ctx context.Context, req *adminpb.DeleteBacku
 		return nil, toStatus(err)
 	}
 	if err := a.s.backups.Delete(name); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := a.s.forgetIAM(req.GetName()); err != nil {
 		return nil, toStatus(err)
 	}
 	return &emptypb.Empty{}, nil
@@ -265,7 +292,7 @@ func (a *adminServer) ListBackups(ctx context.Context, req *adminpb.ListBackupsR
 	}
 	resp := &adminpb.ListBackupsResponse{}
 	for _, mf := range list[start:end] {
-		resp.Backups = append(resp.Backups, backupToProto(mf))
+		resp.Backups = append(resp.Backups, backupToProto(mf, a.s.opts.Clock.Now()))
 	}
 	if end < len(list) {
 		resp.NextPageToken = strconv.Itoa(end)
@@ -365,7 +392,7 @@ func (a *adminServer) CopyBackup(ctx context.Context, req *adminpb.CopyBackupReq
 			return
 		}
 		meta.Progress = &adminpb.OperationProgress{ProgressPercent: 100, StartTime: ts(done.StartTime), EndTime: ts(done.EndTime)}
-		op.finish(backupToProto(done), meta, nil)
+		op.finish(backupToProto(done, a.s.opts.Clock.Now()), meta, nil)
 	}()
 	return op.wait(a.s.opWait), nil
 }

@@ -30,13 +30,6 @@ const (
 	maxResponseBytes = 1 << 20
 )
 
-func dataTable(tableName, viewName string) (tableRef, error) {
-	if viewName != "" {
-		return tableRef{}, status.Errorf(codes.Unimplemented, "ebbtable: authorized views are not supported yet (%s)", viewName)
-	}
-	return tableOf(tableName, "")
-}
-
 func (d *dataServer) compileFilter(f *btpb.RowFilter) (table.RowFilter, error) {
 	if f == nil {
 		return nil, nil
@@ -88,7 +81,7 @@ func rowSetToRequest(rs *btpb.RowSet, req *table.ReadRequest) error {
 
 // ReadRows streams rows as cell chunks, splitting large values.
 func (d *dataServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_ReadRowsServer) error {
-	ref, err := dataTable(req.GetTableName(), req.GetAuthorizedViewName())
+	ref, view, err := d.dataTable(req.GetTableName(), req.GetAuthorizedViewName())
 	if err != nil {
 		return toStatus(err)
 	}
@@ -108,12 +101,18 @@ func (d *dataServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_Re
 	if err := rowSetToRequest(req.GetRows(), &rr); err != nil {
 		return toStatus(err)
 	}
-	if rr.Filter, err = d.compileFilter(req.GetFilter()); err != nil {
+	if rr.Filter, err = d.compileFilter(view.filter(req.GetFilter())); err != nil {
 		return toStatus(err)
 	}
 	// A request whose row set names only empty ranges reads nothing.
 	if rs := req.GetRows(); rs != nil && len(rs.RowKeys) == 0 && len(rs.RowRanges) > 0 && len(rr.Ranges) == 0 {
 		return nil
+	}
+	// Through an authorized view, only its rows (see authview.go).
+	if view != nil {
+		if view.restrictRows(&rr); len(rr.Keys) == 0 && len(rr.Ranges) == 0 {
+			return nil
+		}
 	}
 	w := chunkWriter{stream: stream}
 	start := time.Now()
@@ -234,7 +233,7 @@ func (w *chunkWriter) cells(r cell.Row) error {
 
 // SampleRowKeys returns the table's split points.
 func (d *dataServer) SampleRowKeys(req *btpb.SampleRowKeysRequest, stream btpb.Bigtable_SampleRowKeysServer) error {
-	ref, err := dataTable(req.GetTableName(), req.GetAuthorizedViewName())
+	ref, view, err := d.dataTable(req.GetTableName(), req.GetAuthorizedViewName())
 	if err != nil {
 		return toStatus(err)
 	}
@@ -246,6 +245,9 @@ func (d *dataServer) SampleRowKeys(req *btpb.SampleRowKeysRequest, stream btpb.B
 	}
 	samples, err := d.s.engine.SampleRowKeys(ref.instance, ref.table)
 	if err != nil {
+		return toStatus(err)
+	}
+	if samples, err = sampleWithin(samples, view, req); err != nil {
 		return toStatus(err)
 	}
 	for _, s := range samples {
@@ -309,7 +311,7 @@ func (d *dataServer) mutations(ms []*btpb.Mutation, exp expiry) ([]table.Mutatio
 
 // MutateRow applies mutations to one row atomically.
 func (d *dataServer) MutateRow(ctx context.Context, req *btpb.MutateRowRequest) (*btpb.MutateRowResponse, error) {
-	ref, err := dataTable(req.GetTableName(), req.GetAuthorizedViewName())
+	ref, view, err := d.dataTable(req.GetTableName(), req.GetAuthorizedViewName())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -322,6 +324,9 @@ func (d *dataServer) MutateRow(ctx context.Context, req *btpb.MutateRowRequest) 
 	x, err := cellExpiry(ctx)
 	if err != nil {
 		return nil, toStatus(err)
+	}
+	if err := view.checkMutations(req.GetRowKey(), req.GetMutations()); err != nil {
+		return nil, err
 	}
 	muts, err := d.mutations(req.GetMutations(), x)
 	if err != nil {
@@ -338,7 +343,7 @@ const MaxEntriesPerMutateRows = 100000
 
 // MutateRows applies each entry atomically and reports a status per entry.
 func (d *dataServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtable_MutateRowsServer) error {
-	ref, err := dataTable(req.GetTableName(), req.GetAuthorizedViewName())
+	ref, view, err := d.dataTable(req.GetTableName(), req.GetAuthorizedViewName())
 	if err != nil {
 		return toStatus(err)
 	}
@@ -361,6 +366,10 @@ func (d *dataServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtabl
 	entries := make([]table.RowMutation, len(req.GetEntries()))
 	convErrs := make([]error, len(entries))
 	for i, e := range req.GetEntries() {
+		if err := view.checkMutations(e.GetRowKey(), e.GetMutations()); err != nil {
+			convErrs[i] = err
+			continue
+		}
 		muts, err := d.mutations(e.GetMutations(), x)
 		if err != nil {
 			convErrs[i] = err
@@ -406,7 +415,7 @@ func filterEntries(entries []table.RowMutation, errs []error) []table.RowMutatio
 // CheckAndMutateRow applies one of two mutation lists depending on a
 // predicate filter.
 func (d *dataServer) CheckAndMutateRow(ctx context.Context, req *btpb.CheckAndMutateRowRequest) (*btpb.CheckAndMutateRowResponse, error) {
-	ref, err := dataTable(req.GetTableName(), req.GetAuthorizedViewName())
+	ref, view, err := d.dataTable(req.GetTableName(), req.GetAuthorizedViewName())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -416,7 +425,10 @@ func (d *dataServer) CheckAndMutateRow(ctx context.Context, req *btpb.CheckAndMu
 		}); handled {
 		return resp, err
 	}
-	pred, err := d.compileFilter(req.GetPredicateFilter())
+	if err := view.checkMutations(req.GetRowKey(), append(append([]*btpb.Mutation{}, req.GetTrueMutations()...), req.GetFalseMutations()...)); err != nil {
+		return nil, err
+	}
+	pred, err := d.compileFilter(view.filter(req.GetPredicateFilter()))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -441,7 +453,7 @@ func (d *dataServer) CheckAndMutateRow(ctx context.Context, req *btpb.CheckAndMu
 
 // ReadModifyWriteRow appends to or increments cells and returns them.
 func (d *dataServer) ReadModifyWriteRow(ctx context.Context, req *btpb.ReadModifyWriteRowRequest) (*btpb.ReadModifyWriteRowResponse, error) {
-	ref, err := dataTable(req.GetTableName(), req.GetAuthorizedViewName())
+	ref, view, err := d.dataTable(req.GetTableName(), req.GetAuthorizedViewName())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -450,6 +462,9 @@ func (d *dataServer) ReadModifyWriteRow(ctx context.Context, req *btpb.ReadModif
 			return c.ReadModifyWriteRow(ctx, req)
 		}); handled {
 		return resp, err
+	}
+	if err := view.checkRules(req.GetRowKey(), req.GetRules()); err != nil {
+		return nil, err
 	}
 	var rules []table.RMWRule
 	for i, r := range req.GetRules() {

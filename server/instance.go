@@ -51,6 +51,8 @@ type instanceServer struct {
 	// cache holds resolved profiles by instance and id (nil: none).
 	cacheMu sync.Mutex
 	cache   map[string]*adminpb.AppProfile
+	// iamMu serialises SetIamPolicy's read, etag check and write.
+	iamMu sync.Mutex
 }
 
 func (a *instanceServer) localCluster(inst string) *adminpb.Cluster {
@@ -74,15 +76,28 @@ func projectOf(inst string) string {
 // clusters returns the instance's clusters: the local one, those stored
 // and the peers.
 func (a *instanceServer) clusters(inst string) ([]*adminpb.Cluster, error) {
-	out := []*adminpb.Cluster{a.localCluster(inst)}
+	d, err := a.declared(inst)
+	if err != nil {
+		return nil, err
+	}
+	// An implicit instance always has this process's cluster; a declared
+	// one has the clusters it declares (all served here).
+	var out []*adminpb.Cluster
+	local := -1
+	if d == nil {
+		out, local = []*adminpb.Cluster{a.localCluster(inst)}, 0
+	}
 	stored := map[string]*adminpb.Cluster{}
-	err := a.s.engine.InstanceMeta(kindCluster, inst, func(_, name string, v []byte) error {
-		if name == a.s.opts.ClusterID {
-			return nil
-		}
+	err = a.s.engine.InstanceMeta(kindCluster, inst, func(_, name string, v []byte) error {
 		c := &adminpb.Cluster{}
 		if err := protojson.Unmarshal(v, c); err != nil {
 			return fmt.Errorf("ebbtable: cluster %s/%s: %w", inst, name, err)
+		}
+		if name == a.s.opts.ClusterID && local >= 0 {
+			// Settings recorded by UpdateCluster for this process's cluster.
+			c.Name, c.State = out[local].Name, adminpb.Cluster_READY
+			out[local] = c
+			return nil
 		}
 		stored[name] = c
 		out = append(out, c)
@@ -125,7 +140,7 @@ func (a *instanceServer) instances() ([]string, error) {
 	for _, m := range a.s.engine.Tables("") {
 		seen[m.Instance] = true
 	}
-	for _, kind := range []string{kindCluster, kindAppProfile} {
+	for _, kind := range []string{kindCluster, kindAppProfile, kindInstance} {
 		if err := a.s.engine.InstanceMeta(kind, "", func(inst, _ string, _ []byte) error {
 			seen[inst] = true
 			return nil
@@ -152,8 +167,12 @@ func (a *instanceServer) GetInstance(ctx context.Context, req *adminpb.GetInstan
 		return nil, toStatus(err)
 	}
 	// Every well-formed instance exists: ebbtable serves any instance a
-	// client names, as the emulator does.
-	return instanceProto(inst), nil
+	// client names, as the emulator does; a declared one as declared.
+	p, err := a.instanceInfo(inst)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return p, nil
 }
 
 func (a *instanceServer) ListInstances(ctx context.Context, req *adminpb.ListInstancesRequest) (*adminpb.ListInstancesResponse, error) {
@@ -164,7 +183,11 @@ func (a *instanceServer) ListInstances(ctx context.Context, req *adminpb.ListIns
 	resp := &adminpb.ListInstancesResponse{}
 	for _, n := range names {
 		if req.GetParent() == "" || strings.HasPrefix(n, req.GetParent()+"/") {
-			resp.Instances = append(resp.Instances, instanceProto(n))
+			p, err := a.instanceInfo(n)
+			if err != nil {
+				return nil, toStatus(err)
+			}
+			resp.Instances = append(resp.Instances, p)
 		}
 	}
 	return resp, nil
@@ -260,6 +283,12 @@ func (a *instanceServer) CreateCluster(ctx context.Context, req *adminpb.CreateC
 	if p, ok := a.s.peers.get(id); ok && p.Ready {
 		c.State = adminpb.Cluster_READY
 	}
+	if d, err := a.declared(inst); err != nil {
+		return nil, toStatus(err)
+	} else if d != nil {
+		// A declared instance's clusters are all served by this process.
+		c = newCluster(inst, id, c)
+	}
 	if c.GetLocation() == "" {
 		c.Location = "projects/" + projectOf(inst) + "/locations/" + localZone
 	}
@@ -295,10 +324,9 @@ func (a *instanceServer) UpdateCluster(ctx context.Context, req *adminpb.Cluster
 		return nil, toStatus(err)
 	}
 	c.ServeNodes = req.GetServeNodes()
-	if id != a.s.opts.ClusterID {
-		if err := a.putCluster(inst, id, c); err != nil {
-			return nil, toStatus(err)
-		}
+	autoscaledNodes(c)
+	if err := a.putCluster(inst, id, c); err != nil {
+		return nil, toStatus(err)
 	}
 	now := timestamppb.New(a.s.opts.Clock.Now())
 	return a.s.ops.done(c.Name, c, &adminpb.UpdateClusterMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
@@ -331,10 +359,9 @@ func (a *instanceServer) PartialUpdateCluster(ctx context.Context, req *adminpb.
 			c.Config = req.GetCluster().GetConfig()
 		}
 	}
-	if id != a.s.opts.ClusterID {
-		if err := a.putCluster(inst, id, c); err != nil {
-			return nil, toStatus(err)
-		}
+	autoscaledNodes(c)
+	if err := a.putCluster(inst, id, c); err != nil {
+		return nil, toStatus(err)
 	}
 	now := timestamppb.New(a.s.opts.Clock.Now())
 	return a.s.ops.done(c.Name, c, &adminpb.PartialUpdateClusterMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
@@ -500,6 +527,27 @@ func (a *instanceServer) defaultAppProfile(inst string) *adminpb.AppProfile {
 	}
 }
 
+// withIsolationDefault gives a profile without isolation Bigtable's
+// default: standard isolation at high priority.
+func withIsolationDefault(p *adminpb.AppProfile) {
+	if p.GetIsolation() == nil {
+		p.Isolation = &adminpb.AppProfile_StandardIsolation_{StandardIsolation: &adminpb.AppProfile_StandardIsolation{Priority: adminpb.AppProfile_PRIORITY_HIGH}}
+	}
+	if si, ok := p.GetIsolation().(*adminpb.AppProfile_StandardIsolation_); ok && si.StandardIsolation.GetPriority() == adminpb.AppProfile_PRIORITY_UNSPECIFIED {
+		si.StandardIsolation.Priority = adminpb.AppProfile_PRIORITY_HIGH
+	}
+}
+
+// profileOut is a profile as the API returns it: with the isolation default
+// and without the etag, which ebbtable keeps for ordering replicated
+// profile changes (Bigtable's Get and List return none either).
+func profileOut(p *adminpb.AppProfile) *adminpb.AppProfile {
+	p = proto.Clone(p).(*adminpb.AppProfile)
+	p.Etag = ""
+	withIsolationDefault(p)
+	return p
+}
+
 // profile returns (a copy of) the stored profile, the implicit default, or
 // NotFound.
 func (a *instanceServer) profile(inst, id string) (*adminpb.AppProfile, error) {
@@ -613,6 +661,7 @@ func (a *instanceServer) CreateAppProfile(ctx context.Context, req *adminpb.Crea
 		p = &adminpb.AppProfile{}
 	}
 	p.Name = inst + "/appProfiles/" + id
+	withIsolationDefault(p)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, err := a.profile(inst, id); err == nil {
@@ -624,7 +673,7 @@ func (a *instanceServer) CreateAppProfile(ctx context.Context, req *adminpb.Crea
 	if err := a.putProfile(inst, id, p); err != nil {
 		return nil, toStatus(err)
 	}
-	return p, nil
+	return profileOut(p), nil
 }
 
 func (a *instanceServer) GetAppProfile(ctx context.Context, req *adminpb.GetAppProfileRequest) (*adminpb.AppProfile, error) {
@@ -636,7 +685,7 @@ func (a *instanceServer) GetAppProfile(ctx context.Context, req *adminpb.GetAppP
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return p, nil
+	return profileOut(p), nil
 }
 
 func (a *instanceServer) ListAppProfiles(ctx context.Context, req *adminpb.ListAppProfilesRequest) (*adminpb.ListAppProfilesResponse, error) {
@@ -652,14 +701,14 @@ func (a *instanceServer) ListAppProfiles(ctx context.Context, req *adminpb.ListA
 			return fmt.Errorf("ebbtable: app profile %s/%s: %w", inst, name, err)
 		}
 		hasDefault = hasDefault || name == defaultProfile
-		resp.AppProfiles = append(resp.AppProfiles, p)
+		resp.AppProfiles = append(resp.AppProfiles, profileOut(p))
 		return nil
 	})
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	if !hasDefault {
-		resp.AppProfiles = append([]*adminpb.AppProfile{a.defaultAppProfile(inst)}, resp.AppProfiles...)
+		resp.AppProfiles = append([]*adminpb.AppProfile{profileOut(a.defaultAppProfile(inst))}, resp.AppProfiles...)
 	}
 	return resp, nil
 }
@@ -677,7 +726,7 @@ func (a *instanceServer) UpdateAppProfile(ctx context.Context, req *adminpb.Upda
 	}
 	paths := req.GetUpdateMask().GetPaths()
 	if len(paths) == 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: UpdateAppProfile needs an update_mask")
+		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: A non-empty 'update_mask' must be specified (UpdateAppProfile)")
 	}
 	in := req.GetAppProfile()
 	for _, path := range paths {
@@ -688,6 +737,7 @@ func (a *instanceServer) UpdateAppProfile(ctx context.Context, req *adminpb.Upda
 			p.RoutingPolicy = in.GetRoutingPolicy()
 		case "priority", "standard_isolation", "data_boost_isolation_read_only":
 			p.Isolation = in.GetIsolation()
+			withIsolationDefault(p)
 		default:
 			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: cannot update app profile field %q", path)
 		}
@@ -698,7 +748,7 @@ func (a *instanceServer) UpdateAppProfile(ctx context.Context, req *adminpb.Upda
 	if err := a.putProfile(inst, id, p); err != nil {
 		return nil, toStatus(err)
 	}
-	return a.s.ops.done(p.Name, p, &adminpb.UpdateAppProfileMetadata{})
+	return a.s.ops.done(p.Name, profileOut(p), &adminpb.UpdateAppProfileMetadata{})
 }
 
 func (a *instanceServer) DeleteAppProfile(ctx context.Context, req *adminpb.DeleteAppProfileRequest) (*emptypb.Empty, error) {

@@ -19,6 +19,7 @@ import (
 	"github.com/ebbtable/ebbtable/collector"
 	"github.com/ebbtable/ebbtable/console"
 	"github.com/ebbtable/ebbtable/rowttl"
+	"github.com/ebbtable/ebbtable/schedule"
 	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/prometheus/client_golang/prometheus"
@@ -74,6 +75,9 @@ type Options struct {
 	// ConsoleOff turns the web console at / on HTTPAddr off;
 	// ConsoleWrites lets it run actions that change data (docs/console.md).
 	ConsoleOff, ConsoleWrites bool
+	// UndeleteRetention is how long a deleted table stays restorable
+	// (UndeleteTable); 0 means DefaultUndeleteRetention, negative: none.
+	UndeleteRetention time.Duration
 	// OnFatal is called once when the engine meets a fatal storage error,
 	// after the server has stopped serving (health NOT_SERVING, every call
 	// Unavailable). The serve command exits the process from it
@@ -107,6 +111,9 @@ func (o *Options) EnsureDefaults() {
 	if o.MaxMessageBytes == 0 {
 		o.MaxMessageBytes = 256 << 20
 	}
+	if o.UndeleteRetention == 0 {
+		o.UndeleteRetention = DefaultUndeleteRetention
+	}
 }
 
 // Server is a running ebbtable: the engine, its background jobs and the gRPC
@@ -126,6 +133,8 @@ type Server struct {
 	backups   *backup.Manager
 	opWait    time.Duration // see defaultOpWait
 	ttl       *rowttl.Job
+	autoBkps  *schedule.Loop // takes automated backups (autobackup.go)
+	purge     *schedule.Loop // purges deleted tables (undelete.go)
 	lis       net.Listener
 	hlis      net.Listener
 	log       *slog.Logger
@@ -147,7 +156,7 @@ func New(opts Options) (*Server, error) {
 	var srv atomic.Pointer[Server]
 	var early atomic.Pointer[error]
 	eng, err := table.Open(table.Options{Dir: opts.DataDir, Clock: opts.Clock, Logger: opts.Logger, Visibility: opts.Visibility,
-		MaxSyncDuration: opts.MaxSyncDuration, Ballast: opts.Ballast,
+		MaxSyncDuration: opts.MaxSyncDuration, Ballast: opts.Ballast, UndeleteRetention: max(opts.UndeleteRetention, 0),
 		OnFatal: func(err error) {
 			if s := srv.Load(); s != nil {
 				s.fatal(err)
@@ -285,6 +294,8 @@ func (s *Server) Start() error {
 	}()
 	s.collector.Start()
 	s.backups.Start()
+	s.autoBkps = s.startAutoBackups()
+	s.purge = s.startPurge()
 	s.ttl.Start()
 	for _, p := range s.peers.list() {
 		s.repl.start(p.ID)
@@ -333,6 +344,8 @@ func (s *Server) Close() error {
 		s.console.Stop()
 	}
 	s.collector.Stop()
+	s.autoBkps.Stop()
+	s.purge.Stop()
 	s.backups.Stop()
 	s.ttl.Stop()
 	s.repl.wg.Wait()

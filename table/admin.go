@@ -35,6 +35,9 @@ type TableSpec struct {
 	// Stamp, when set, is the schema stamp of a table created on a peer
 	// cluster; zero means now, here.
 	Stamp storage.Stamp
+	// Micros keeps timestamps at microsecond granularity (Bigtable's
+	// MICROS); the default is milliseconds.
+	Micros bool
 }
 
 var (
@@ -108,6 +111,7 @@ func (e *Engine) CreateTable(instance, name string, spec TableSpec) (*Meta, erro
 		}
 	}
 	m.Splits = splits
+	m.Micros = spec.Micros
 	if spec.ChangeStreamRetention != 0 {
 		if err := validRetention(spec.ChangeStreamRetention); err != nil {
 			return nil, err
@@ -189,14 +193,12 @@ func (e *Engine) DeleteTableAt(instance, name string, st storage.Stamp) error {
 	if err := b.Delete(tableMetaKey(instance, name), nil); err != nil {
 		return err
 	}
-	if err := b.DeleteRange(storage.TablePrefix(m.ID), storage.TableEnd(m.ID), nil); err != nil {
-		return err
-	}
-	// The change stream goes with the table.
-	if err := b.DeleteRange(changestream.TableStart(m.ID), changestream.TableEnd(m.ID), nil); err != nil {
-		return err
-	}
-	if err := b.DeleteRange(ageCutoffPrefix(m.ID), storage.PrefixEnd(ageCutoffPrefix(m.ID)), nil); err != nil {
+	if e.keepsDeleted() {
+		// Restorable for a while: the data stays (undelete.go).
+		if err := e.keepDeletedLocked(b, m); err != nil {
+			return err
+		}
+	} else if err := purgeTableData(b, m.ID); err != nil { // with its change stream
 		return err
 	}
 	if _, ok := e.Replicating(); ok {

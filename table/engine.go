@@ -79,6 +79,10 @@ type Options struct {
 	// back (see storage); zero: none.
 	Ballast storage.Ballast
 
+	// UndeleteRetention is how long a deleted table stays restorable
+	// (undelete.go); zero: deleted at once.
+	UndeleteRetention time.Duration
+
 	// fs, set by tests (WithFS in export_test.go), replaces the OS
 	// filesystem under Pebble.
 	fs vfs.FS
@@ -158,6 +162,8 @@ type Engine struct {
 
 	// dur keeps readers to what is durable (durable.go).
 	dur *durability
+	// undeleteRetention: see Options.UndeleteRetention.
+	undeleteRetention time.Duration
 	// failed holds the fatal storage error once the engine has met one
 	// (fail-stop: every call then fails with ErrStorageFailed).
 	failed  atomic.Pointer[error]
@@ -209,6 +215,8 @@ func Open(opts Options) (*Engine, error) {
 		seed:        maphash.MakeSeed(),
 		dur:         newDurability(),
 		onFatal:     opts.OnFatal,
+
+		undeleteRetention: opts.UndeleteRetention,
 	}
 	self.Store(e)
 	if p := early.Load(); p != nil {

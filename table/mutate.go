@@ -147,7 +147,7 @@ func (e *Engine) prepare(m *Meta, row []byte, muts []Mutation) ([]prepared, erro
 				return nil, fmt.Errorf("%w: timestamp %d is negative (only -1, server time, is allowed)", ErrInvalid, mu.Timestamp)
 			case mu.Timestamp > cell.MaxTimestamp:
 				return nil, fmt.Errorf("%w: timestamp %d is past year 9999", ErrInvalid, mu.Timestamp)
-			case mu.Timestamp%cell.MicrosPerMilli != 0:
+			case mu.Timestamp%cell.MicrosPerMilli != 0 && !m.Micros:
 				if !mu.AutoTimestamp {
 					return nil, fmt.Errorf("%w: timestamp %d has sub-millisecond precision; Bigtable timestamps are microseconds with millisecond granularity (use %d)",
 						ErrInvalid, mu.Timestamp, mu.Timestamp-mu.Timestamp%cell.MicrosPerMilli)
@@ -174,7 +174,7 @@ func (e *Engine) prepare(m *Meta, row []byte, muts []Mutation) ([]prepared, erro
 			if mu.EndTS != 0 && mu.EndTS < mu.StartTS {
 				return nil, fmt.Errorf("%w: delete time range ends (%d) before it starts (%d)", ErrInvalid, mu.EndTS, mu.StartTS)
 			}
-			if mu.StartTS%cell.MicrosPerMilli != 0 || mu.EndTS%cell.MicrosPerMilli != 0 {
+			if !m.Micros && (mu.StartTS%cell.MicrosPerMilli != 0 || mu.EndTS%cell.MicrosPerMilli != 0) {
 				return nil, fmt.Errorf("%w: delete time range must have millisecond granularity", ErrInvalid)
 			}
 		}

@@ -75,6 +75,9 @@ type Meta struct {
 	// Stamp is when (and on which cluster) the table was created or its
 	// families last changed: between clusters the newer schema wins.
 	Stamp storage.Stamp `json:"stamp,omitzero"`
+	// Micros: timestamps have microsecond granularity (MICROS), not
+	// millisecond.
+	Micros bool `json:"micros,omitempty"`
 }
 
 // Family returns the family with the given name.
