@@ -90,10 +90,18 @@ type prepared struct {
 }
 
 // at returns p with a server timestamp resolved to now (milliseconds, as
-// microseconds). Callers hold the row lock.
+// microseconds), and a native TTL counted from that same moment. Callers
+// hold the row lock.
 func (p prepared) at(now int64) prepared {
 	if p.serverTime {
 		p.Timestamp = now
+		if p.TTLMicros != 0 {
+			// prepare checked the TTL against an earlier now; a later one
+			// can only move the expiry past year 9999 by the lock's wait.
+			if exp, err := expiryFromTTL(now, p.TTLMicros); err == nil {
+				p.ExpireAt = exp
+			}
+		}
 	}
 	return p
 }
