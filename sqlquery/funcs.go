@@ -155,9 +155,9 @@ func init() {
 			}
 			return int64(i + 1), nil
 		}},
-		"TRIM":    {min: 1, max: 2, typ: strOrBytes(), eval: trimFn(strings.Trim)},
-		"LTRIM":   {min: 1, max: 2, typ: strOrBytes(), eval: trimFn(strings.TrimLeft)},
-		"RTRIM":   {min: 1, max: 2, typ: strOrBytes(), eval: trimFn(strings.TrimRight)},
+		"TRIM":  {min: 1, max: 2, typ: strOrBytes(), eval: trimFn(strings.Trim)},
+		"LTRIM": {min: 1, max: 2, typ: strOrBytes(), eval: trimFn(strings.TrimLeft)},
+		"RTRIM": {min: 1, max: 2, typ: strOrBytes(), eval: trimFn(strings.TrimRight)},
 		"REPLACE": {min: 3, max: 3, typ: strOrBytes(), eval: func(_ *execCtx, a []Value) (Value, error) {
 			if len(asBytes(a[1])) == 0 {
 				return a[0], nil
@@ -442,10 +442,10 @@ func init() {
 		"CURRENT_DATE": {min: 0, max: 0, typ: fixed(TDate), eval: func(x *execCtx, _ []Value) (Value, error) {
 			return dateOf(x.now), nil
 		}},
-		"TIMESTAMP_FROM_UNIX_MILLIS": tsFrom(time.UnixMilli),
-		"TIMESTAMP_MILLIS":           tsFrom(time.UnixMilli),
-		"TIMESTAMP_FROM_UNIX_MICROS": tsFrom(time.UnixMicro),
-		"TIMESTAMP_MICROS":           tsFrom(time.UnixMicro),
+		"TIMESTAMP_FROM_UNIX_MILLIS":  tsFrom(time.UnixMilli),
+		"TIMESTAMP_MILLIS":            tsFrom(time.UnixMilli),
+		"TIMESTAMP_FROM_UNIX_MICROS":  tsFrom(time.UnixMicro),
+		"TIMESTAMP_MICROS":            tsFrom(time.UnixMicro),
 		"TIMESTAMP_FROM_UNIX_SECONDS": tsFrom(func(s int64) time.Time { return time.Unix(s, 0) }),
 		"TIMESTAMP_SECONDS":           tsFrom(func(s int64) time.Time { return time.Unix(s, 0) }),
 		"UNIX_MILLIS":                 unixFn(func(t time.Time) int64 { return t.UnixMilli() }),

@@ -213,10 +213,10 @@ type query struct {
 	// groupedByKey: GROUP BY _key of a table (or pass-through) alone.
 	groupedByKey bool
 	groups       []evalFn
-	aggs     []*aggSpec
-	order    []orderItem
-	limit    int64 // -1: none
-	limitPar string
+	aggs         []*aggSpec
+	order        []orderItem
+	limit        int64 // -1: none
+	limitPar     string
 }
 
 func (p *planner) planSelect(s *ast.Select, order *ast.OrderBy, limit *ast.Limit) (*query, error) {

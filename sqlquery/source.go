@@ -49,9 +49,9 @@ type source interface {
 // oneRow is the source of a SELECT without FROM: one row, no columns.
 type oneRow struct{}
 
-func (oneRow) columns() []Column                 { return nil }
-func (oneRow) column(string) (Column, bool)      { return Column{}, false }
-func (oneRow) has(string) bool                   { return false }
+func (oneRow) columns() []Column            { return nil }
+func (oneRow) column(string) (Column, bool) { return Column{}, false }
+func (oneRow) has(string) bool              { return false }
 func (oneRow) scan(x *execCtx, _ []keyRange, fn func(*rowEnv) error) error {
 	return fn(&rowEnv{x: x})
 }

@@ -146,7 +146,9 @@ type Date struct{ Year, Month, Day int }
 
 func (d Date) String() string { return fmt.Sprintf("%04d-%02d-%02d", d.Year, d.Month, d.Day) }
 
-func (d Date) time() time.Time { return time.Date(d.Year, time.Month(d.Month), d.Day, 0, 0, 0, 0, time.UTC) }
+func (d Date) time() time.Time {
+	return time.Date(d.Year, time.Month(d.Month), d.Day, 0, 0, 0, 0, time.UTC)
+}
 
 func dateOf(t time.Time) Date { return Date{t.Year(), int(t.Month()), t.Day()} }
 
