@@ -820,7 +820,7 @@ func castValue(v Value, from, to *Type) (Value, error) {
 			if math.IsNaN(f) || f >= 9.223372036854775807e18 || f < -9.223372036854775808e18 {
 				return nil, invalidf("int64 overflow: %v", f)
 			}
-			return int64(math.RoundToEven(f)), nil
+			return int64(math.Round(f)), nil
 		case string:
 			s := strings.TrimSpace(x)
 			n, err := strconv.ParseInt(s, 0, 64)

@@ -283,6 +283,20 @@ func (p *planner) planSelect(s *ast.Select, order *ast.OrderBy, limit *ast.Limit
 		gs := &scope{p: p, src: q.src, inner: rs, grouped: true}
 		if s.GroupBy != nil {
 			for _, ge := range s.GroupBy.Exprs {
+				if lit, ok := ge.(*ast.IntLiteral); ok {
+					n, err := intLit(lit)
+					if err != nil || n < 1 || int(n) > len(s.Results) {
+						return nil, p.errf(lit, "GROUP BY position %s is out of range", lit.Value)
+					}
+					switch it := s.Results[n-1].(type) {
+					case *ast.Alias:
+						ge = it.Expr
+					case *ast.ExprSelectItem:
+						ge = it.Expr
+					default:
+						return nil, p.errf(lit, "GROUP BY position %s names no expression", lit.Value)
+					}
+				}
 				if id, ok := ge.(*ast.Ident); ok && !q.src.has(id.Name) {
 					if ae, ok := aliases[strings.ToLower(id.Name)]; ok {
 						ge = ae

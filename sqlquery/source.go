@@ -540,6 +540,11 @@ func (p *planner) namedSource(at ast.Node, name, alias string, args []*ast.Named
 	empty := &scope{p: p, src: oneRow{}}
 	for _, a := range args {
 		arg := strings.ToLower(a.Name.Name)
+		switch arg {
+		case "with_history", "latest_n", "before", "after", "before_or_equal", "after_or_equal", "as_of":
+		default:
+			return nil, p.errf(a.Name, "unknown temporal argument %s", a.Name.Name)
+		}
 		f, ty, err := p.compile(a.Value, empty)
 		if err != nil {
 			return nil, err
