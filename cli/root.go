@@ -93,6 +93,7 @@ that talk to a running server.`,
 		c.GroupID = "client"
 		root.AddCommand(c)
 	}
+	root.AddCommand(withGroup(newSQLCmd(), "client")) // cli/sql.go
 	return root
 }
 

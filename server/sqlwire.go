@@ -244,3 +244,10 @@ func valueFromProto(v *btpb.Value, t *sqlquery.Type) (sqlquery.Value, error) {
 	}
 	return bad()
 }
+
+// SQLColumn decodes a result column's type (clients such as the CLI use
+// it to read ExecuteQuery results).
+func SQLColumn(t *btpb.Type) (*sqlquery.Type, error) { return typeFromProto(t) }
+
+// SQLValue decodes a result value of type t.
+func SQLValue(v *btpb.Value, t *sqlquery.Type) (sqlquery.Value, error) { return valueFromProto(v, t) }
