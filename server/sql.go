@@ -273,22 +273,19 @@ func (d *dataServer) ExecuteQuery(req *btpb.ExecuteQueryRequest, stream btpb.Big
 // resultWriter batches result rows into checksummed ProtoRows batches.
 type resultWriter struct {
 	stream    btpb.Bigtable_ExecuteQueryServer
-	rows      btpb.ProtoRows
 	n         int
-	size      int
 	delivered uint64
 	sent      bool
-	buf       []byte
+	// buf is the batch's ProtoRows, encoded as rows arrive.
+	buf []byte
 }
 
 func (w *resultWriter) row(vals []sqlquery.Value) error {
 	for _, v := range vals {
-		pv := valueToProto(v)
-		w.rows.Values = append(w.rows.Values, pv)
-		w.size += proto.Size(pv)
+		w.buf = appendRowValue(w.buf, v)
 	}
 	w.n++
-	if w.size >= batchBytes || w.n >= batchRows {
+	if len(w.buf) >= batchBytes || w.n >= batchRows {
 		return w.flush()
 	}
 	return nil
@@ -303,11 +300,6 @@ func (w *resultWriter) token() []byte {
 func (w *resultWriter) flush() error {
 	if w.n == 0 {
 		return nil
-	}
-	var err error
-	w.buf, err = proto.MarshalOptions{}.MarshalAppend(w.buf[:0], &w.rows)
-	if err != nil {
-		return status.Errorf(codes.Internal, "ebbtable: encode rows: %v", err)
 	}
 	sum := crc32.Checksum(w.buf, crc32c)
 	w.delivered += uint64(w.n)
@@ -334,8 +326,8 @@ func (w *resultWriter) flush() error {
 		}
 	}
 	w.sent = true
-	w.rows.Values = w.rows.Values[:0]
-	w.n, w.size = 0, 0
+	w.buf = w.buf[:0]
+	w.n = 0
 	return nil
 }
 
