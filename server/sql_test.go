@@ -365,3 +365,28 @@ func TestSQLLogicalView(t *testing.T) {
 		t.Fatalf("deleting a protected view: %v, want FAILED_PRECONDITION", err)
 	}
 }
+
+// The deprecated query field: metadata first, then the rows; parameters
+// carry their types.
+func TestSQLDeprecatedQueryField(t *testing.T) {
+	env := newTestEnv(t)
+	raw := env.raw(t)
+	stream, err := raw.ExecuteQuery(context.Background(), &btpb.ExecuteQueryRequest{InstanceName: sqlInstance, Query: "SELECT @n + 1 AS m",
+		DataFormat: &btpb.ExecuteQueryRequest_ProtoFormat{ProtoFormat: &btpb.ProtoFormat{}},
+		Params:     map[string]*btpb.Value{"n": {Type: &btpb.Type{Kind: &btpb.Type_Int64Type{Int64Type: &btpb.Type_Int64{}}}, Kind: &btpb.Value_IntValue{IntValue: 41}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := stream.Recv()
+	if err != nil || first.GetMetadata().GetProtoSchema().GetColumns()[0].GetName() != "m" {
+		t.Fatalf("first response %v, %v: want metadata with column m", first, err)
+	}
+	second, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := &btpb.ProtoRows{}
+	if err := proto.Unmarshal(second.GetResults().GetProtoRowsBatch().GetBatchData(), rows); err != nil || len(rows.GetValues()) != 1 || rows.GetValues()[0].GetIntValue() != 42 {
+		t.Fatalf("rows %v, %v: want [42]", rows, err)
+	}
+}
