@@ -328,7 +328,7 @@ func (a *instanceServer) DeleteMaterializedView(ctx context.Context, req *adminp
 // "family.qualifier" (or "qualifier", family "default") is a cell at
 // timestamp 0, and each row has an empty "default:" cell, as Cloud
 // Bigtable presents them.
-func (s *Server) materializedRows(ctx context.Context, name string, fn func(cell.Row) error) error {
+func (s *Server) materializedRows(ctx context.Context, name string, rr *table.ReadRequest, fn func(cell.Row) error) error {
 	inst, id, err := splitChild(name, "materializedViews")
 	if err != nil {
 		return toStatus(err)
@@ -354,7 +354,13 @@ func (s *Server) materializedRows(ctx context.Context, name string, fn func(cell
 		return status.Errorf(codes.FailedPrecondition, "ebbtable: materialized view %s has no _key column to read rows by", name)
 	}
 	var rows []cell.Row
-	err = plan.Run(ctx, cat, nil, s.opts.Clock.Now(), func(vals []sqlquery.Value) error {
+	var keys [][]byte
+	var ranges []table.RowRange
+	if rr != nil {
+		keys, ranges = rr.Keys, rr.Ranges
+	}
+	// A view whose _key is the table's row key reads only the rows asked for.
+	err = plan.RunKeys(ctx, cat, nil, s.opts.Clock.Now(), keys, ranges, func(vals []sqlquery.Value) error {
 		k, _ := vals[keyAt].([]byte)
 		if k == nil {
 			return nil
@@ -453,7 +459,7 @@ func (d *dataServer) readMaterializedView(req *btpb.ReadRowsRequest, stream btpb
 	w := chunkWriter{stream: stream}
 	var n int64
 	var sel []cell.Row
-	err = d.s.materializedRows(stream.Context(), req.GetMaterializedViewName(), func(r cell.Row) error {
+	err = d.s.materializedRows(stream.Context(), req.GetMaterializedViewName(), &rr, func(r cell.Row) error {
 		if !in(r.Key) {
 			return nil
 		}
@@ -487,7 +493,7 @@ func (d *dataServer) readMaterializedView(req *btpb.ReadRowsRequest, stream btpb
 // sample, the end of the view.
 func (d *dataServer) sampleMaterializedView(req *btpb.SampleRowKeysRequest, stream btpb.Bigtable_SampleRowKeysServer) error {
 	var size int64
-	err := d.s.materializedRows(stream.Context(), req.GetMaterializedViewName(), func(r cell.Row) error {
+	err := d.s.materializedRows(stream.Context(), req.GetMaterializedViewName(), nil, func(r cell.Row) error {
 		size += int64(len(r.Key))
 		for _, c := range r.Cells {
 			size += int64(len(c.Qualifier) + len(c.Value))

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"slices"
 	"time"
+
+	"github.com/ebbtable/ebbtable/table"
 )
 
 // errStop ends a scan early (LIMIT reached).
@@ -195,4 +197,44 @@ func appendKey(b []byte, v Value) []byte {
 	}
 	b = append(b, byte(len(s)>>24), byte(len(s)>>16), byte(len(s)>>8), byte(len(s)))
 	return append(b, s...)
+}
+
+// KeyColumn is the index of the result's _key column when it is the
+// table's row key passed through unchanged (so a reader may narrow the
+// query to some keys with RunKeys); -1 otherwise.
+func (p *Plan) KeyColumn() int {
+	q := p.root
+	for i, it := range q.items {
+		if it.keyPass && q.limit < 0 && q.limitPar == "" && (!q.grouped || len(q.groups) == 1 && q.groupedByKey) {
+			return i
+		}
+	}
+	return -1
+}
+
+// RunKeys is Run narrowed to the rows whose KeyColumn lies in keys or
+// ranges (both empty: every row). Without a KeyColumn it is Run.
+func (p *Plan) RunKeys(ctx context.Context, cat Catalog, params map[string]Value, now time.Time, keys [][]byte, ranges []table.RowRange, fn func(row []Value) error) error {
+	if p.KeyColumn() < 0 || len(keys) == 0 && len(ranges) == 0 {
+		return p.Run(ctx, cat, params, now, fn)
+	}
+	var rs []keyRange
+	for _, k := range keys {
+		rs = append(rs, keyRange{lo: k, hi: succ(k)})
+	}
+	for _, r := range ranges {
+		kr := keyRange{lo: r.Start, hi: r.End}
+		if kr.lo == nil {
+			kr.lo = []byte{}
+		}
+		if r.StartOpen {
+			kr.lo = succ(r.Start)
+		}
+		if r.EndClosed && r.End != nil {
+			kr.hi = succ(r.End)
+		}
+		rs = append(rs, kr)
+	}
+	x := &execCtx{ctx: ctx, cat: cat, params: params, now: now.UTC()}
+	return p.root.run(x, normalize(rs), fn)
 }
