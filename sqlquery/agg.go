@@ -3,7 +3,6 @@ package sqlquery
 import (
 	"bytes"
 	"math"
-	"strings"
 
 	"github.com/cloudspannerecosystem/memefish/ast"
 )
@@ -253,4 +252,3 @@ func (a *acc) result() Value {
 	return a.v
 }
 
-var _ = strings.ToUpper

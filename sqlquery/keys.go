@@ -33,7 +33,7 @@ func prefixEnd(p []byte) []byte {
 // _key: =, IN, <, <=, >, >=, BETWEEN, STARTS_WITH and LIKE 'prefix%' with
 // a constant (literal or parameter) on the other side. Other conjuncts
 // are evaluated on every row read; these also narrow what is read.
-func (p *planner) keyPredicates(where ast.Expr, sc *scope, _ *tableSource) []keyPred {
+func (p *planner) keyPredicates(where ast.Expr, sc *scope) []keyPred {
 	var out []keyPred
 	var walk func(x ast.Expr)
 	walk = func(x ast.Expr) {

@@ -249,11 +249,15 @@ func (p *planner) planSelect(s *ast.Select, order *ast.OrderBy, limit *ast.Limit
 			return nil, p.errf(s.Where.Expr, "WHERE needs a BOOL, not %s", t)
 		}
 		q.where = w
-		if ts, ok := q.src.(*tableSource); ok {
-			q.keyPreds = p.keyPredicates(s.Where.Expr, rs, ts)
-		}
-		if ds, ok := q.src.(*derivedSource); ok && ds.keyCol >= 0 {
-			q.keyPreds = p.keyPredicates(s.Where.Expr, rs, nil)
+		// Key terms narrow the read when _key is the table's row key:
+		// a table, or a view passing it through.
+		switch src := q.src.(type) {
+		case *tableSource:
+			q.keyPreds = p.keyPredicates(s.Where.Expr, rs)
+		case *derivedSource:
+			if src.passKeys {
+				q.keyPreds = p.keyPredicates(s.Where.Expr, rs)
+			}
 		}
 	}
 	// Grouping: an explicit GROUP BY, or aggregates in the select list.
