@@ -29,29 +29,61 @@ func prefixEnd(p []byte) []byte {
 	return nil
 }
 
-// keyPredicates finds the top-level AND conjuncts of where that restrict
-// _key: =, IN, <, <=, >, >=, BETWEEN, STARTS_WITH and LIKE 'prefix%' with
-// a constant (literal or parameter) on the other side. Other conjuncts
-// are evaluated on every row read; these also narrow what is read.
+// keyPredicates turns the WHERE clause's conditions on _key into row
+// ranges: =, IN, <, <=, >, >=, BETWEEN, STARTS_WITH and LIKE 'prefix%'
+// with a constant (literal or parameter) on the other side, combined
+// through AND (intersection; a side without key terms does not narrow)
+// and OR (union, when both sides narrow). The whole clause is still
+// evaluated on every row read; the ranges only narrow what is read.
 func (p *planner) keyPredicates(where ast.Expr, sc *scope) []keyPred {
-	var out []keyPred
-	var walk func(x ast.Expr)
-	walk = func(x ast.Expr) {
-		if pe, ok := x.(*ast.ParenExpr); ok {
-			walk(pe.Expr)
-			return
+	if kp := p.keyTerm(where, sc); kp != nil {
+		return []keyPred{kp}
+	}
+	return nil
+}
+
+func (p *planner) keyTerm(x ast.Expr, sc *scope) keyPred {
+	if pe, ok := x.(*ast.ParenExpr); ok {
+		return p.keyTerm(pe.Expr, sc)
+	}
+	b, ok := x.(*ast.BinaryExpr)
+	if !ok || b.Op != ast.OpAnd && b.Op != ast.OpOr {
+		return p.keyPred(x, sc)
+	}
+	l, r := p.keyTerm(b.Left, sc), p.keyTerm(b.Right, sc)
+	if b.Op == ast.OpAnd {
+		switch {
+		case l == nil:
+			return r
+		case r == nil:
+			return l
 		}
-		if b, ok := x.(*ast.BinaryExpr); ok && b.Op == ast.OpAnd {
-			walk(b.Left)
-			walk(b.Right)
-			return
-		}
-		if kp := p.keyPred(x, sc); kp != nil {
-			out = append(out, kp)
+		return func(e *rowEnv) ([]keyRange, error) {
+			a, err := l(e)
+			if err != nil {
+				return nil, err
+			}
+			c, err := r(e)
+			if err != nil {
+				return nil, err
+			}
+			return intersect(normalize(a), normalize(c)), nil
 		}
 	}
-	walk(where)
-	return out
+	if l == nil || r == nil {
+		return nil
+	}
+	return func(e *rowEnv) ([]keyRange, error) {
+		a, err := l(e)
+		if err != nil {
+			return nil, err
+		}
+		c, err := r(e)
+		if err != nil {
+			return nil, err
+		}
+		return normalize(append(append([]keyRange{}, a...), c...)), nil
+	}
 }
 
 func isKey(x ast.Expr) bool {

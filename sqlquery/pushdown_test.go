@@ -57,7 +57,10 @@ func TestKeyPushDown(t *testing.T) {
 		{sql: "SELECT _key FROM t WHERE STARTS_WITH(_key, 'b')", ranges: 1, read: 3, out: 3},
 		{sql: "SELECT _key FROM t WHERE _key LIKE 'a%'", ranges: 1, read: 2, out: 2},
 		{sql: "SELECT _key FROM t WHERE _key LIKE '%1'", ranges: 0, read: 6, out: 3},
-		{sql: "SELECT _key FROM t WHERE _key = 'a1' OR _key = 'c1'", ranges: 0, read: 6, out: 2},
+		{sql: "SELECT _key FROM t WHERE _key = 'a1' OR _key = 'c1'", ranges: 2, read: 2, out: 2},
+		{sql: "SELECT _key FROM t WHERE (_key >= 'b' AND _key < 'b3') OR STARTS_WITH(_key, 'c')", ranges: 2, read: 3, out: 3},
+		{sql: "SELECT _key FROM t WHERE _key = 'a1' OR f['q'] = b'b2'", ranges: 0, read: 6, out: 2},
+		{sql: "SELECT _key FROM t WHERE NOT (_key = 'a1' OR _key = 'c1')", ranges: 0, read: 6, out: 4},
 		{sql: "SELECT q FROM v WHERE _key = 'b3'", ranges: 1, read: 1, out: 1},
 		{sql: "SELECT n FROM g WHERE _key >= 'c'", ranges: 1, read: 1, out: 1},
 		// A LIMIT inside the view must see every row first.
