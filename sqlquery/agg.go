@@ -251,4 +251,3 @@ func (a *acc) result() Value {
 	}
 	return a.v
 }
-
