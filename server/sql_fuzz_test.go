@@ -15,7 +15,8 @@ import (
 // ExecuteQuery with an arbitrary request (its prepared query the one just
 // made unless the input brings one), to an in-process server. No handler
 // may panic; bad SQL and bad requests are INVALID_ARGUMENT (or
-// FAILED_PRECONDITION for a plan the server calls stale), never INTERNAL.
+// FAILED_PRECONDITION for a plan the server calls stale, NOT_FOUND for an
+// unknown app profile), never INTERNAL.
 //
 //	go test -run XXX -fuzz FuzzSQLRPC -fuzztime 60s -parallel 1 ./server
 func FuzzSQLRPC(f *testing.F) {
@@ -32,7 +33,7 @@ func FuzzSQLRPC(f *testing.F) {
 	add("SELECT COUNT(*) FROM t", nil, &btpb.ExecuteQueryRequest{ResumeToken: []byte("ebr1\x00\x00\x00\x00\x00\x00\x00\x01")})
 	add("SELECT 1", nil, &btpb.ExecuteQueryRequest{PreparedQuery: []byte("ebq1\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x0a\x02xx")})
 	fs := newFuzzServer(f)
-	ok := map[codes.Code]bool{codes.OK: true, codes.InvalidArgument: true, codes.FailedPrecondition: true}
+	ok := map[codes.Code]bool{codes.OK: true, codes.InvalidArgument: true, codes.FailedPrecondition: true, codes.NotFound: true}
 	f.Fuzz(func(t *testing.T, sql string, prepBytes, execBytes []byte) {
 		ctx := context.Background()
 		prep := &btpb.PrepareQueryRequest{}
