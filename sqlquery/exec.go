@@ -48,6 +48,18 @@ func (q *query) run(x *execCtx, outer []keyRange, fn func([]Value) error) error 
 	}
 	var buf []sorted
 	var emitted int64
+	less := func(a, b sorted) int {
+		for i, o := range q.order {
+			c := compare(a.keys[i], b.keys[i])
+			if o.desc {
+				c = -c
+			}
+			if c != 0 {
+				return c
+			}
+		}
+		return 0
+	}
 	emit := func(e *rowEnv) error {
 		vals := make([]Value, len(q.items))
 		for i, it := range q.items {
@@ -80,6 +92,14 @@ func (q *query) run(x *execCtx, outer []keyRange, fn func([]Value) error) error 
 			ks[i] = v
 		}
 		buf = append(buf, sorted{vals, ks})
+		// ORDER BY with LIMIT keeps only the best rows so far: sort and
+		// cut whenever twice the limit has gathered (a stable sort keeps
+		// earlier rows first among equals).
+		if limit > 0 && int64(len(buf)) >= 2*limit+1024 {
+			slices.SortStableFunc(buf, less)
+			clear(buf[limit:])
+			buf = buf[:limit]
+		}
 		return nil
 	}
 	type group struct {
@@ -160,18 +180,7 @@ func (q *query) run(x *execCtx, outer []keyRange, fn func([]Value) error) error 
 	if len(q.order) == 0 {
 		return nil
 	}
-	slices.SortStableFunc(buf, func(a, b sorted) int {
-		for i, o := range q.order {
-			c := compare(a.keys[i], b.keys[i])
-			if o.desc {
-				c = -c
-			}
-			if c != 0 {
-				return c
-			}
-		}
-		return 0
-	})
+	slices.SortStableFunc(buf, less)
 	for i, r := range buf {
 		if limit > 0 && int64(i) >= limit {
 			break

@@ -2,6 +2,7 @@ package sqlquery_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -131,5 +132,47 @@ func TestRunKeys(t *testing.T) {
 		if cat.rows != tc.read || rows != tc.rows {
 			t.Errorf("%s: read %d rows, returned %d; want %d, %d", tc.sql, cat.rows, rows, tc.read, tc.rows)
 		}
+	}
+}
+
+// ORDER BY with LIMIT over many rows keeps the right rows (the buffer is
+// cut as it goes) and is stable among equal keys.
+func TestOrderByLimitBounded(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	eng, err := table.Open(table.Options{Dir: t.TempDir(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	if _, err := eng.CreateTable(inst, "t", table.TableSpec{Families: []table.FamilySpec{{Name: "f"}}}); err != nil {
+		t.Fatal(err)
+	}
+	var entries []table.RowMutation
+	for i := range 5000 {
+		v := []byte{byte(i % 7)}
+		entries = append(entries, table.RowMutation{Row: []byte(fmt.Sprintf("k%05d", i)), Mutations: []table.Mutation{{Kind: table.SetCell, Family: "f", Qualifier: []byte("q"), Timestamp: 1000, Value: v}}})
+	}
+	if _, err := eng.MutateRows(inst, "t", entries); err != nil {
+		t.Fatal(err)
+	}
+	cat := sqlquery.EngineCatalog{Engine: eng, Instance: inst}
+	plan, err := sqlquery.Prepare(cat, "SELECT _key, f['q'] AS q FROM t ORDER BY q DESC LIMIT 10", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	if err := plan.Run(context.Background(), cat, nil, clk.Now(), func(r []sqlquery.Value) error {
+		got = append(got, string(r[0].([]byte)))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Value 6 is at i = 6, 13, 20, ...: the first ten in key order.
+	var want []string
+	for i := 6; len(want) < 10; i += 7 {
+		want = append(want, fmt.Sprintf("k%05d", i))
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %v, want %v", got, want)
 	}
 }
