@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"testing"
+	"unicode/utf8"
 
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"google.golang.org/grpc/codes"
@@ -38,8 +39,8 @@ func FuzzSQLRPC(f *testing.F) {
 		ctx := context.Background()
 		prep := &btpb.PrepareQueryRequest{}
 		exec := &btpb.ExecuteQueryRequest{}
-		if proto.Unmarshal(prepBytes, prep) != nil || proto.Unmarshal(execBytes, exec) != nil {
-			return
+		if !utf8.ValidString(sql) || proto.Unmarshal(prepBytes, prep) != nil || proto.Unmarshal(execBytes, exec) != nil {
+			return // not a request a client can send: proto strings are UTF-8
 		}
 		prep.InstanceName, prep.Query = fuzzInstance, sql
 		prep.DataFormat = &btpb.PrepareQueryRequest_ProtoFormat{ProtoFormat: &btpb.ProtoFormat{}}
