@@ -95,6 +95,7 @@ that talk to a running server.
 		root.AddCommand(c)
 	}
 	addTableCompletion(root)
+	root.AddCommand(withGroup(newSQLCmd(), "client")) // cli/sql.go
 	return root
 }
 

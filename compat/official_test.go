@@ -46,22 +46,6 @@ var prodFailures = map[string]expected{
 		reason: "needs a Cloud KMS key ring (customer-managed encryption keys)",
 		want:   "GCLOUD_TESTS_BIGTABLE_KEYRING",
 	},
-	"TestIntegration_Execute": {
-		reason: "SQL queries (PrepareQuery/ExecuteQuery) are built by another issue",
-		want:   "PrepareQuery",
-	},
-	"TestIntegration_AdminLogicalView": {
-		reason: "logical views come with SQL, another issue",
-		want:   "LogicalView",
-	},
-	"TestIntegration_AdminMaterializedView": {
-		reason: "materialized views come with SQL, another issue",
-		want:   "MaterializedView",
-	},
-	"TestIntegration_DataMaterializedView": {
-		reason: "materialized views come with SQL, another issue",
-		want:   "MaterializedView",
-	},
 }
 
 // TestEmulatorMode runs the client's integration suite as the client runs

@@ -81,6 +81,9 @@ func rowSetToRequest(rs *btpb.RowSet, req *table.ReadRequest) error {
 
 // ReadRows streams rows as cell chunks, splitting large values.
 func (d *dataServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_ReadRowsServer) error {
+	if req.GetMaterializedViewName() != "" {
+		return d.readMaterializedView(req, stream) // server/views.go
+	}
 	ref, view, err := d.dataTable(req.GetTableName(), req.GetAuthorizedViewName())
 	if err != nil {
 		return toStatus(err)
@@ -90,9 +93,6 @@ func (d *dataServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_Re
 			return c.ReadRows(ctx, req)
 		}, stream.Send); handled {
 		return err
-	}
-	if req.GetMaterializedViewName() != "" {
-		return status.Error(codes.Unimplemented, "ebbtable: materialized views are not supported")
 	}
 	rr := table.ReadRequest{Limit: req.GetRowsLimit(), Reversed: req.GetReversed()}
 	if rr.Limit < 0 {
@@ -233,6 +233,9 @@ func (w *chunkWriter) cells(r cell.Row) error {
 
 // SampleRowKeys returns the table's split points.
 func (d *dataServer) SampleRowKeys(req *btpb.SampleRowKeysRequest, stream btpb.Bigtable_SampleRowKeysServer) error {
+	if req.GetMaterializedViewName() != "" {
+		return d.sampleMaterializedView(req, stream) // server/views.go
+	}
 	ref, view, err := d.dataTable(req.GetTableName(), req.GetAuthorizedViewName())
 	if err != nil {
 		return toStatus(err)

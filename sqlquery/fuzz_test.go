@@ -1,0 +1,71 @@
+package sqlquery_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/sqlquery"
+	"github.com/ebbtable/ebbtable/table"
+)
+
+// FuzzQuery feeds arbitrary text to the query entry point (Prepare, then
+// Run over a small table): it must never panic, and whatever it refuses
+// it refuses as invalid (INVALID_ARGUMENT on the wire).
+//
+//	go test -run XXX -fuzz FuzzQuery -fuzztime 60s ./sqlquery
+func FuzzQuery(f *testing.F) {
+	for _, s := range []string{
+		"SELECT * FROM t",
+		"SELECT _key, f['a'] AS a FROM t(with_history => TRUE, latest_n => 2) WHERE _key BETWEEN 'a' AND 'z'",
+		"SELECT CAST(f['n'] AS INT64) + 1 AS n, COUNT(*) FROM t GROUP BY 1 ORDER BY 2 DESC LIMIT 3",
+		"SELECT * FROM UNPACK((SELECT _key, f FROM t(with_history => TRUE)))",
+		"SELECT SUBSTR('abc', -5, 2), TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL 1 HOUR), [1,2][SAFE_OFFSET(9)]",
+		"SELECT @p FROM v WHERE _key IN UNNEST(@a)",
+		"SELECT",
+	} {
+		f.Add(s)
+	}
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	eng, err := table.Open(table.Options{Dir: f.TempDir(), Clock: clk})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer eng.Close()
+	if _, err := eng.CreateTable(inst, "t", table.TableSpec{Families: []table.FamilySpec{{Name: "f"}}}); err != nil {
+		f.Fatal(err)
+	}
+	for i, k := range []string{"a", "b", "c"} {
+		for _, q := range []string{"a", "n"} {
+			if err := eng.MutateRow(inst, "t", []byte(k), []table.Mutation{{Kind: table.SetCell, Family: "f", Qualifier: []byte(q), Timestamp: int64(1000 * (i + 1)), Value: []byte{0, 0, 0, 0, 0, 0, 0, byte(i)}}}); err != nil {
+				f.Fatal(err)
+			}
+		}
+	}
+	cat := sqlquery.EngineCatalog{Engine: eng, Instance: inst, Views: func(n string) (string, bool) {
+		if n == "v" {
+			return "SELECT _key, f['a'] AS a FROM t", true
+		}
+		return "", false
+	}}
+	types := map[string]*sqlquery.Type{"p": sqlquery.TInt64, "a": sqlquery.ArrayOf(sqlquery.TBytes)}
+	params := map[string]sqlquery.Value{"p": int64(7), "a": sqlquery.Array{[]byte("a"), nil}}
+	f.Fuzz(func(t *testing.T, sql string) {
+		plan, err := sqlquery.Prepare(cat, sql, types)
+		if err != nil {
+			if !errors.Is(err, sqlquery.ErrInvalid) {
+				t.Fatalf("Prepare(%q): %v is not ErrInvalid", sql, err)
+			}
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n := 0
+		err = plan.Run(ctx, cat, params, clk.Now(), func([]sqlquery.Value) error { n++; return nil })
+		if err != nil && !errors.Is(err, sqlquery.ErrInvalid) {
+			t.Fatalf("Run(%q): %v is not ErrInvalid", sql, err)
+		}
+	})
+}
