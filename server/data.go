@@ -101,7 +101,7 @@ func (d *dataServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_Re
 	if req.GetMaterializedViewName() != "" {
 		return status.Error(codes.Unimplemented, "ebbtable: materialized views are not supported")
 	}
-	rr := table.ReadRequest{Limit: req.GetRowsLimit(), Reversed: req.GetReversed()}
+	rr := table.ReadRequest{Limit: req.GetRowsLimit(), Reversed: req.GetReversed(), MaxRowBytes: d.s.sec.opts.MaxRowBytes}
 	if rr.Limit < 0 {
 		return status.Error(codes.InvalidArgument, "ebbtable: rows_limit must not be negative")
 	}
