@@ -1107,4 +1107,3 @@ func (s *Server) copyFrom(ctx context.Context, conn *grpc.ClientConn, seedID str
 		}
 	}
 }
-

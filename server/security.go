@@ -93,9 +93,9 @@ func (o *SecurityOptions) ensureDefaults() {
 
 // security is a running server's TLS material, authenticator and bounds.
 type security struct {
-	opts    SecurityOptions
-	auth    *auth.Authenticator
-	cert    atomic.Pointer[tls.Certificate]
+	opts     SecurityOptions
+	auth     *auth.Authenticator
+	cert     atomic.Pointer[tls.Certificate]
 	clientCA *x509.CertPool
 	peerCA   *x509.CertPool
 	peerCred string
