@@ -11,7 +11,6 @@ import (
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // defaultAddr is where client commands look for a server when neither --addr
@@ -24,6 +23,8 @@ type connFlags struct {
 	project  string
 	instance string
 	timeout  time.Duration
+	// sec: TLS and token flags (conn_security.go).
+	sec connSecurity
 }
 
 // register adds the connection flags to cmd as persistent flags.
@@ -33,6 +34,7 @@ func (f *connFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.project, "project", "ebbtable", "project ID in resource names")
 	fl.StringVar(&f.instance, "instance", "ebbtable", "instance ID in resource names")
 	fl.DurationVar(&f.timeout, "timeout", 0, "give up after this long (0: no limit)")
+	f.sec.register(cmd)
 }
 
 // endpoint is the server address to dial.
@@ -61,10 +63,13 @@ func (f *connFlags) context(parent context.Context) (context.Context, context.Ca
 // pool probes).
 func (f *connFlags) dial(ctx context.Context) (*grpc.ClientConn, error) {
 	addr := f.endpoint()
-	conn, err := grpc.NewClient("passthrough:///"+addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	secOpts, err := f.sec.dialOptions(addr)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient("passthrough:///"+addr, append(secOpts,
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<28), grpc.MaxCallSendMsgSize(1<<28)),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
 	}

@@ -47,6 +47,9 @@ type serveFlags struct {
 
 	maxSyncDuration time.Duration
 	ballastSize     string
+
+	// sec: TLS, tokens, peers, resource bounds (serve_security.go).
+	sec securityFlags
 }
 
 func newServeCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -90,6 +93,9 @@ its own: a process that joined once rejoins by itself on restart.`,
 				return err
 			}
 			opts.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			opts.Security.Reload = reloadOnSIGHUP(ctx)
 			// Fail-stop: the server has already stopped serving and logged
 			// the cause; a process that cannot trust its disk exits rather
 			// than linger half-alive.
@@ -97,7 +103,7 @@ its own: a process that joined once rejoins by itself on restart.`,
 			if os.Getenv("GOGC") == "" {
 				debug.SetGCPercent(f.goGCPercent)
 			}
-			return serve(cmd.Context(), opts, stdout)
+			return serve(ctx, opts, stdout)
 		},
 	}
 	fl := cmd.Flags()
@@ -119,6 +125,7 @@ its own: a process that joined once rejoins by itself on restart.`,
 	fl.IntVar(&f.goGCPercent, "go-gc-percent", DefaultGoGCPercent, "the Go runtime's GC percent for this process (the GOGC environment variable, when set, wins)")
 	fl.DurationVar(&f.maxSyncDuration, "max-sync-duration", table.DefaultMaxSyncDuration, "a disk write or sync taking longer than this stops the server (a stalled disk); 0 disables the check")
 	fl.StringVar(&f.ballastSize, "ballast-size", "1%", `size of the emergency ballast file DATA/`+storage.BallastName+` that gives a full disk a way back: bytes with a unit (64MiB), a percentage of the filesystem (at most 1 GiB), or 0 for none`)
+	f.sec.register(fl)
 	return cmd
 }
 
@@ -182,6 +189,10 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 	if err != nil {
 		return server.Options{}, err
 	}
+	sec, err := f.sec.options()
+	if err != nil {
+		return server.Options{}, err
+	}
 	var clk clock.Clock
 	switch f.debugClock {
 	case "":
@@ -208,6 +219,7 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 
 		MaxSyncDuration: maxSync,
 		Ballast:         ballast,
+		Security:        sec,
 	}, nil
 }
 
