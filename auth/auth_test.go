@@ -76,7 +76,8 @@ func TestCheck(t *testing.T) {
 		// The peer credential opens peer methods only, and no token
 		// opens them.
 		{Call{Method: pull, Peer: peerCred}, nil},
-		{Call{Method: pull, Bearer: tokAdmin}, ErrUnauthenticated},
+		{Call{Method: pull, Bearer: tokAdmin}, ErrDenied},
+		{Call{Method: pull}, ErrUnauthenticated},
 		{Call{Method: pull, Bearer: peerCred}, ErrUnauthenticated},
 		{Call{Method: pull, Peer: tokAdmin}, ErrUnauthenticated},
 		{Call{Method: read, Peer: peerCred}, ErrUnauthenticated},

@@ -282,10 +282,21 @@ func (a *Authenticator) Check(c Call) (Principal, error) {
 			if !a.peerOn && !a.tokensOn {
 				return Principal{Peer: true}, nil // authentication is off
 			}
-			if !a.peerOn {
-				return Principal{}, fmt.Errorf("%w: %s is a cluster-to-cluster call and this server has no peer credential (--peer-credential-file)", ErrUnauthenticated, c.Method)
+			// A known client token is an authenticated caller that may
+			// not make the call; anything else is not authenticated.
+			code := ErrUnauthenticated
+			if a.tokensOn && c.Bearer != "" {
+				a.mu.RLock()
+				known := lookup(a.tokens, c.Bearer) != nil
+				a.mu.RUnlock()
+				if known {
+					code = ErrDenied
+				}
 			}
-			return Principal{}, fmt.Errorf("%w: %s is a cluster-to-cluster call; it needs the peer credential in %s, and no client token can stand in for it", ErrUnauthenticated, c.Method, PeerHeader)
+			if !a.peerOn {
+				return Principal{}, fmt.Errorf("%w: %s is a cluster-to-cluster call and this server has no peer credential (--peer-credential-file)", code, c.Method)
+			}
+			return Principal{}, fmt.Errorf("%w: %s is a cluster-to-cluster call; it needs the peer credential in %s, and no client token can stand in for it", code, c.Method, PeerHeader)
 		}
 	}
 	return a.CheckToken(c.Bearer, need.Role, c.Method)
