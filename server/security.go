@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 )
 
 // SecurityOptions are TLS, authentication, who peers may be, and the
@@ -210,7 +211,7 @@ func (sec *security) serverTLS() *tls.Config {
 
 // serverOptions are the gRPC server options security adds.
 func (sec *security) serverOptions() []grpc.ServerOption {
-	opts := []grpc.ServerOption{grpc.MaxConcurrentStreams(sec.opts.MaxStreamsPerConn)}
+	opts := []grpc.ServerOption{grpc.MaxConcurrentStreams(sec.opts.MaxStreamsPerConn), grpc.InTapHandle(sec.tap)}
 	if sec.tlsOn() {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(sec.serverTLS())))
 	}
@@ -439,6 +440,18 @@ func (g *guardedStream) RecvMsg(m any) error {
 	}
 	g.held += n
 	return nil
+}
+
+// tap runs when a call's headers arrive, before gRPC reads its request:
+// while the request bytes in flight are at the bound, a new call is refused
+// before its body is buffered (health checks excepted). The interceptors
+// count the request once it is read (acquire).
+func (sec *security) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if cur := sec.inflight.Load(); cur >= sec.opts.MaxInflightBytes && !strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.Health/") {
+		sec.refused.WithLabelValues("inflight_bytes").Inc()
+		return ctx, status.Errorf(codes.ResourceExhausted, "ebbtable: %d request bytes are in flight, the most --max-inflight-bytes allows; retry later", cur)
+	}
+	return ctx, nil
 }
 
 // acquire counts n request bytes in flight, or refuses the call when that

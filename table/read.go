@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/cell"
@@ -51,9 +52,10 @@ type ReadRequest struct {
 	// IgnoreRowPolicy returns rows the table's row deletion policy has
 	// expired (the row deletion job reads them so).
 	IgnoreRowPolicy bool
-	// MaxRowBytes bounds the bytes (values and qualifiers) of the cells
-	// one row may select before the filter program runs; a row past it
-	// fails the read with ErrRowTooLarge. 0 means DefaultMaxRowBytes.
+	// MaxRowBytes bounds the memory the cells one row selects hold
+	// (values, qualifiers and cellBytes a cell) before the filter program
+	// runs; a row past it fails the read with ErrRowTooLarge. 0 means
+	// DefaultMaxRowBytes.
 	MaxRowBytes int64
 }
 
@@ -313,9 +315,14 @@ func (s *scanner) step() error {
 // keep counts a selected cell against the row bound.
 func (s *scanner) keep(c *cell.Cell) error { return s.keepBytes(len(c.Value) + len(c.Qualifier)) }
 
-// keepBytes counts n bytes of a selected cell against the row bound.
+// cellBytes is what a selected cell holds in memory besides its value and
+// qualifier (the cell.Cell itself), so a row of many tiny cells counts too.
+const cellBytes = int(unsafe.Sizeof(cell.Cell{}))
+
+// keepBytes counts a selected cell of n value and qualifier bytes against
+// the row bound.
 func (s *scanner) keepBytes(n int) error {
-	s.rowBytes += int64(n)
+	s.rowBytes += int64(n + cellBytes)
 	if s.maxRow > 0 && s.rowBytes > s.maxRow {
 		return fmt.Errorf("%w: the cells selected from row %q pass %d MiB; read it in parts: a column range or qualifier filter per call, CellsPerColumnLimit, a timestamp range, or StripValue to list the cells first", ErrRowTooLarge, s.rowKey, s.maxRow>>20)
 	}
