@@ -333,7 +333,7 @@ func (c *canary) stop() { c.cancel(); <-c.done }
 type phaseStats struct {
 	name      string
 	n, failed int
-	p50, p99 time.Duration
+	p50, p99  time.Duration
 }
 
 func (c *canary) report() []phaseStats {
