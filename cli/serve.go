@@ -81,7 +81,12 @@ first with --cluster-id A, then each further one with its own --cluster-id
 and --join HOST:PORT of a running cluster. A joining process copies the
 instance's data before it serves (so it prints its "running" line only
 then), and replicates with every cluster from then on. Its data directory is
-its own: a process that joined once rejoins by itself on restart.`,
+its own: a process that joined once rejoins by itself on restart.
+
+TLS, tokens, peers and resource bounds (the --tls-*, --auth-token-file,
+--peer-*, --insecure and --max-* flags) are described in docs/security.md. A
+non-loopback --addr or --http-addr needs TLS and tokens, or --insecure.
+SIGHUP re-reads the certificate, its key and the token file.`,
 		Example: `  ebbtable serve --data /var/lib/ebbtable
   ebbtable serve --cluster-id b --addr 127.0.0.1:9002 --data ./b --join 127.0.0.1:8086
   ebbtable serve --addr 127.0.0.1:0 --http-addr off --data /tmp/ebb
