@@ -35,6 +35,7 @@ var boundsBig = flag.Bool("bounds.big", false, "TestResourceBounds at full size 
 type boundsScale struct {
 	requestBytes int    // each of eight concurrent requests
 	inflight     string // --max-inflight-bytes
+	memoryLimit  string // --memory-limit
 	versions     int
 	tails        int
 	maxRSS       int64         // the server's peak RSS must stay below
@@ -44,9 +45,9 @@ type boundsScale struct {
 }
 
 var (
-	boundsSmall = boundsScale{requestBytes: 8 << 20, inflight: "20MiB", versions: 20000, tails: 100,
+	boundsSmall = boundsScale{requestBytes: 8 << 20, inflight: "20MiB", memoryLimit: "0", versions: 20000, tails: 100,
 		maxRSS: 600 << 20, maxCanaryP99: 2 * time.Second, maxLimitRead: 5, maxTailsRSS: 64 << 20}
-	boundsFull = boundsScale{requestBytes: 200 << 20, inflight: "512MiB", versions: 1000000, tails: 1000,
+	boundsFull = boundsScale{requestBytes: 200 << 20, inflight: "512MiB", memoryLimit: "2GiB", versions: 1000000, tails: 1000,
 		maxRSS: 3 << 30, maxCanaryP99: 2 * time.Second, maxLimitRead: 5, maxTailsRSS: 128 << 20}
 )
 
@@ -65,7 +66,7 @@ func TestResourceBounds(t *testing.T) {
 	}
 	httpAddr := freeAddr(t)
 	srv := startServe(t, "serve", "--addr", "127.0.0.1:0", "--http-addr", httpAddr, "--data", filepath.Join(t.TempDir(), "data"),
-		"--max-inflight-bytes", sc.inflight)
+		"--max-inflight-bytes", sc.inflight, "--memory-limit", sc.memoryLimit)
 	pid := srv.cmd.Process.Pid
 	ctx := context.Background()
 	conn, err := grpc.NewClient("passthrough:///"+srv.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),

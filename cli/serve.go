@@ -108,6 +108,7 @@ SIGHUP re-reads the certificate, its key and the token file.`,
 			if os.Getenv("GOGC") == "" {
 				debug.SetGCPercent(f.goGCPercent)
 			}
+			f.sec.setMemoryLimit()
 			return serve(ctx, opts, stdout)
 		},
 	}

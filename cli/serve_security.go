@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -24,6 +25,7 @@ type securityFlags struct {
 	maxInflight       string
 	maxChangeStreams  int
 	maxRow            string
+	memoryLimit       string
 }
 
 func (f *securityFlags) register(fl *pflag.FlagSet) {
@@ -40,6 +42,7 @@ func (f *securityFlags) register(fl *pflag.FlagSet) {
 	fl.Uint32Var(&f.maxStreamsPerConn, "max-streams-per-conn", server.DefaultMaxStreamsPerConn, "most concurrent calls on one connection")
 	fl.StringVar(&f.maxInflight, "max-inflight-bytes", "512MiB", "most request bytes of the calls being served; a call beyond gets RESOURCE_EXHAUSTED")
 	fl.IntVar(&f.maxChangeStreams, "max-change-streams", server.DefaultMaxChangeStreams, "most open change-stream tails (ReadChangeStream, ebbtable watch); more get RESOURCE_EXHAUSTED")
+	fl.StringVar(&f.memoryLimit, "memory-limit", "0", "soft limit on the process's Go memory (as GOMEMLIMIT, which wins when set): the runtime collects harder near it instead of growing the heap --go-gc-percent allows; 0: none")
 	fl.StringVar(&f.maxRow, "max-row-bytes", "256MiB", "most cell bytes a read may select from one row; a bigger row fails with FAILED_PRECONDITION saying how to read it in parts")
 }
 
@@ -51,6 +54,11 @@ func (f *securityFlags) options() (server.SecurityOptions, error) {
 	maxRow, err := parseBytes("--max-row-bytes", f.maxRow)
 	if err != nil {
 		return server.SecurityOptions{}, err
+	}
+	if f.memoryLimit != "0" {
+		if _, err := parseBytes("--memory-limit", f.memoryLimit); err != nil {
+			return server.SecurityOptions{}, err
+		}
 	}
 	if f.maxConnections <= 0 || f.maxStreamsPerConn == 0 || f.maxChangeStreams <= 0 {
 		return server.SecurityOptions{}, usagef("--max-connections, --max-streams-per-conn and --max-change-streams must be positive")
@@ -67,6 +75,17 @@ func (f *securityFlags) options() (server.SecurityOptions, error) {
 		MaxConnections: f.maxConnections, MaxStreamsPerConn: f.maxStreamsPerConn,
 		MaxInflightBytes: inflight, MaxChangeStreams: f.maxChangeStreams, MaxRowBytes: maxRow,
 	}, nil
+}
+
+// setMemoryLimit applies --memory-limit (validated by options), unless the
+// GOMEMLIMIT environment variable is set.
+func (f *securityFlags) setMemoryLimit() {
+	if f.memoryLimit == "0" || os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	if n, err := parseBytes("--memory-limit", f.memoryLimit); err == nil {
+		debug.SetMemoryLimit(n)
+	}
 }
 
 // parseBytes reads a positive size with a unit (B, KiB, MiB, GiB).

@@ -103,6 +103,7 @@ type security struct {
 	allow    []string // PeerAllow plus the --join address
 
 	inflight atomic.Int64
+	meters   meters
 	streams  atomic.Int64
 	refused  *prometheus.CounterVec
 	denied   *prometheus.CounterVec
@@ -211,7 +212,8 @@ func (sec *security) serverTLS() *tls.Config {
 
 // serverOptions are the gRPC server options security adds.
 func (sec *security) serverOptions() []grpc.ServerOption {
-	opts := []grpc.ServerOption{grpc.MaxConcurrentStreams(sec.opts.MaxStreamsPerConn), grpc.InTapHandle(sec.tap)}
+	opts := []grpc.ServerOption{grpc.MaxConcurrentStreams(sec.opts.MaxStreamsPerConn), grpc.InTapHandle(sec.tap),
+		grpc.ForceServerCodecV2(newMeteredCodec(sec))}
 	if sec.tlsOn() {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(sec.serverTLS())))
 	}
@@ -375,18 +377,18 @@ func credentialsOf(ctx context.Context, method string) auth.Call {
 
 func (sec *security) unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		n, tooMuch := sec.admit(req)
+		defer sec.inflight.Add(-n)
 		p, err := sec.auth.Check(credentialsOf(ctx, info.FullMethod))
 		if err != nil {
 			return nil, sec.authError(err)
 		}
+		if tooMuch != nil {
+			return nil, tooMuch
+		}
 		if err := p.AllowsInstance(info.FullMethod, instancesOf(req)); err != nil {
 			return nil, sec.authError(err)
 		}
-		n := requestBytes(req)
-		if err := sec.acquire(n); err != nil {
-			return nil, err
-		}
-		defer sec.inflight.Add(-n)
 		return h(ctx, req)
 	}
 }
@@ -431,14 +433,14 @@ func (g *guardedStream) RecvMsg(m any) error {
 	if err := g.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
+	n, err := g.sec.admit(m)
+	g.held += n
+	if err != nil {
+		return err
+	}
 	if err := g.p.AllowsInstance(g.method, instancesOf(m)); err != nil {
 		return g.sec.authError(err)
 	}
-	n := requestBytes(m)
-	if err := g.sec.acquire(n); err != nil {
-		return err
-	}
-	g.held += n
 	return nil
 }
 
