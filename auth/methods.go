@@ -20,12 +20,6 @@ func Need(method string) Requirement {
 	return Requirement{Role: Admin}
 }
 
-// Listed says whether a method has its own entry in the table.
-func Listed(method string) bool {
-	_, ok := methods[method]
-	return ok
-}
-
 var (
 	open     = Requirement{Open: true}
 	viewer   = Requirement{Role: Viewer}

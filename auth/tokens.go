@@ -230,13 +230,6 @@ func (a *Authenticator) Reload() error {
 // TokensOn says whether client calls need a token.
 func (a *Authenticator) TokensOn() bool { return a != nil && a.tokensOn }
 
-// Len is the number of tokens loaded.
-func (a *Authenticator) Len() int {
-	a.mu.RLock()
-	defer a.mu.RUnlock()
-	return len(a.tokens)
-}
-
 // Errors Check returns; the server maps them to UNAUTHENTICATED and
 // PERMISSION_DENIED.
 var (
