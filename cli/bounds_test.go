@@ -46,9 +46,9 @@ type boundsScale struct {
 
 var (
 	boundsSmall = boundsScale{requestBytes: 8 << 20, inflight: "20MiB", memoryLimit: "0", versions: 20000, tails: 100,
-		maxRSS: 600 << 20, maxCanaryP99: 2 * time.Second, maxLimitRead: 5, maxTailsRSS: 64 << 20}
+		maxRSS: 600 << 20, maxCanaryP99: time.Second, maxLimitRead: 5, maxTailsRSS: 64 << 20}
 	boundsFull = boundsScale{requestBytes: 200 << 20, inflight: "512MiB", memoryLimit: "2GiB", versions: 1000000, tails: 1000,
-		maxRSS: 3 << 30, maxCanaryP99: 2 * time.Second, maxLimitRead: 5, maxTailsRSS: 128 << 20}
+		maxRSS: 3 << 30, maxCanaryP99: time.Second, maxLimitRead: 5, maxTailsRSS: 128 << 20}
 )
 
 // TestResourceBounds loads a server subprocess the way the issue says, with
