@@ -168,7 +168,7 @@ func (ps *peerSet) conn(id string) (*grpc.ClientConn, error) {
 		if err := ps.s.sec.allowPeer(p.info.Addr); err != nil {
 			return nil, err
 		}
-		c, err := grpc.NewClient("passthrough:///"+p.info.Addr, ps.s.sec.peerDialOptions(ps.s.opts.MaxMessageBytes)...)
+		c, err := grpc.NewClient("passthrough:///"+p.info.Addr, ps.s.sec.peerDialOptions(p.info.Addr, ps.s.opts.MaxMessageBytes)...)
 		if err != nil {
 			return nil, err
 		}

@@ -973,7 +973,7 @@ func (s *Server) joinCluster(seed string) error {
 	}
 	ctx, cancel := s.stopCtx(10 * time.Minute)
 	defer cancel()
-	conn, err := grpc.NewClient("passthrough:///"+seed, s.sec.peerDialOptions(s.opts.MaxMessageBytes)...)
+	conn, err := grpc.NewClient("passthrough:///"+seed, s.sec.peerDialOptions(seed, s.opts.MaxMessageBytes)...)
 	if err != nil {
 		return err
 	}

@@ -94,11 +94,13 @@ func (o *SecurityOptions) ensureDefaults() {
 
 // security is a running server's TLS material, authenticator and bounds.
 type security struct {
-	opts     SecurityOptions
-	auth     *auth.Authenticator
-	cert     atomic.Pointer[tls.Certificate]
-	clientCA *x509.CertPool
-	peerCA   *x509.CertPool
+	opts SecurityOptions
+	auth *auth.Authenticator
+	cert atomic.Pointer[tls.Certificate]
+	// The CA pools: nil pointers when not configured (no client
+	// certificates asked for; peers checked against the system's roots).
+	clientCA atomic.Pointer[x509.CertPool]
+	peerCA   atomic.Pointer[x509.CertPool]
 	peerCred string
 	allow    []string // PeerAllow plus the --join address
 
@@ -125,17 +127,10 @@ func newSecurity(o *Options) (*security, error) {
 	if err := sec.reloadCert(); err != nil {
 		return nil, err
 	}
+	if err := sec.reloadCAs(); err != nil {
+		return nil, err
+	}
 	var err error
-	if sec.clientCA, err = readPool(so.TLSClientCA); err != nil {
-		return nil, err
-	}
-	peerCA := so.PeerCA
-	if peerCA == "" {
-		peerCA = so.TLSClientCA
-	}
-	if sec.peerCA, err = readPool(peerCA); err != nil {
-		return nil, err
-	}
 	if so.PeerCredentialFile != "" {
 		if sec.peerCred, err = auth.ReadPeerCredential(so.PeerCredentialFile); err != nil {
 			return nil, fmt.Errorf("ebbtable: peer credential: %w", err)
@@ -191,10 +186,61 @@ func (sec *security) reloadCert() error {
 	return nil
 }
 
-// reload re-reads the certificate, the key and the token file; what fails
-// to load keeps its old value.
+// peerCAFile is the CA bundle peers' certificates are checked against.
+func (sec *security) peerCAFile() string {
+	if sec.opts.PeerCA != "" {
+		return sec.opts.PeerCA
+	}
+	return sec.opts.TLSClientCA
+}
+
+// reloadCAs (re-)reads the client and peer CA bundles; on an error the
+// pools in use stay.
+func (sec *security) reloadCAs() error {
+	client, err := readPool(sec.opts.TLSClientCA)
+	if err != nil {
+		return err
+	}
+	peer, err := readPool(sec.peerCAFile())
+	if err != nil {
+		return err
+	}
+	if client != nil {
+		sec.clientCA.Store(client)
+	}
+	if peer != nil {
+		sec.peerCA.Store(peer)
+	}
+	return nil
+}
+
+// reload re-reads the certificate, the key, the CA bundles and the token
+// file; what fails to load keeps its old value.
 func (sec *security) reload() error {
-	return errors.Join(sec.reloadCert(), sec.auth.Reload())
+	return errors.Join(sec.reloadCert(), sec.reloadCAs(), sec.auth.Reload())
+}
+
+// verifyChain checks a certificate chain (leaf first, as sent) against
+// roots (nil: the system's) for usage, and for name (a host name or IP)
+// when not "".
+func verifyChain(raw [][]byte, roots *x509.CertPool, name string, usage x509.ExtKeyUsage) error {
+	if len(raw) == 0 {
+		return errors.New("ebbtable: no certificate presented")
+	}
+	certs := make([]*x509.Certificate, len(raw))
+	for i, r := range raw {
+		c, err := x509.ParseCertificate(r)
+		if err != nil {
+			return fmt.Errorf("ebbtable: certificate: %w", err)
+		}
+		certs[i] = c
+	}
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	_, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, DNSName: name, KeyUsages: []x509.ExtKeyUsage{usage}})
+	return err
 }
 
 // serverTLS is the TLS configuration of both ports.
@@ -203,9 +249,13 @@ func (sec *security) serverTLS() *tls.Config {
 		MinVersion:     tls.VersionTLS12,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return sec.cert.Load(), nil },
 	}
-	if sec.clientCA != nil {
-		cfg.ClientCAs = sec.clientCA
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	if sec.opts.TLSClientCA != "" {
+		// Verified here rather than through ClientCAs, so a reload
+		// reaches new connections.
+		cfg.ClientAuth = tls.RequireAnyClientCert
+		cfg.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
+			return verifyChain(raw, sec.clientCA.Load(), "", x509.ExtKeyUsageClientAuth)
+		}
 	}
 	return cfg
 }
@@ -235,14 +285,28 @@ func (sec *security) listenHTTP(lis net.Listener) net.Listener {
 	return tls.NewListener(lis, cfg)
 }
 
-// peerDialOptions are how this process dials peers: TLS with its own
-// certificate (for mutual TLS) when on, and the peer credential.
-func (sec *security) peerDialOptions(maxBytes int) []grpc.DialOption {
+// peerDialOptions are how this process dials the peer at addr: TLS with
+// its own certificate (for mutual TLS) when on, and the peer credential.
+func (sec *security) peerDialOptions(addr string, maxBytes int) []grpc.DialOption {
 	creds := insecure.NewCredentials()
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
 	if sec.tlsOn() {
 		creds = credentials.NewTLS(&tls.Config{
 			MinVersion: tls.VersionTLS12,
-			RootCAs:    sec.peerCA,
+			// The peer's chain, and that it names host, are checked in
+			// VerifyConnection against the peer CA in use now (a reload
+			// reaches new links).
+			InsecureSkipVerify: true,
+			VerifyConnection: func(cs tls.ConnectionState) error {
+				raw := make([][]byte, len(cs.PeerCertificates))
+				for i, c := range cs.PeerCertificates {
+					raw[i] = c.Raw
+				}
+				return verifyChain(raw, sec.peerCA.Load(), host, x509.ExtKeyUsageServerAuth)
+			},
 			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 				return sec.cert.Load(), nil
 			},

@@ -342,6 +342,56 @@ func TestMutualTLS(t *testing.T) {
 	if _, _, err := tlsClients(t, srv.Addr(), &tls.Config{RootCAs: pool}, ""); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "certificate required") {
 		t.Errorf("a client without a certificate: %v", err)
 	}
+	// A certificate another CA signed is refused; after the CA file
+	// changes and a reload, it is the one accepted.
+	other := newCerts(t, "x")
+	otherCert, err := tls.LoadX509KeyPair(other.ClientCert, other.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handshake := func(c tls.Certificate) error {
+		conn, err := tls.Dial("tcp", srv.Addr(), &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{c}, NextProtos: []string{"h2"}})
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		// TLS 1.3: the server's verdict on the client certificate
+		// arrives with the first read.
+		conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, err = conn.Read(make([]byte, 1))
+		if ne, ok := err.(interface{ Timeout() bool }); ok && ne.Timeout() {
+			return nil
+		}
+		if err == nil {
+			return nil
+		}
+		if strings.Contains(err.Error(), "certificate") {
+			return err
+		}
+		return nil // the server's HTTP/2 preface, or its close after it: accepted
+	}
+	if err := handshake(cert); err != nil {
+		t.Fatalf("the CA's own client certificate: %v", err)
+	}
+	if err := handshake(otherCert); err == nil {
+		t.Error("a client certificate of another CA was accepted")
+	}
+	b, err := os.ReadFile(other.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certs.CA, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if err := handshake(otherCert); err != nil {
+		t.Errorf("after the reload, the new CA's certificate: %v", err)
+	}
+	if err := handshake(cert); err == nil {
+		t.Error("after the reload, the old CA's certificate is still accepted")
+	}
 }
 
 // TestTLSCertificateReload: Reload (SIGHUP in serve) puts a new
@@ -522,5 +572,21 @@ func TestPeerCredentialRequiredToJoin(t *testing.T) {
 	defer srv.Close()
 	if err := srv.Start(); status.Code(errors.Unwrap(err)) != codes.Unauthenticated && !strings.Contains(fmt.Sprint(err), "Unauthenticated") {
 		t.Fatalf("join with the wrong peer credential: %v", err)
+	}
+}
+
+// TestPeerWithAnotherCAIsRefused: a process dialling a peer whose
+// certificate its peer CA did not sign does not join.
+func TestPeerWithAnotherCAIsRefused(t *testing.T) {
+	certs, other := newCerts(t, "q"), newCerts(t, "r")
+	a := startSecure(t, SecurityOptions{TLSCert: certs.ServerCert, TLSKey: certs.ServerKey}, func(o *Options) { o.ClusterID = "a" })
+	srv, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: t.TempDir(), ClusterID: "b", Join: a.Addr(),
+		Security: SecurityOptions{TLSCert: other.ServerCert, TLSKey: other.ServerKey, PeerCA: other.CA}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if err := srv.Start(); err == nil || !strings.Contains(err.Error(), "unknown authority") {
+		t.Fatalf("join through a certificate of another CA: %v", err)
 	}
 }
