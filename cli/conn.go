@@ -10,7 +10,6 @@ import (
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // defaultAddr is where client commands look for a server when no flag,
@@ -29,6 +28,8 @@ type connFlags struct {
 
 	resolved   bool
 	resolveErr error
+	// sec: TLS and token flags (conn_security.go).
+	sec connSecurity
 }
 
 // register adds the connection flags to cmd as persistent flags.
@@ -38,6 +39,7 @@ func (f *connFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.project, "project", "", "project ID in resource names (default: ~/.cbtrc project, $EBBTABLE_PROJECT, else "+defaultID+")")
 	fl.StringVar(&f.instance, "instance", "", "instance ID in resource names (default: ~/.cbtrc instance, $EBBTABLE_INSTANCE, else "+defaultID+")")
 	fl.DurationVar(&f.timeout, "timeout", 0, "give up after this long (default: ~/.cbtrc timeout, else no limit)")
+	f.sec.register(cmd)
 }
 
 // endpoint is the server address to dial.
@@ -65,10 +67,13 @@ func (f *connFlags) dial(ctx context.Context) (*grpc.ClientConn, error) {
 		return nil, err
 	}
 	addr := f.endpoint()
-	conn, err := grpc.NewClient("passthrough:///"+addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	secOpts, err := f.sec.dialOptions(addr)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient("passthrough:///"+addr, append(secOpts,
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<28), grpc.MaxCallSendMsgSize(1<<28)),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
 	}

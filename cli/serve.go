@@ -50,6 +50,8 @@ type serveFlags struct {
 	ballastSize     string
 
 	console, consoleWrites bool
+	// sec: TLS, tokens, peers, resource bounds (serve_security.go).
+	sec securityFlags
 }
 
 func newServeCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -81,7 +83,12 @@ first with --cluster-id A, then each further one with its own --cluster-id
 and --join HOST:PORT of a running cluster. A joining process copies the
 instance's data before it serves (so it prints its "running" line only
 then), and replicates with every cluster from then on. Its data directory is
-its own: a process that joined once rejoins by itself on restart.`,
+its own: a process that joined once rejoins by itself on restart.
+
+TLS, tokens, peers and resource bounds (the --tls-*, --auth-token-file,
+--peer-*, --insecure and --max-* flags) are described in docs/security.md. A
+non-loopback --addr or --http-addr needs TLS and tokens, or --insecure.
+SIGHUP re-reads the certificate, its key and the token file.`,
 		Example: `  ebbtable serve --data /var/lib/ebbtable
   ebbtable serve --cluster-id b --addr 127.0.0.1:9002 --data ./b --join 127.0.0.1:8086
   ebbtable serve --addr 127.0.0.1:0 --http-addr off --data /tmp/ebb
@@ -93,6 +100,9 @@ its own: a process that joined once rejoins by itself on restart.`,
 				return err
 			}
 			opts.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			opts.Security.Reload = reloadOnSIGHUP(ctx)
 			// Fail-stop: the server has already stopped serving and logged
 			// the cause; a process that cannot trust its disk exits rather
 			// than linger half-alive.
@@ -100,7 +110,8 @@ its own: a process that joined once rejoins by itself on restart.`,
 			if os.Getenv("GOGC") == "" {
 				debug.SetGCPercent(f.goGCPercent)
 			}
-			return serve(cmd.Context(), opts, stdout)
+			f.sec.setMemoryLimit()
+			return serve(ctx, opts, stdout)
 		},
 	}
 	fl := cmd.Flags()
@@ -125,6 +136,7 @@ its own: a process that joined once rejoins by itself on restart.`,
 	fl.StringVar(&f.ballastSize, "ballast-size", "1%", `size of the emergency ballast file DATA/`+storage.BallastName+` that gives a full disk a way back: bytes with a unit (64MiB), a percentage of the filesystem (at most 1 GiB), or 0 for none`)
 	fl.BoolVar(&f.console, "console", true, "serve the web console at / on --http-addr (docs/console.md)")
 	fl.BoolVar(&f.consoleWrites, "console-writes", false, "let the web console run actions that change data (a GC pass, a row deletion run); off, it only reads")
+	f.sec.register(fl)
 	return cmd
 }
 
@@ -195,6 +207,10 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 	if err != nil {
 		return server.Options{}, err
 	}
+	sec, err := f.sec.options()
+	if err != nil {
+		return server.Options{}, err
+	}
 	var clk clock.Clock
 	switch f.debugClock {
 	case "":
@@ -225,6 +241,7 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 		ConsoleWrites:   f.consoleWrites,
 
 		UndeleteRetention: undelete,
+		Security:          sec,
 	}, nil
 }
 

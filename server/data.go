@@ -94,7 +94,7 @@ func (d *dataServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_Re
 		}, stream.Send); handled {
 		return err
 	}
-	rr := table.ReadRequest{Limit: req.GetRowsLimit(), Reversed: req.GetReversed()}
+	rr := table.ReadRequest{Limit: req.GetRowsLimit(), Reversed: req.GetReversed(), MaxRowBytes: d.s.sec.opts.MaxRowBytes}
 	if rr.Limit < 0 {
 		return status.Error(codes.InvalidArgument, "ebbtable: rows_limit must not be negative")
 	}

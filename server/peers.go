@@ -165,7 +165,10 @@ func (ps *peerSet) conn(id string) (*grpc.ClientConn, error) {
 		return nil, fmt.Errorf("%w: cluster %q is not a known peer", errNotFound, id)
 	}
 	if p.conn == nil {
-		c, err := grpc.NewClient("passthrough:///"+p.info.Addr, peerDialOptions(ps.s.opts.MaxMessageBytes)...)
+		if err := ps.s.sec.allowPeer(p.info.Addr); err != nil {
+			return nil, err
+		}
+		c, err := grpc.NewClient("passthrough:///"+p.info.Addr, ps.s.sec.peerDialOptions(p.info.Addr, ps.s.opts.MaxMessageBytes)...)
 		if err != nil {
 			return nil, err
 		}

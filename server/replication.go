@@ -21,7 +21,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -777,6 +776,9 @@ func (a *ebbAdmin) join(ctx context.Context, in *structpb.Struct) (*structpb.Str
 	if id == "" || addr == "" {
 		return nil, status.Error(codes.InvalidArgument, "ebbtable: join needs the joining cluster's id and address")
 	}
+	if err := s.sec.allowPeer(addr); err != nil {
+		return nil, err
+	}
 	if id == s.opts.ClusterID {
 		return nil, status.Errorf(codes.AlreadyExists, "ebbtable: cluster id %q is this cluster's own; give the joining process another --cluster-id", id)
 	}
@@ -971,7 +973,7 @@ func (s *Server) joinCluster(seed string) error {
 	}
 	ctx, cancel := s.stopCtx(10 * time.Minute)
 	defer cancel()
-	conn, err := grpc.NewClient("passthrough:///"+seed, peerDialOptions(s.opts.MaxMessageBytes)...)
+	conn, err := grpc.NewClient("passthrough:///"+seed, s.sec.peerDialOptions(seed, s.opts.MaxMessageBytes)...)
 	if err != nil {
 		return err
 	}
@@ -1103,12 +1105,5 @@ func (s *Server) copyFrom(ctx context.Context, conn *grpc.ClientConn, seedID str
 			}
 			return nil
 		}
-	}
-}
-
-func peerDialOptions(maxBytes int) []grpc.DialOption {
-	return []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxBytes), grpc.MaxCallSendMsgSize(maxBytes)),
 	}
 }

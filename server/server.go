@@ -83,6 +83,9 @@ type Options struct {
 	// Unavailable). The serve command exits the process from it
 	// (fail-stop); nil leaves the process up, serving nothing.
 	OnFatal func(error)
+	// Security: TLS, tokens, peers allowed, resource bounds
+	// (security.go, docs/security.md).
+	Security SecurityOptions
 }
 
 // EnsureDefaults fills unset options.
@@ -146,11 +149,16 @@ type Server struct {
 	failed atomic.Bool
 	// console serves / on the HTTP port (nil when off).
 	console *console.Console
+	sec     *security
 }
 
 // New opens the engine and builds the services. It does not listen yet.
 func New(opts Options) (*Server, error) {
 	opts.EnsureDefaults()
+	sec, err := newSecurity(&opts)
+	if err != nil {
+		return nil, err
+	}
 	// The server is built below; a fatal error before then is Open's to
 	// return, or is handled once the health server exists.
 	var srv atomic.Pointer[Server]
@@ -194,18 +202,18 @@ func New(opts Options) (*Server, error) {
 	}
 	eng.SetRowExpiry(rowttl.RowExpired)
 	s := &Server{opts: opts, engine: eng, collector: col, ttl: job, backups: bk, opWait: defaultOpWait, ops: newOperations(), health: health.NewServer(), log: opts.Logger,
-		stopping: make(chan struct{})}
+		stopping: make(chan struct{}), sec: sec}
 	self = s
 	srv.Store(s)
 	if p := early.Load(); p != nil {
 		s.fatal(*p)
 	}
-	s.grpc = grpc.NewServer(
+	s.grpc = grpc.NewServer(append(sec.serverOptions(),
 		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
 		grpc.MaxSendMsgSize(opts.MaxMessageBytes),
-		grpc.ChainUnaryInterceptor(recoverUnary(s.log)),
-		grpc.ChainStreamInterceptor(recoverStream(s.log)),
-	)
+		grpc.ChainUnaryInterceptor(recoverUnary(s.log), sec.unary()),
+		grpc.ChainStreamInterceptor(recoverStream(s.log), sec.stream()),
+	)...)
 	btpb.RegisterBigtableServer(s.grpc, &dataServer{s: s})
 	adminpb.RegisterBigtableTableAdminServer(s.grpc, &adminServer{s: s})
 	s.inst = &instanceServer{s: s}
@@ -257,7 +265,8 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("ebbtable: listen on %s: %w", s.opts.Addr, err)
 	}
-	s.lis = lis
+	s.lis = s.sec.listen(lis)
+	lis = s.lis
 	if s.opts.Join != "" {
 		if err := s.joinCluster(s.opts.Join); err != nil {
 			lis.Close()
@@ -270,7 +279,7 @@ func (s *Server) Start() error {
 			lis.Close()
 			return fmt.Errorf("ebbtable: listen on %s for metrics: %w", s.opts.HTTPAddr, err)
 		}
-		s.hlis = hlis
+		s.hlis = s.sec.listenHTTP(hlis)
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
@@ -280,9 +289,9 @@ func (s *Server) Start() error {
 			hlis.Close()
 			return err
 		}
-		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		s.http = &http.Server{Handler: s.sec.httpHandler(mux), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
-			if err := s.http.Serve(hlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := s.http.Serve(s.hlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.log.Error("metrics server stopped", "err", err)
 			}
 		}()
@@ -297,6 +306,7 @@ func (s *Server) Start() error {
 	s.autoBkps = s.startAutoBackups()
 	s.purge = s.startPurge()
 	s.ttl.Start()
+	go s.watchReload()
 	for _, p := range s.peers.list() {
 		s.repl.start(p.ID)
 	}

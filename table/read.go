@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/cell"
@@ -51,7 +52,21 @@ type ReadRequest struct {
 	// IgnoreRowPolicy returns rows the table's row deletion policy has
 	// expired (the row deletion job reads them so).
 	IgnoreRowPolicy bool
+	// MaxRowBytes bounds the memory the cells one row selects hold
+	// (values, qualifiers and cellBytes a cell) before the filter program
+	// runs; a row past it fails the read with ErrRowTooLarge. 0 means
+	// DefaultMaxRowBytes.
+	MaxRowBytes int64
 }
+
+// DefaultMaxRowBytes is the most a read selects from one row: 256 MiB, the
+// size of row Bigtable refuses to return whole.
+const DefaultMaxRowBytes = 256 << 20
+
+// ErrRowTooLarge is the error of a read that selected more of one row than
+// ReadRequest.MaxRowBytes; it wraps ErrPrecondition (FAILED_PRECONDITION,
+// as Bigtable answers).
+var ErrRowTooLarge = fmt.Errorf("%w: row too large", ErrPrecondition)
 
 // ReadStats counts what a read examined and returned. RowsSeen counts the
 // rows the scan met (rows whose every cell is hidden included); CellsSeen
@@ -168,7 +183,10 @@ func (e *Engine) readRows(ctx context.Context, instance, table string, req ReadR
 	} else if err := g.table(ctx, m.ID); err != nil {
 		return err
 	}
-	s := scanner{e: e, m: m, it: it, now: e.nowMicros()}
+	s := scanner{e: e, m: m, it: it, now: e.nowMicros(), ctx: ctx, maxRow: req.MaxRowBytes}
+	if s.maxRow <= 0 {
+		s.maxRow = DefaultMaxRowBytes
+	}
 	// The filter's head runs while streaming unless the row deletion
 	// policy may judge the row: it reads the row's visible cells, which the
 	// head could cut.
@@ -271,6 +289,44 @@ type scanner struct {
 	lastQEnc, lastQ []byte
 
 	seekBuf []byte // the key a skip seeks to
+
+	// ctx, when set, is looked at every ctxEvery keys, so a read of a
+	// long row ends soon after its caller goes away.
+	ctx context.Context
+	// maxRow bounds rowBytes, the bytes of the cells the current row
+	// selected; 0: no bound.
+	maxRow, rowBytes int64
+	rowKey           []byte
+}
+
+// ctxEvery is how many keys a scan steps on between looks at its context.
+const ctxEvery = 1024
+
+// step counts a key the scan stepped on, and now and then looks at the
+// context: a row of a million versions is cancelled inside it.
+func (s *scanner) step() error {
+	s.seen++
+	if s.ctx != nil && s.seen%ctxEvery == 0 {
+		return s.ctx.Err()
+	}
+	return nil
+}
+
+// keep counts a selected cell against the row bound.
+func (s *scanner) keep(c *cell.Cell) error { return s.keepBytes(len(c.Value) + len(c.Qualifier)) }
+
+// cellBytes is what a selected cell holds in memory besides its value and
+// qualifier (the cell.Cell itself), so a row of many tiny cells counts too.
+const cellBytes = int(unsafe.Sizeof(cell.Cell{}))
+
+// keepBytes counts a selected cell of n value and qualifier bytes against
+// the row bound.
+func (s *scanner) keepBytes(n int) error {
+	s.rowBytes += int64(n + cellBytes)
+	if s.maxRow > 0 && s.rowBytes > s.maxRow {
+		return fmt.Errorf("%w: the cells selected from row %q pass %d MiB; read it in parts: a column range or qualifier filter per call, CellsPerColumnLimit, a timestamp range, or StripValue to list the cells first", ErrRowTooLarge, s.rowKey, s.maxRow>>20)
+	}
+	return nil
 }
 
 // copyValue returns v copied into the scanner's value chunk.
@@ -342,6 +398,7 @@ func (s *scanner) newRow(prefix []byte) (cell.Row, error) {
 	if err != nil {
 		return cell.Row{}, err
 	}
+	s.rowBytes, s.rowKey = 0, key
 	return cell.Row{Key: key, Cells: make([]cell.Cell, 0, max(s.e.cellsHint.Load(), 1))}, nil
 }
 
@@ -414,7 +471,9 @@ func (s *scanner) scanBackward(emit func(cell.Row) error) error {
 	valid := s.it.Last()
 	for valid {
 		k := s.it.Key()
-		s.seen++
+		if err := s.step(); err != nil {
+			return err
+		}
 		n := storage.RowKeyLen(k)
 		if prefix == nil || !bytes.Equal(prefix, k[:n]) {
 			if prefix != nil {
@@ -457,6 +516,9 @@ func (s *scanner) scanBackward(emit func(cell.Row) error) error {
 			return err
 		}
 		if ok {
+			if err := s.keep(&c); err != nil {
+				return err
+			}
 			row.Cells = append(row.Cells, c)
 		}
 		valid = s.it.Prev()
@@ -483,7 +545,9 @@ func (s *scanner) columnForward(dst []cell.Cell, col []byte, rowLen int, fam *Fa
 	first, pos := len(dst), 0
 	for valid := s.it.SeekGE(col); valid && bytes.HasPrefix(s.it.Key(), col); valid = s.it.Next() {
 		k := s.it.Key()
-		s.seen++
+		if err := s.step(); err != nil {
+			return dst, err
+		}
 		ts := storage.DecodeSuffix(k[len(k)-storage.SuffixLen:])
 		v, err := s.it.ValueAndErr()
 		if err != nil {
@@ -495,6 +559,9 @@ func (s *scanner) columnForward(dst []cell.Cell, col []byte, rowLen int, fam *Fa
 		}
 		if exp == 0 || exp > s.now {
 			if fam.GC.Check(pos, ts, s.now) == gcrule.ReasonNone {
+				if err := s.keepBytes(len(data) + len(q)); err != nil {
+					return dst, err
+				}
 				dst = append(dst, cell.Cell{Family: fam.Name, Qualifier: q, Timestamp: ts, Value: s.copyValue(data), ExpireAt: exp})
 			}
 			pos++
@@ -526,7 +593,9 @@ func (s *scanner) scanForward(emit func(cell.Row) error) error {
 	valid := s.it.First()
 	for valid {
 		k := s.it.Key()
-		s.seen++
+		if err := s.step(); err != nil {
+			return err
+		}
 		n := storage.RowKeyLen(k)
 		if len(prefix) == 0 || !bytes.Equal(prefix, k[:n]) {
 			if len(prefix) != 0 {
@@ -608,6 +677,9 @@ func (s *scanner) scanForward(emit func(cell.Row) error) error {
 			skipCol, skipRow = skip == filter.SkipColumn, skip == filter.SkipRow
 		}
 		if show {
+			if err := s.keepBytes(len(data) + len(q)); err != nil {
+				return err
+			}
 			row.Cells = append(row.Cells, cell.Cell{
 				Family:    fam.Name,
 				Qualifier: q,

@@ -1,0 +1,7 @@
+// Package auth decides who may call what: bearer tokens read from a token
+// file, each with one of Bigtable's roles (viewer, reader, user, admin) and
+// optionally limited to some instances; a separate peer credential for
+// cluster-to-cluster calls that no client token can stand in for; and the
+// table of what each gRPC method needs. It knows nothing of gRPC itself: the
+// server extracts the credentials and resource names and asks Check.
+package auth

@@ -1,0 +1,73 @@
+package server
+
+import (
+	"sync"
+
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+)
+
+// meteredCodec is the server's proto codec with the in-flight bound in
+// front of decoding. gRPC hands it each request as the buffers it read;
+// decoding would copy them twice (into one contiguous buffer, then into the
+// message). A request that would pass --max-inflight-bytes is left
+// undecoded, so its buffers go back at once, and the interceptors refuse
+// it with RESOURCE_EXHAUSTED; a request within the bound is counted from
+// here until its call ends.
+type meteredCodec struct {
+	encoding.CodecV2
+	sec *security
+}
+
+// meter is what the codec noted about one decoded request.
+type meter struct {
+	n   int64 // bytes counted in flight
+	err error // the request was refused, and left undecoded
+}
+
+// meters maps each request message the codec decoded to its meter, until
+// an interceptor takes it.
+type meters struct{ m sync.Map }
+
+func newMeteredCodec(sec *security) meteredCodec {
+	return meteredCodec{CodecV2: encoding.GetCodecV2(proto.Name), sec: sec}
+}
+
+func (c meteredCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	n := int64(data.Len())
+	if err := c.sec.acquire(n); err != nil {
+		c.sec.meters.m.Store(v, meter{err: err})
+		return nil
+	}
+	if err := c.CodecV2.Unmarshal(data, v); err != nil {
+		c.sec.inflight.Add(-n)
+		return err
+	}
+	c.sec.meters.m.Store(v, meter{n: n})
+	return nil
+}
+
+// take returns and forgets what the codec noted about req; ok is false
+// when the codec did not decode it.
+func (ms *meters) take(req any) (meter, bool) {
+	v, ok := ms.m.LoadAndDelete(req)
+	if !ok {
+		return meter{}, false
+	}
+	return v.(meter), true
+}
+
+// admit counts a received request in flight: from the codec's meter when
+// it decoded the request, else by its encoded size. It returns the bytes
+// to release when the call ends.
+func (sec *security) admit(req any) (int64, error) {
+	if m, ok := sec.meters.take(req); ok {
+		return m.n, m.err
+	}
+	n := requestBytes(req)
+	if err := sec.acquire(n); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
