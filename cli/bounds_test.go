@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/ebbtable/ebbtable/internal/testkit"
 	"os"
 	"path/filepath"
 	"slices"
@@ -143,13 +144,10 @@ func TestResourceBounds(t *testing.T) {
 			c.Close()
 		}
 	}()
-	deadline := time.Now().Add(2 * time.Minute)
-	for openTails(t, httpAddr) < float64(sc.tails) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%v of %d tails open", openTails(t, httpAddr), sc.tails)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Eventually(t, "every tail open", 2*time.Minute, func() (bool, string) {
+		n := openTails(t, httpAddr)
+		return n >= float64(sc.tails), fmt.Sprintf("%v of %d tails open", n, sc.tails)
+	})
 	can.phase("tails open")
 	waitPhase(can, 300)
 	after := procStatus(t, pid, "VmRSS")
@@ -330,9 +328,7 @@ func (c *canary) phase(name string) {
 // waitPhase lets the canary make n more reads.
 func waitPhase(c *canary, n int64) {
 	target := c.count.Load() + n
-	for c.count.Load() < target {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Poll(time.Hour, func() bool { return c.count.Load() >= target })
 }
 
 func (c *canary) stop() { c.cancel(); <-c.done }

