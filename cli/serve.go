@@ -47,6 +47,8 @@ type serveFlags struct {
 
 	maxSyncDuration time.Duration
 	ballastSize     string
+
+	cpuProfile string
 }
 
 func newServeCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -97,6 +99,13 @@ its own: a process that joined once rejoins by itself on restart.`,
 			if os.Getenv("GOGC") == "" {
 				debug.SetGCPercent(f.goGCPercent)
 			}
+			if f.cpuProfile != "" {
+				stop, err := startCPUProfile(f.cpuProfile, opts.Logger)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			return serve(cmd.Context(), opts, stdout)
 		},
 	}
@@ -119,6 +128,7 @@ its own: a process that joined once rejoins by itself on restart.`,
 	fl.IntVar(&f.goGCPercent, "go-gc-percent", DefaultGoGCPercent, "the Go runtime's GC percent for this process (the GOGC environment variable, when set, wins)")
 	fl.DurationVar(&f.maxSyncDuration, "max-sync-duration", table.DefaultMaxSyncDuration, "a disk write or sync taking longer than this stops the server (a stalled disk); 0 disables the check")
 	fl.StringVar(&f.ballastSize, "ballast-size", "1%", `size of the emergency ballast file DATA/`+storage.BallastName+` that gives a full disk a way back: bytes with a unit (64MiB), a percentage of the filesystem (at most 1 GiB), or 0 for none`)
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write the server's CPU profile to `FILE` until it stops; SIGUSR1 starts the next in FILE.1, FILE.2, …")
 	return cmd
 }
 
