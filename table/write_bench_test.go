@@ -126,4 +126,3 @@ func BenchmarkSyncedWrites(b *testing.B) {
 		})
 	})
 }
-
