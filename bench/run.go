@@ -234,7 +234,10 @@ func runTarget(ctx context.Context, target string, round int, cfg Config, opts O
 			err = cerr
 		}
 	}()
-	res, err := workloads(ctx, target, e.Client, e.Admin, cfg, progress, h)
+	res, err := workloads(ctx, target, e.Client, e.Admin, cfg, func(r Result) {
+		r.Round = round
+		progress(r)
+	}, h)
 	for i := range res {
 		res[i].Round = round
 	}
