@@ -65,7 +65,7 @@ func DefaultConfig() Config {
 		ValueSize: 100,
 		Workers:   8,
 		Scans:     8,
-		Reads:     100000,
+		Reads:     30000,
 		Seed:      1,
 	}
 }
