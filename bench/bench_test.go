@@ -102,8 +102,9 @@ func TestWorkloads(t *testing.T) {
 // report formats.
 func TestRunReport(t *testing.T) {
 	rep, err := Run(context.Background(), Options{
-		Config:  Config{Rows: 200, BatchSize: 50, Workers: 2, Scans: 2, Reads: 50},
-		DataDir: t.TempDir(),
+		Config:    Config{Rows: 200, BatchSize: 50, Workers: 2, Scans: 2, Reads: 50},
+		DataDir:   t.TempDir(),
+		InProcess: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +138,7 @@ func TestRunReport(t *testing.T) {
 		t.Fatalf("JSON round trip lost data: %s", js.String())
 	}
 
-	if _, err := Run(context.Background(), Options{Targets: []string{"nope"}}); err == nil {
+	if _, err := Run(context.Background(), Options{Targets: []string{"nope"}, InProcess: true}); err == nil {
 		t.Fatal("unknown target accepted")
 	}
 }

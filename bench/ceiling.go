@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strings"
@@ -45,17 +46,24 @@ type ceilingCell struct {
 	value     []byte
 }
 
-// StartCeiling starts the ceiling server on 127.0.0.1, with the message
-// limits ebbtable's server uses, and connects clients to it.
+// newCeiling is the ceiling's gRPC server, with the message limits
+// ebbtable's server uses.
+func newCeiling() *grpc.Server {
+	cs := &ceilingServer{tables: map[string]bool{}, rows: map[string]ceilingCell{}}
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(256<<20), grpc.MaxSendMsgSize(256<<20))
+	btpb.RegisterBigtableServer(srv, cs)
+	adminpb.RegisterBigtableTableAdminServer(srv, cs)
+	return srv
+}
+
+// StartCeiling starts the ceiling server in this process on 127.0.0.1 and
+// connects clients to it.
 func StartCeiling(ctx context.Context) (*Endpoint, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("bench: ceiling: %w", err)
 	}
-	cs := &ceilingServer{tables: map[string]bool{}, rows: map[string]ceilingCell{}}
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(256<<20), grpc.MaxSendMsgSize(256<<20))
-	btpb.RegisterBigtableServer(srv, cs)
-	adminpb.RegisterBigtableTableAdminServer(srv, cs)
+	srv := newCeiling()
 	go srv.Serve(lis)
 	e, err := Dial(ctx, TargetCeiling, lis.Addr().String())
 	if err != nil {
@@ -64,6 +72,23 @@ func StartCeiling(ctx context.Context) (*Endpoint, error) {
 	}
 	e.stop = func() error { srv.Stop(); return nil }
 	return e, nil
+}
+
+// ServeCeiling serves the ceiling on addr until ctx ends: the process
+// mode's ceiling target (ebbbench --serve-ceiling). Once it listens it
+// prints "ceiling running on HOST:PORT" to stdout.
+func ServeCeiling(ctx context.Context, addr string, stdout io.Writer) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("bench: ceiling: %w", err)
+	}
+	srv := newCeiling()
+	go func() {
+		<-ctx.Done()
+		srv.Stop()
+	}()
+	fmt.Fprintf(stdout, "ceiling running on %s\n", lis.Addr())
+	return srv.Serve(lis)
 }
 
 func (s *ceilingServer) CreateTable(_ context.Context, req *adminpb.CreateTableRequest) (*adminpb.Table, error) {

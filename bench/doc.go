@@ -14,10 +14,13 @@
 // concurrent client goroutines and reports throughput and per-operation
 // p50/p99 latency (an HDR histogram at 3 significant digits).
 //
-// Run starts the endpoints in-process (an ebbtable server on a temporary
-// or given directory, with its default durable settings, a bttest server,
-// and the ceiling: a server answering from a Go map, which bounds the ratio
-// any server could reach with this client on this machine), runs the
-// workloads against each in turn and builds a Report; cmd/ebbbench is its
-// command-line front end.
+// Run starts each target in turn, by default as its own process (Binaries:
+// ebbtable's binary on a temporary or given directory with its default
+// durable settings, the reference emulator's binary, and the ceiling: a
+// server answering from a Go map, which bounds the ratio any server could
+// reach with this client on this machine), or with Options.InProcess inside
+// this process. It alternates them for Options.Rounds, measures each
+// server process's own CPU beside the client's, and builds a Report of
+// median ratios with their ranges; cmd/ebbbench is its command-line front
+// end.
 package bench

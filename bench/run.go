@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -14,26 +15,52 @@ import (
 	"time"
 )
 
-// Goals are the minimum ebbtable/emulator throughput ratios per workload.
+// Goals are the minimum ebbtable/emulator throughput ratios per workload
+// (issue 23's targets, measured with server and client in separate
+// processes).
 var Goals = map[string]float64{
 	WorkloadWrites:     1.5,
-	WorkloadScans:      2,
-	WorkloadPointReads: 2,
+	WorkloadScans:      3,
+	WorkloadPointReads: 1.2,
 }
+
+// CeilingShare is the alternative point-read goal: ebbtable within 10% of
+// the ceiling server, for a machine where not even the ceiling reaches
+// Goals[WorkloadPointReads].
+const CeilingShare = 0.9
+
+// Modes of Run.
+const (
+	// ModeProcess runs each target as its own process (the default): what
+	// a user sees, and each server's own CPU is measured apart.
+	ModeProcess = "process"
+	// ModeInProcess runs each target's server inside this process.
+	ModeInProcess = "in-process"
+)
 
 // Options configures Run.
 type Options struct {
 	Config
-	// Targets to run, in order; nil means emulator, ebbtable, then the
-	// ceiling.
+	// Targets to run, in order, each round; nil means emulator, ebbtable,
+	// then the ceiling.
 	Targets []string
+	// Rounds is how many times the targets are run in turn (zero: once).
+	// Comparisons give the median ratio over the rounds and its range.
+	Rounds int
+	// InProcess starts the servers inside this process instead of as
+	// child processes.
+	InProcess bool
+	// Binaries start the targets in process mode; empty fields are built
+	// (see Binaries.Build).
+	Binaries Binaries
 	// DataDir holds ebbtable's database; empty means a temporary directory
-	// removed afterwards.
+	// per round, removed afterwards.
 	DataDir string
-	// CPUProfile, if set, is the path prefix of CPU profiles of the
-	// ebbtable workloads, one per workload: CPUProfile.writes,
-	// CPUProfile.scans, CPUProfile.point-reads (client and server side,
-	// as both run in this process).
+	// CPUProfile, if set, is the path prefix of CPU profiles of ebbtable
+	// under each workload (first round only): CPUProfile.writes,
+	// CPUProfile.scans, CPUProfile.point-reads. In process mode they
+	// profile the server process (serve --cpuprofile); in-process, this
+	// whole process (client and server).
 	CPUProfile string
 	// Progress, if not nil, receives a line per finished workload.
 	Progress io.Writer
@@ -42,91 +69,198 @@ type Options struct {
 // Report is the outcome of Run.
 type Report struct {
 	Config      Config       `json:"config"`
+	Mode        string       `json:"mode"`
+	Rounds      int          `json:"rounds"`
 	GOMAXPROCS  int          `json:"gomaxprocs"`
 	Start       time.Time    `json:"start"`
 	Results     []Result     `json:"results"`
 	Comparisons []Comparison `json:"comparisons,omitempty"`
 }
 
-// Comparison sets ebbtable against the emulator on one workload.
+// Comparison sets ebbtable against the emulator on one workload: medians
+// over the rounds, with the ratio's range.
 type Comparison struct {
 	Workload           string  `json:"workload"`
 	EbbtableRowsPerSec float64 `json:"ebbtable_rows_per_sec"`
 	EmulatorRowsPerSec float64 `json:"emulator_rows_per_sec"`
-	Ratio              float64 `json:"ratio"`
-	Goal               float64 `json:"goal"`
-	Met                bool    `json:"met"`
-	EbbtableP99Micros  float64 `json:"ebbtable_p99_us"`
-	EmulatorP99Micros  float64 `json:"emulator_p99_us"`
-	// CeilingRatio is the ceiling server's throughput over the emulator's
-	// (0 when it did not run): the most any server could reach here.
-	CeilingRatio float64 `json:"ceiling_ratio,omitempty"`
+	// Ratio is the median over rounds of ebbtable's throughput over the
+	// emulator's in the same round; RatioMin and RatioMax its range.
+	Ratio    float64 `json:"ratio"`
+	RatioMin float64 `json:"ratio_min"`
+	RatioMax float64 `json:"ratio_max"`
+	Rounds   int     `json:"rounds"`
+	Goal     float64 `json:"goal"`
+	Met      bool    `json:"met"`
+	// MetBy says which goal was met: "emulator" (Ratio >= Goal) or
+	// "ceiling" (point reads within 10% of the ceiling); empty if none.
+	MetBy             string  `json:"met_by,omitempty"`
+	EbbtableP99Micros float64 `json:"ebbtable_p99_us"`
+	EmulatorP99Micros float64 `json:"emulator_p99_us"`
+	// CeilingRatio is the median of the ceiling server's throughput over
+	// the emulator's (0 when it did not run): the most any server could
+	// reach here. EbbtableOfCeiling is ebbtable's over the ceiling's.
+	CeilingRatio      float64 `json:"ceiling_ratio,omitempty"`
+	EbbtableOfCeiling float64 `json:"ebbtable_of_ceiling,omitempty"`
+	// Median CPU per row of each target's server process (process mode)
+	// and of this process (the client; in-process mode, client and server).
+	ServerCPU map[string]float64 `json:"server_cpu_us_per_row,omitempty"`
+	ClientCPU map[string]float64 `json:"client_cpu_us_per_row,omitempty"`
 }
 
-// Run starts each target in turn in this process, runs the workloads
-// against it through the official client, shuts it down, and returns the
-// report. Only one target runs at a time, so neither competes with the
-// other's background work.
+// Run runs each target in turn, Rounds times, runs the workloads against
+// it through the official client, shuts it down, and returns the report.
+// Only one target runs at a time, so none competes with another's
+// background work; alternating them spreads the machine's drift over all.
 func Run(ctx context.Context, opts Options) (*Report, error) {
 	cfg := opts.Config.withDefaults()
 	targets := opts.Targets
 	if len(targets) == 0 {
 		targets = []string{TargetEmulator, TargetEbbtable, TargetCeiling}
 	}
-	rep := &Report{Config: cfg, GOMAXPROCS: runtime.GOMAXPROCS(0), Start: time.Now().UTC()}
-	progress := func(r Result) {
-		if opts.Progress != nil {
-			fmt.Fprintf(opts.Progress, "%-9s %-12s %8d rows in %6.2fs %9.0f rows/s  p50 %-7s p99 %-7s cpu %.2f cores %.1fµs/row  load %.1f\n",
-				r.Target, r.Workload, r.Rows, r.ElapsedSec, r.RowsPerSec, fmtDur(r.P50()), fmtDur(r.P99()),
-				r.CPUCores, r.CPUMicrosPerRow, r.Load1)
+	for _, t := range targets {
+		if t != TargetEbbtable && t != TargetEmulator && t != TargetCeiling {
+			return nil, fmt.Errorf("bench: unknown target %q (want %s, %s or %s)", t, TargetEbbtable, TargetEmulator, TargetCeiling)
 		}
 	}
-	for _, t := range targets {
-		res, err := runTarget(ctx, t, cfg, opts, progress)
-		rep.Results = append(rep.Results, res...)
+	rounds := max(opts.Rounds, 1)
+	rep := &Report{Config: cfg, Mode: ModeProcess, Rounds: rounds, GOMAXPROCS: runtime.GOMAXPROCS(0), Start: time.Now().UTC()}
+	if opts.InProcess {
+		rep.Mode = ModeInProcess
+	} else {
+		cleanup, err := opts.Binaries.Build(ctx, opts.Progress)
 		if err != nil {
-			return rep, err
+			return nil, err
 		}
-		runtime.GC()
+		defer cleanup()
+	}
+	progress := func(r Result) {
+		if opts.Progress != nil {
+			srv := ""
+			if r.ServerCPUSec > 0 {
+				srv = fmt.Sprintf(" server %.2f cores %.1fµs/row", r.ServerCPUCores, r.ServerCPUMicrosPerRow)
+			}
+			fmt.Fprintf(opts.Progress, "round %d %-9s %-12s %8d rows in %6.2fs %9.0f rows/s  p50 %-7s p99 %-7s client %.2f cores %.1fµs/row%s  load %.1f\n",
+				r.Round, r.Target, r.Workload, r.Rows, r.ElapsedSec, r.RowsPerSec, fmtDur(r.P50()), fmtDur(r.P99()),
+				r.CPUCores, r.CPUMicrosPerRow, srv, r.Load1)
+		}
+	}
+	for round := 1; round <= rounds; round++ {
+		for _, t := range targets {
+			res, err := runTarget(ctx, t, round, cfg, opts, progress)
+			rep.Results = append(rep.Results, res...)
+			if err != nil {
+				return rep, err
+			}
+			runtime.GC()
+		}
 	}
 	rep.Comparisons = compare(rep.Results)
 	return rep, nil
 }
 
-func runTarget(ctx context.Context, target string, cfg Config, opts Options, progress func(Result)) ([]Result, error) {
-	var (
-		e   *Endpoint
-		err error
-	)
-	switch target {
-	case TargetEmulator:
-		e, err = StartEmulator(ctx)
-	case TargetCeiling:
-		e, err = StartCeiling(ctx)
-	case TargetEbbtable:
-		dir := opts.DataDir
-		if dir == "" {
-			dir, err = os.MkdirTemp("", "ebbbench-")
-			if err != nil {
+func runTarget(ctx context.Context, target string, round int, cfg Config, opts Options, progress func(Result)) (_ []Result, err error) {
+	dir := opts.DataDir
+	if target == TargetEbbtable && dir == "" {
+		dir, err = os.MkdirTemp("", "ebbbench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+	}
+	profiling := target == TargetEbbtable && opts.CPUProfile != "" && round == 1
+	var h hooks
+	var e *Endpoint
+	if opts.InProcess {
+		switch target {
+		case TargetEmulator:
+			e, err = StartEmulator(ctx)
+		case TargetCeiling:
+			e, err = StartCeiling(ctx)
+		case TargetEbbtable:
+			e, err = StartEbbtable(ctx, dir, nil)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if profiling {
+			h.around = func(workload string, run func() error) error {
+				return profile(fmt.Sprintf("%s.%s", opts.CPUProfile, workload), run)
+			}
+		}
+	} else {
+		var profDir, prof string
+		if profiling {
+			if profDir, err = os.MkdirTemp("", "ebbbench-prof-"); err != nil {
 				return nil, err
 			}
-			defer os.RemoveAll(dir)
+			defer os.RemoveAll(profDir)
+			prof = filepath.Join(profDir, "server")
 		}
-		e, err = StartEbbtable(ctx, dir, nil)
-	default:
-		return nil, fmt.Errorf("bench: unknown target %q (want %s, %s or %s)", target, TargetEbbtable, TargetEmulator, TargetCeiling)
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer e.Close()
-	var around func(string, func() error) error
-	if target == TargetEbbtable && opts.CPUProfile != "" {
-		around = func(workload string, run func() error) error {
-			return profile(fmt.Sprintf("%s.%s", opts.CPUProfile, workload), run)
+		var ch *child
+		e, ch, err = startProcess(ctx, &opts.Binaries, target, dir, prof)
+		if err != nil {
+			return nil, err
+		}
+		h.serverCPU = ch.cpu
+		if profiling {
+			// The server's profile rotates before each workload
+			// (serve --cpuprofile and SIGUSR1): server.N is the Nth
+			// workload's; they are moved into place once it has stopped.
+			var names []string
+			h.around = func(workload string, run func() error) error {
+				names = append(names, workload)
+				next := fmt.Sprintf("%s.%d", prof, len(names))
+				if err := nextProfile(ch.cmd.Process); err != nil {
+					return err
+				}
+				if err := waitForFile(ctx, next); err != nil {
+					return err
+				}
+				return run()
+			}
+			defer func() {
+				for i, w := range names {
+					if rerr := os.Rename(fmt.Sprintf("%s.%d", prof, i+1), opts.CPUProfile+"."+w); rerr != nil && err == nil {
+						err = rerr
+					}
+				}
+			}()
 		}
 	}
-	return workloads(ctx, target, e.Client, e.Admin, cfg, progress, around)
+	// Close before the profiles are moved (deferred above): the server
+	// writes its last profile as it stops.
+	defer func() {
+		if cerr := e.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	res, err := workloads(ctx, target, e.Client, e.Admin, cfg, func(r Result) {
+		r.Round = round
+		progress(r)
+	}, h)
+	for i := range res {
+		res[i].Round = round
+	}
+	return res, err
+}
+
+// waitForFile polls until path exists (a child creating it), for up to
+// ten seconds.
+func waitForFile(ctx context.Context, path string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("bench: the server did not start profile %s", path)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // profile runs run under a CPU profile written to path.
@@ -147,36 +281,89 @@ func profile(path string, run func() error) error {
 	return runErr
 }
 
+// median of xs (which it sorts); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	n := len(xs)
+	if n%2 == 1 {
+		return xs[n/2]
+	}
+	return (xs[n/2-1] + xs[n/2]) / 2
+}
+
 func compare(results []Result) []Comparison {
-	find := func(target, workload string) (Result, bool) {
-		i := slices.IndexFunc(results, func(r Result) bool { return r.Target == target && r.Workload == workload })
-		if i < 0 {
-			return Result{}, false
-		}
-		return results[i], true
+	type key struct {
+		target, workload string
+		round            int
+	}
+	byKey := map[key]Result{}
+	maxRound := 0
+	for _, r := range results {
+		byKey[key{r.Target, r.Workload, r.Round}] = r
+		maxRound = max(maxRound, r.Round)
 	}
 	var out []Comparison
 	for _, w := range []string{WorkloadWrites, WorkloadScans, WorkloadPointReads} {
-		eb, ok1 := find(TargetEbbtable, w)
-		em, ok2 := find(TargetEmulator, w)
-		if !ok1 || !ok2 {
+		var ratios, ceil, ofCeil, ebRate, emRate, ebP99, emP99 []float64
+		srv, cli := map[string][]float64{}, map[string][]float64{}
+		for round := 0; round <= maxRound; round++ {
+			eb, ok1 := byKey[key{TargetEbbtable, w, round}]
+			em, ok2 := byKey[key{TargetEmulator, w, round}]
+			ce, ok3 := byKey[key{TargetCeiling, w, round}]
+			for t, r := range map[string]Result{TargetEbbtable: eb, TargetEmulator: em, TargetCeiling: ce} {
+				if r.Rows > 0 {
+					if r.ServerCPUMicrosPerRow > 0 {
+						srv[t] = append(srv[t], r.ServerCPUMicrosPerRow)
+					}
+					cli[t] = append(cli[t], r.CPUMicrosPerRow)
+				}
+			}
+			if !ok1 || !ok2 || em.RowsPerSec <= 0 {
+				continue
+			}
+			ratios = append(ratios, eb.RowsPerSec/em.RowsPerSec)
+			ebRate, emRate = append(ebRate, eb.RowsPerSec), append(emRate, em.RowsPerSec)
+			ebP99, emP99 = append(ebP99, eb.P99Micros), append(emP99, em.P99Micros)
+			if ok3 && ce.RowsPerSec > 0 {
+				ceil = append(ceil, ce.RowsPerSec/em.RowsPerSec)
+				ofCeil = append(ofCeil, eb.RowsPerSec/ce.RowsPerSec)
+			}
+		}
+		if len(ratios) == 0 {
 			continue
 		}
 		c := Comparison{
 			Workload:           w,
-			EbbtableRowsPerSec: eb.RowsPerSec,
-			EmulatorRowsPerSec: em.RowsPerSec,
+			Rounds:             len(ratios),
+			RatioMin:           slices.Min(ratios),
+			RatioMax:           slices.Max(ratios),
+			Ratio:              median(ratios),
+			EbbtableRowsPerSec: median(ebRate),
+			EmulatorRowsPerSec: median(emRate),
+			EbbtableP99Micros:  median(ebP99),
+			EmulatorP99Micros:  median(emP99),
+			CeilingRatio:       median(ceil),
+			EbbtableOfCeiling:  median(ofCeil),
 			Goal:               Goals[w],
-			EbbtableP99Micros:  eb.P99Micros,
-			EmulatorP99Micros:  em.P99Micros,
+			ServerCPU:          map[string]float64{},
+			ClientCPU:          map[string]float64{},
 		}
-		if em.RowsPerSec > 0 {
-			c.Ratio = eb.RowsPerSec / em.RowsPerSec
-			if ce, ok := find(TargetCeiling, w); ok {
-				c.CeilingRatio = ce.RowsPerSec / em.RowsPerSec
-			}
+		for t, xs := range srv {
+			c.ServerCPU[t] = median(xs)
 		}
-		c.Met = c.Ratio >= c.Goal
+		for t, xs := range cli {
+			c.ClientCPU[t] = median(xs)
+		}
+		switch {
+		case c.Ratio >= c.Goal:
+			c.MetBy = TargetEmulator
+		case w == WorkloadPointReads && c.CeilingRatio > 0 && c.CeilingRatio < c.Goal && c.EbbtableOfCeiling >= CeilingShare:
+			c.MetBy = TargetCeiling
+		}
+		c.Met = c.MetBy != ""
 		out = append(out, c)
 	}
 	return out
@@ -189,36 +376,57 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	return enc.Encode(r)
 }
 
-// WriteTable writes the report as an aligned text table: with both targets,
-// one line per workload comparing them; otherwise one line per result.
+// WriteTable writes the report as an aligned text table: with ebbtable and
+// the emulator, one line per workload comparing them; otherwise one line
+// per result.
 func (r *Report) WriteTable(w io.Writer) error {
 	c := r.Config
-	fmt.Fprintf(w, "rows=%d batch=%d value=%dB workers=%d scans=%d reads=%d GOMAXPROCS=%d\n",
-		c.Rows, c.BatchSize, c.ValueSize, c.Workers, c.Scans, c.Reads, r.GOMAXPROCS)
+	fmt.Fprintf(w, "mode=%s rounds=%d rows=%d batch=%d value=%dB workers=%d scans=%d reads=%d GOMAXPROCS=%d\n",
+		r.Mode, r.Rounds, c.Rows, c.BatchSize, c.ValueSize, c.Workers, c.Scans, c.Reads, r.GOMAXPROCS)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	cpu := func(m map[string]float64, t string) string {
+		if v, ok := m[t]; ok && v > 0 {
+			return fmt.Sprintf("%.1f", v)
+		}
+		return "-"
+	}
 	if len(r.Comparisons) > 0 {
-		fmt.Fprintln(tw, "workload\tebbtable rows/s\temulator rows/s\tratio\tgoal\tceiling\tebbtable p50/p99\temulator p50/p99\tcpu µs/row eb/em/ceil\t")
+		cpuHead := "server cpu µs/row eb/em/ceil\tclient cpu µs/row eb/em/ceil"
+		if r.Mode == ModeInProcess {
+			cpuHead = "process cpu µs/row eb/em/ceil"
+		}
+		fmt.Fprintf(tw, "workload\tebbtable rows/s\temulator rows/s\tratio (range)\tgoal\tceiling\teb/ceiling\tp99 eb/em\t%s\t\n", cpuHead)
 		for _, cmp := range r.Comparisons {
-			eb, em := r.result(TargetEbbtable, cmp.Workload), r.result(TargetEmulator, cmp.Workload)
 			verdict := "MISS"
-			if cmp.Met {
+			switch cmp.MetBy {
+			case TargetEmulator:
 				verdict = "ok"
+			case TargetCeiling:
+				verdict = fmt.Sprintf("ok (>=%.0f%% of ceiling)", CeilingShare*100)
 			}
-			ceiling, ceilCPU := "-", "-"
+			ceiling, ofCeil := "-", "-"
 			if cmp.CeilingRatio > 0 {
 				ceiling = fmt.Sprintf("%.2fx", cmp.CeilingRatio)
-				ceilCPU = fmt.Sprintf("%.1f", r.result(TargetCeiling, cmp.Workload).CPUMicrosPerRow)
+				ofCeil = fmt.Sprintf("%.0f%%", cmp.EbbtableOfCeiling*100)
 			}
-			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2fx\t>=%.1fx %s\t%s\t%s / %s\t%s / %s\t%.1f / %.1f / %s\t\n",
-				cmp.Workload, cmp.EbbtableRowsPerSec, cmp.EmulatorRowsPerSec, cmp.Ratio, cmp.Goal, verdict, ceiling,
-				fmtDur(eb.P50()), fmtDur(eb.P99()), fmtDur(em.P50()), fmtDur(em.P99()),
-				eb.CPUMicrosPerRow, em.CPUMicrosPerRow, ceilCPU)
+			cpus := fmt.Sprintf("%s / %s / %s", cpu(cmp.ServerCPU, TargetEbbtable), cpu(cmp.ServerCPU, TargetEmulator), cpu(cmp.ServerCPU, TargetCeiling))
+			clients := fmt.Sprintf("%s / %s / %s", cpu(cmp.ClientCPU, TargetEbbtable), cpu(cmp.ClientCPU, TargetEmulator), cpu(cmp.ClientCPU, TargetCeiling))
+			if r.Mode == ModeInProcess {
+				cpus = clients
+			} else {
+				cpus += "\t" + clients
+			}
+			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2fx (%.2f-%.2f)\t>=%.1fx %s\t%s\t%s\t%s / %s\t%s\t\n",
+				cmp.Workload, cmp.EbbtableRowsPerSec, cmp.EmulatorRowsPerSec, cmp.Ratio, cmp.RatioMin, cmp.RatioMax,
+				cmp.Goal, verdict, ceiling, ofCeil,
+				fmtDur(time.Duration(cmp.EbbtableP99Micros*1e3)), fmtDur(time.Duration(cmp.EmulatorP99Micros*1e3)), cpus)
 		}
 	} else {
-		fmt.Fprintln(tw, "target\tworkload\trows/s\tops/s\tp50\tp99\tcpu µs/row\t")
+		fmt.Fprintln(tw, "round\ttarget\tworkload\trows/s\tops/s\tp50\tp99\tserver cpu µs/row\tclient cpu µs/row\t")
 		for _, res := range r.Results {
-			fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%s\t%s\t%.1f\t\n",
-				res.Target, res.Workload, res.RowsPerSec, res.OpsPerSec, fmtDur(res.P50()), fmtDur(res.P99()), res.CPUMicrosPerRow)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%.0f\t%.0f\t%s\t%s\t%.1f\t%.1f\t\n",
+				res.Round, res.Target, res.Workload, res.RowsPerSec, res.OpsPerSec, fmtDur(res.P50()), fmtDur(res.P99()),
+				res.ServerCPUMicrosPerRow, res.CPUMicrosPerRow)
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -227,12 +435,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if slices.ContainsFunc(r.Comparisons, func(c Comparison) bool { return c.CeilingRatio > 0 }) {
 		fmt.Fprintln(w, "ceiling: a server answering from a Go map (no storage, filters or versions), over the emulator: for writes and point reads, the most any server reaches with this client on this machine (its scans are not tuned, so not a bound)")
 	}
-	var cores []string
+	var loads []string
 	for _, res := range r.Results {
-		cores = append(cores, fmt.Sprintf("%s/%s %.2f", res.Target, res.Workload, res.CPUCores))
+		loads = append(loads, fmt.Sprintf("%.1f", res.Load1))
 	}
-	_, err := fmt.Fprintf(w, "process CPU use in cores (of %d; low on a CPU-bound workload = contended machine): %s\n",
-		r.GOMAXPROCS, strings.Join(cores, ", "))
+	_, err := fmt.Fprintf(w, "machine load (1-minute average) at each workload's start: %s\n", strings.Join(loads, " "))
 	return err
 }
 

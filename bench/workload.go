@@ -65,7 +65,7 @@ func DefaultConfig() Config {
 		ValueSize: 100,
 		Workers:   8,
 		Scans:     8,
-		Reads:     100000,
+		Reads:     30000,
 		Seed:      1,
 	}
 }
@@ -119,6 +119,14 @@ type Result struct {
 	CPUSec          float64 `json:"cpu_sec,omitempty"`
 	CPUCores        float64 `json:"cpu_cores,omitempty"`
 	CPUMicrosPerRow float64 `json:"cpu_us_per_row,omitempty"`
+	// ServerCPUSec is the CPU time the server's own process used during
+	// the workload (process mode only; 0 otherwise), and ServerCPUCores
+	// and ServerCPUMicrosPerRow the same per elapsed second and per row.
+	ServerCPUSec          float64 `json:"server_cpu_sec,omitempty"`
+	ServerCPUCores        float64 `json:"server_cpu_cores,omitempty"`
+	ServerCPUMicrosPerRow float64 `json:"server_cpu_us_per_row,omitempty"`
+	// Round is the round of Run this result belongs to (from 1).
+	Round int `json:"round,omitempty"`
 	// Load1 is the machine's 1-minute load average when the workload
 	// started (0 where unknown).
 	Load1 float64 `json:"load1,omitempty"`
@@ -423,13 +431,22 @@ func checkRow(row bigtable.Row, key string, cfg Config, want []byte) error {
 // PointReads (if cfg.Reads > 0) against one endpoint, labelling the results
 // with target. progress, if not nil, is called after each workload.
 func Workloads(ctx context.Context, target string, client *bigtable.Client, admin *bigtable.AdminClient, cfg Config, progress func(Result)) ([]Result, error) {
-	return workloads(ctx, target, client, admin, cfg, progress, nil)
+	return workloads(ctx, target, client, admin, cfg, progress, hooks{})
 }
 
-// workloads is Workloads with an optional wrapper around each workload run
-// (Run uses it for per-workload CPU profiles).
+// hooks are Run's additions to Workloads.
+type hooks struct {
+	// around, if set, wraps each workload's run (for CPU profiles).
+	around func(workload string, run func() error) error
+	// serverCPU, if set, is the CPU time the server's process has used so
+	// far (process mode).
+	serverCPU func() time.Duration
+}
+
+// workloads is Workloads with Run's hooks.
 func workloads(ctx context.Context, target string, client *bigtable.Client, admin *bigtable.AdminClient, cfg Config,
-	progress func(Result), around func(workload string, run func() error) error) ([]Result, error) {
+	progress func(Result), h hooks) ([]Result, error) {
+	around := h.around
 	cfg = cfg.withDefaults()
 	cfg.FirstRow = 0
 	if err := Setup(ctx, admin, cfg); err != nil {
@@ -455,7 +472,14 @@ func workloads(ctx context.Context, target string, client *bigtable.Client, admi
 		load := loadAvg()
 		var res Result
 		err := around(s.name, func() (err error) {
+			var srv0 time.Duration
+			if h.serverCPU != nil {
+				srv0 = h.serverCPU()
+			}
 			res, err = s.run(ctx, client, cfg)
+			if h.serverCPU != nil && err == nil {
+				res.setServerCPU(h.serverCPU() - srv0)
+			}
 			return err
 		})
 		if err != nil {
@@ -469,6 +493,20 @@ func workloads(ctx context.Context, target string, client *bigtable.Client, admi
 		}
 	}
 	return out, nil
+}
+
+// setServerCPU records the server process's CPU time over the workload.
+func (r *Result) setServerCPU(cpu time.Duration) {
+	if cpu <= 0 {
+		return
+	}
+	r.ServerCPUSec = cpu.Seconds()
+	if r.ElapsedSec > 0 {
+		r.ServerCPUCores = r.ServerCPUSec / r.ElapsedSec
+	}
+	if r.Rows > 0 {
+		r.ServerCPUMicrosPerRow = float64(cpu.Microseconds()) / float64(r.Rows)
+	}
 }
 
 // loadAvg is the machine's 1-minute load average, or 0 where unknown. The

@@ -51,7 +51,8 @@ type serveFlags struct {
 
 	console, consoleWrites bool
 	// sec: TLS, tokens, peers, resource bounds (serve_security.go).
-	sec securityFlags
+	sec        securityFlags
+	cpuProfile string
 }
 
 func newServeCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -111,6 +112,13 @@ SIGHUP re-reads the certificate, its key and the token file.`,
 				debug.SetGCPercent(f.goGCPercent)
 			}
 			f.sec.setMemoryLimit()
+			if f.cpuProfile != "" {
+				stop, err := startCPUProfile(f.cpuProfile, opts.Logger)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			return serve(ctx, opts, stdout)
 		},
 	}
@@ -137,6 +145,7 @@ SIGHUP re-reads the certificate, its key and the token file.`,
 	fl.BoolVar(&f.console, "console", true, "serve the web console at / on --http-addr (docs/console.md)")
 	fl.BoolVar(&f.consoleWrites, "console-writes", false, "let the web console run actions that change data (a GC pass, a row deletion run); off, it only reads")
 	f.sec.register(fl)
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write the server's CPU profile to `FILE` until it stops; SIGUSR1 starts the next in FILE.1, FILE.2, …")
 	return cmd
 }
 

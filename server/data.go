@@ -264,7 +264,11 @@ func (d *dataServer) SampleRowKeys(req *btpb.SampleRowKeysRequest, stream btpb.B
 // mutations converts request mutations, applying a native cell TTL from
 // the request metadata when one is given.
 func (d *dataServer) mutations(ms []*btpb.Mutation, exp expiry) ([]table.Mutation, error) {
-	out := make([]table.Mutation, 0, len(ms))
+	return d.appendMutations(make([]table.Mutation, 0, len(ms)), ms, exp)
+}
+
+// appendMutations is mutations appending to out.
+func (d *dataServer) appendMutations(out []table.Mutation, ms []*btpb.Mutation, exp expiry) ([]table.Mutation, error) {
 	for i, m := range ms {
 		var tm table.Mutation
 		switch x := m.GetMutation().(type) {
@@ -368,17 +372,24 @@ func (d *dataServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtabl
 	}
 	entries := make([]table.RowMutation, len(req.GetEntries()))
 	convErrs := make([]error, len(entries))
+	// Every entry's mutations share one backing array.
+	n := 0
+	for _, e := range req.GetEntries() {
+		n += len(e.GetMutations())
+	}
+	all := make([]table.Mutation, 0, n)
 	for i, e := range req.GetEntries() {
 		if err := view.checkMutations(e.GetRowKey(), e.GetMutations()); err != nil {
 			convErrs[i] = err
 			continue
 		}
-		muts, err := d.mutations(e.GetMutations(), x)
+		more, err := d.appendMutations(all, e.GetMutations(), x)
 		if err != nil {
 			convErrs[i] = err
 			continue
 		}
-		entries[i] = table.RowMutation{Row: e.GetRowKey(), Mutations: muts}
+		entries[i] = table.RowMutation{Row: e.GetRowKey(), Mutations: more[len(all):len(more):len(more)]}
+		all = more
 	}
 	// Entries that failed conversion are sent to the engine as empty and
 	// their conversion error reported instead.
@@ -387,6 +398,10 @@ func (d *dataServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtabl
 		return toStatus(err)
 	}
 	resp := &btpb.MutateRowsResponse{Entries: make([]*btpb.MutateRowsResponse_Entry, len(entries))}
+	// One allocation for the entries, and one OK status they share (the
+	// response is only marshalled).
+	out := make([]btpb.MutateRowsResponse_Entry, len(entries))
+	ok := &rpcstatus.Status{}
 	j := 0
 	for i := range entries {
 		var e error
@@ -396,11 +411,12 @@ func (d *dataServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtabl
 			e = errs[j]
 			j++
 		}
-		st := &rpcstatus.Status{}
+		st := ok
 		if e != nil {
 			st = status.Convert(toStatus(e)).Proto()
 		}
-		resp.Entries[i] = &btpb.MutateRowsResponse_Entry{Index: int64(i), Status: st}
+		out[i].Index, out[i].Status = int64(i), st
+		resp.Entries[i] = &out[i]
 	}
 	return stream.Send(resp)
 }

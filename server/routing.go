@@ -53,8 +53,8 @@ type routePlan struct {
 
 // routedBy returns the cluster that forwarded the request, or "".
 func routedBy(ctx context.Context) string {
-	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get(MetaRoutedBy); len(v) > 0 {
+	// By key: FromIncomingContext copies the whole map on every request.
+	if v := metadata.ValueFromIncomingContext(ctx, MetaRoutedBy); len(v) > 0 {
 		return v[len(v)-1]
 	}
 	return ""

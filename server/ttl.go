@@ -89,8 +89,7 @@ func cellExpiry(ctx context.Context) (expiry, error) {
 }
 
 func cellExpiryParts(ctx context.Context) (ttl int64, expireAt int64, err error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	ttls, exps := md.Get(MetaCellTTL), md.Get(MetaCellExpireAt)
+	ttls, exps := metadata.ValueFromIncomingContext(ctx, MetaCellTTL), metadata.ValueFromIncomingContext(ctx, MetaCellExpireAt)
 	if len(ttls) > 0 && len(exps) > 0 {
 		return 0, 0, fmt.Errorf("%w: give %s or %s, not both", table.ErrInvalid, MetaCellTTL, MetaCellExpireAt)
 	}
@@ -111,8 +110,7 @@ func cellExpiryParts(ctx context.Context) (ttl int64, expireAt int64, err error)
 }
 
 func showExpiry(ctx context.Context) bool {
-	md, _ := metadata.FromIncomingContext(ctx)
-	v := md.Get(MetaShowExpiry)
+	v := metadata.ValueFromIncomingContext(ctx, MetaShowExpiry)
 	return len(v) > 0 && (v[len(v)-1] == "true" || v[len(v)-1] == "1")
 }
 

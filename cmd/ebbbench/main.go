@@ -1,17 +1,30 @@
 // Command ebbbench compares ebbtable with the reference Bigtable emulator
-// (bttest) in one process: it starts each in turn, runs the bench package's
-// workloads (bulk writes, full scans, point reads) against it through the
-// official client, and prints throughput, latency and the ratio. A third
-// target, the ceiling (a server answering from a Go map), bounds the ratio
-// any server could reach with this client on this machine.
+// (bttest): it starts each in turn, runs the bench package's workloads
+// (bulk writes, full scans, point reads) against it through the official
+// client, and prints throughput, latency, CPU per row and the ratio. A
+// third target, the ceiling (a server answering from a Go map), bounds the
+// ratio any server could reach with this client on this machine.
 //
-//	go run ./cmd/ebbbench [--rows N] [--workers N] [--reads N] [--scans N]
+// By default every target runs as its own process, as users run them:
+// ebbtable's binary and the emulator's (cloud.google.com/go/bigtable/cmd/emulator)
+// are built at start, the ceiling is this command with --serve-ceiling.
+// The targets are alternated for --rounds rounds; each workload's line
+// gives the median ratio and its range, and each server process's own CPU
+// per row (from /proc) beside the client's. --in-process runs the servers
+// inside this process instead.
+//
+//	go run ./cmd/ebbbench [--rounds N] [--rows N] [--workers N] [--reads N] [--scans N]
 //	    [--only ebbtable|emulator|ceiling] [--data DIR] [--json] [--cpuprofile PREFIX]
+//	    [--in-process] [--ebbtable-bin PATH] [--emulator-bin PATH]
+//
+// --cpuprofile PREFIX writes the ebbtable server's CPU profile under each
+// workload of the first round to PREFIX.writes, PREFIX.scans and
+// PREFIX.point-reads (go tool pprof PREFIX.writes).
 //
 // With --hot-rows DURATION it runs only the hot-row workload instead
 // (bench.HotRows: 50 clients, half ReadRow and half 1 KiB SetCell on 100
 // rows of a maxversions=1 family) for DURATION against the emulator and
-// ebbtable, and prints process CPU per operation:
+// ebbtable, in this process, and prints process CPU per operation:
 //
 //	go run ./cmd/ebbbench --hot-rows 2s
 //	go run ./cmd/ebbbench --hot-rows 16s --only ebbtable
@@ -24,6 +37,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"syscall"
 
 	"github.com/ebbtable/ebbtable/bench"
 )
@@ -48,7 +62,23 @@ func main() {
 	flag.BoolVar(&js, "json", false, "print the report as JSON")
 	flag.StringVar(&opts.CPUProfile, "cpuprofile", "", "write CPU profiles of the ebbtable workloads to `PREFIX`.writes, .scans and .point-reads (with --hot-rows: PREFIX.hot-rows, of every target run)")
 	hot := flag.Duration("hot-rows", 0, "run only the hot-row workload, for this long")
+	flag.IntVar(&opts.Rounds, "rounds", 3, "run the targets in turn this many times; ratios are the median over rounds, with their range")
+	flag.BoolVar(&opts.InProcess, "in-process", false, "run the servers inside this process instead of one process each")
+	flag.StringVar(&opts.Binaries.Ebbtable, "ebbtable-bin", "", "ebbtable binary to run (default: built from this module at start)")
+	flag.StringVar(&opts.Binaries.Emulator, "emulator-bin", "", "emulator binary to run (default: built from cloud.google.com/go/bigtable/cmd/emulator at start)")
+	serveCeiling := flag.Bool("serve-ceiling", false, "only serve the ceiling target on --addr (the process mode starts this)")
+	ceilingAddr := flag.String("addr", "127.0.0.1:0", "with --serve-ceiling: the address to listen on")
 	flag.Parse()
+
+	if *serveCeiling {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := bench.ServeCeiling(ctx, *ceilingAddr, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "ebbbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	switch only {
 	case "":

@@ -1,0 +1,103 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// serveCeilingEnv makes this test binary serve the ceiling (as ebbbench
+// --serve-ceiling does), so the process mode can start it as a child.
+const serveCeilingEnv = "EBBBENCH_TEST_SERVE_CEILING"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(serveCeilingEnv) == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		addr := "127.0.0.1:0"
+		for i, a := range os.Args {
+			if a == "--addr" && i+1 < len(os.Args) {
+				addr = os.Args[i+1]
+			}
+		}
+		err := ServeCeiling(ctx, addr, os.Stdout)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestEbbtableAsAProcess runs the default (process) mode at a tiny size:
+// ebbtable's and the emulator's binaries built and started as children,
+// the ceiling as this test binary, two rounds. Every server's own CPU is
+// measured, every comparison has a range, and the server's CPU profile of
+// each workload is a gzipped profile.
+func TestEbbtableAsAProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds two binaries")
+	}
+	prefix := filepath.Join(t.TempDir(), "prof")
+	var progress bytes.Buffer
+	rep, err := Run(context.Background(), Options{
+		Config:     Config{Rows: 300, BatchSize: 50, Workers: 2, Scans: 2, Reads: 60},
+		Rounds:     2,
+		CPUProfile: prefix,
+		Progress:   &progress,
+		Binaries: Binaries{Ceiling: Command{
+			Path: os.Args[0],
+			Env:  []string{serveCeilingEnv + "=1"},
+		}},
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	if rep.Mode != ModeProcess || len(rep.Results) != 2*3*3 || len(rep.Comparisons) != 3 {
+		t.Fatalf("mode %s, %d results, %d comparisons; want process, 18 and 3", rep.Mode, len(rep.Results), len(rep.Comparisons))
+	}
+	for _, r := range rep.Results {
+		if r.Round < 1 || r.Round > 2 || r.RowsPerSec <= 0 {
+			t.Errorf("implausible result %+v", r)
+		}
+	}
+	for _, c := range rep.Comparisons {
+		if c.Rounds != 2 || c.RatioMin > c.Ratio || c.Ratio > c.RatioMax || c.CeilingRatio <= 0 {
+			t.Errorf("%s: implausible comparison %+v", c.Workload, c)
+		}
+		for _, target := range []string{TargetEbbtable, TargetEmulator, TargetCeiling} {
+			if c.ServerCPU[target] <= 0 {
+				t.Errorf("%s: no server CPU measured for %s: %+v", c.Workload, target, c.ServerCPU)
+			}
+		}
+		if c.ClientCPU[TargetEbbtable] <= 0 {
+			t.Errorf("%s: no client CPU measured", c.Workload)
+		}
+	}
+	var tbl bytes.Buffer
+	if err := rep.WriteTable(&tbl); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"mode=process", "server cpu", "client cpu", WorkloadPointReads, "("} {
+		if !strings.Contains(tbl.String(), w) {
+			t.Errorf("table lacks %q:\n%s", w, tbl.String())
+		}
+	}
+	for _, w := range []string{WorkloadWrites, WorkloadScans, WorkloadPointReads} {
+		// A pprof profile is a gzipped protocol buffer.
+		b, err := os.ReadFile(prefix + "." + w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) < 20 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("server profile of %s: %d bytes, not a gzipped profile", w, len(b))
+		}
+	}
+}

@@ -1,0 +1,128 @@
+package table_test
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/storage"
+	"github.com/ebbtable/ebbtable/table"
+)
+
+// BenchmarkSyncedWrites measures durable bulk writes through the engine
+// beside raw Pebble writing the same cells, with no gRPC in the way: 8
+// writers, synced batches of 100 rows of one 100-byte cell at random keys
+// (the shape of ebbbench's writes workload). One op is one row.
+//
+//   - engine: table.Engine.MutateRows, the server's write path below gRPC
+//     (validation, key encoding, row locks, durability tickets, commit);
+//   - pebble: the same keys and encoded values in pebble.Batch commits
+//     with pebble.Sync on a database storage.Open opened with ebbtable's
+//     Pebble options: the most the engine could reach on this disk.
+//
+// The engine/pebble ratio of rows/s is the engine's share of raw Pebble's
+// synced-batch throughput:
+//
+//	go test -run '^$' -bench SyncedWrites -benchtime 200000x -count 3 ./table
+func BenchmarkSyncedWrites(b *testing.B) {
+	const (
+		writers   = 8
+		batchRows = 100
+		valueSize = 100
+		inst      = "projects/p/instances/i"
+	)
+	value := make([]byte, valueSize)
+	for i := range value {
+		value[i] = byte(i * 7)
+	}
+	ts := clock.MillisTruncated(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	key := func(dst []byte, i int) []byte {
+		x := uint64(i) * 0x9e3779b97f4a7c15
+		x ^= x >> 31
+		return fmt.Appendf(dst, "r%016x", x)
+	}
+	// run splits b.N rows into batches taken by writers goroutines.
+	run := func(b *testing.B, write func(first, n int) error) {
+		batches := (b.N + batchRows - 1) / batchRows
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, writers)
+		b.ResetTimer()
+		start := time.Now()
+		for range writers {
+			wg.Go(func() {
+				for {
+					i := int(next.Add(1) - 1)
+					if i >= batches {
+						return
+					}
+					first := i * batchRows
+					if err := write(first, min(batchRows, b.N-first)); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		b.StopTimer()
+		close(errs)
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "rows/s")
+	}
+
+	b.Run("engine", func(b *testing.B) {
+		eng, err := table.Open(table.Options{Dir: b.TempDir()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer eng.Close()
+		if _, err := eng.CreateTable(inst, "t", table.TableSpec{Families: []table.FamilySpec{{Name: "f"}}}); err != nil {
+			b.Fatal(err)
+		}
+		run(b, func(first, n int) error {
+			entries := make([]table.RowMutation, n)
+			for i := range entries {
+				entries[i] = table.RowMutation{Row: key(nil, first+i), Mutations: []table.Mutation{
+					{Kind: table.SetCell, Family: "f", Qualifier: []byte("c"), Timestamp: ts, Value: value}}}
+			}
+			errs, err := eng.MutateRows(inst, "t", entries)
+			if err != nil {
+				return err
+			}
+			for _, e := range errs {
+				if e != nil {
+					return e
+				}
+			}
+			return nil
+		})
+	})
+
+	b.Run("pebble", func(b *testing.B) {
+		db, err := storage.Open(storage.Options{Dir: b.TempDir()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer db.Close()
+		enc := storage.EncodeValue(value, 0)
+		run(b, func(first, n int) error {
+			batch := db.NewBatch()
+			defer batch.Close()
+			var row []byte
+			for i := range n {
+				row = key(row[:0], first+i)
+				if err := batch.Set(storage.CellKey(1, row, 1, []byte("c"), ts), enc, nil); err != nil {
+					return err
+				}
+			}
+			return batch.Commit(pebble.Sync)
+		})
+	})
+}
