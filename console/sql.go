@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"time"
@@ -74,6 +75,11 @@ func (c *Console) sqlPage(w http.ResponseWriter, r *http.Request) {
 	for inst := range tables {
 		d.Instances = append(d.Instances, inst)
 	}
+	if d.Instance != "" && tables[d.Instance] == nil {
+		// An instance without tables, or a wrong name: the query's error
+		// will say which.
+		d.Instances = append(d.Instances, d.Instance)
+	}
 	sort.Strings(d.Instances)
 	if d.Instance == "" && len(d.Instances) > 0 {
 		d.Instance = d.Instances[0]
@@ -116,4 +122,9 @@ func (c *Console) runSQL(ctx context.Context, d *sqlData) {
 	if err != nil && !d.Capped {
 		d.Err = err.Error()
 	}
+}
+
+// SQLPath is the SQL page's path with a first query over the table.
+func (t *tableRef) SQLPath() string {
+	return "/sql?instance=" + url.QueryEscape(t.InstanceName()) + "&q=" + url.QueryEscape("SELECT * FROM `"+t.Name+"` LIMIT 10")
 }

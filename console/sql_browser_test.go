@@ -28,7 +28,10 @@ func TestConsoleSQLInBrowser(t *testing.T) {
 	}
 	run := func(q, sel string) {
 		t.Helper()
-		b.do(t, chromedp.SetValue(chromedp.ID("sql-query"), q), chromedp.Click(chromedp.ID("sql-run")), chromedp.WaitVisible(chromedp.CSS(sel)))
+		// The page shown is marked, so the wait is for the next one.
+		eval[bool](t, b, `document.querySelector("main").dataset.stale = "1"; true`)
+		b.do(t, chromedp.SetValue(chromedp.ID("sql-query"), q), chromedp.Click(chromedp.ID("sql-run")),
+			chromedp.WaitVisible(chromedp.CSS("main:not([data-stale]) "+sel)))
 		b.checkErrors(t, "/sql?q="+q)
 		if got := eval[string](t, b, `document.getElementById("sql-query").value`); got != q {
 			t.Errorf("the box holds %q after the run, want %q", got, q)
@@ -62,6 +65,30 @@ func TestConsoleSQLInBrowser(t *testing.T) {
 		t.Errorf("result:\n%s", text)
 	}
 	screenshot(t, b, "sql")
+
+	// Ctrl+Enter in the box runs the query too.
+	eval[bool](t, b, `document.querySelector("main").dataset.stale = "1"; true`)
+	b.do(t, chromedp.WaitVisible(chromedp.CSS(`#sql-query[data-ready="1"]`)),
+		chromedp.SetValue(chromedp.ID("sql-query"), "SELECT COUNT(*) AS n FROM clicks"),
+		chromedp.Focus(chromedp.ID("sql-query")),
+		chromedp.KeyEvent("\r", chromedp.KeyModifiers(chromedp.ModifierCtrl)))
+	b.do(t, chromedp.WaitVisible(chromedp.CSS(`main:not([data-stale]) #sql-result`)))
+	if n := b.text(t, "#sql-result td"); n != "5" {
+		t.Errorf("Ctrl+Enter ran the count: %q, want 5", n)
+	}
+	b.checkErrors(t, "/sql (Ctrl+Enter)")
+
+	// The table pages' SQL tab opens the page with a first query over
+	// the table.
+	b.visit(t, e.base+"/t/"+project+"/"+instance+"/clicks", "a.sqltab")
+	b.do(t, chromedp.Click(chromedp.CSS("a.sqltab")), chromedp.WaitVisible(chromedp.ID("sql-result")))
+	b.checkErrors(t, "the SQL tab")
+	if q := eval[string](t, b, `document.getElementById("sql-query").value`); q != "SELECT * FROM `clicks` LIMIT 10" {
+		t.Errorf("the SQL tab's query: %q", q)
+	}
+	if rows := eval[int](t, b, `document.querySelectorAll("#sql-result tbody tr").length`); rows != 5 {
+		t.Errorf("the SQL tab's query shows %d rows, want 5", rows)
+	}
 
 	// A bad query: the error the RPC gives, with its line:column.
 	bad := "SELECT _key\nFROM clicks\nWHERE nope = 1"

@@ -117,6 +117,14 @@ func TestConsoleSQLPage(t *testing.T) {
 	if want := html.EscapeString("INVALID_ARGUMENT: " + st.Message()); !strings.Contains(body, `<p class="error mono" id="sql-error">`+want+`</p>`) {
 		t.Errorf("the page's error is not the RPC's %q:\n%s", want, body)
 	}
+	// An instance without tables stays selected, and the query says why
+	// it finds nothing.
+	rec := httptest.NewRecorder()
+	env.srv.console.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/sql?instance=projects/proj/instances/other&q=SELECT+_key+FROM+t", nil))
+	if other := rec.Body.String(); !strings.Contains(other, `<option value="projects/proj/instances/other" selected>`) ||
+		!strings.Contains(other, "INVALID_ARGUMENT: 1:18: table or view not found: t") {
+		t.Errorf("another instance:\n%s", other)
+	}
 	// The query is kept in the box.
 	if !strings.Contains(body, ">\nSELECT _key\nFROM t\nWHERE nope</textarea>") {
 		t.Errorf("the query is not kept in the box:\n%s", body)
