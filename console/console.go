@@ -46,9 +46,10 @@ type Options struct {
 	// Writes enables the actions that change data (a GC pass, a row
 	// deletion run). Off, the console only reads.
 	Writes bool
-	// SQL, when set, serves the SQL box at /sql and the pages link to it.
-	// (Place held for ebbtable's SQL; the console has no SQL of its own.)
-	SQL http.Handler
+	// SQL, when set, serves the SQL page at /sql (a query box; see
+	// sql.go) and the pages link to it. The console has no SQL of its
+	// own: the server runs the queries.
+	SQL SQLRunner
 }
 
 // Console serves the web console. It is an http.Handler for the HTTP
@@ -109,10 +110,8 @@ func (c *Console) routes() {
 	mux.HandleFunc("GET /t/{project}/{instance}/{table}/dryrun", c.dryRunPage)
 	mux.HandleFunc("POST /t/{project}/{instance}/{table}/gc-run", c.gcRun)
 	mux.HandleFunc("POST /t/{project}/{instance}/{table}/ttl-run", c.ttlRun)
-	// The SQL box (issue 20) mounts here when the server provides one.
 	if c.opts.SQL != nil {
-		mux.Handle("/sql", c.opts.SQL)
-		mux.Handle("/sql/", c.opts.SQL)
+		mux.HandleFunc("GET /sql", c.sqlPage)
 	}
 	c.mux = mux
 }
@@ -130,7 +129,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) parseTemplates() error {
 	c.pages = map[string]*template.Template{}
-	pages := []string{"overview", "table", "gc", "rows", "changes", "dryrun", "error"}
+	pages := []string{"overview", "table", "gc", "rows", "changes", "dryrun", "sql", "error"}
 	for _, p := range pages {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+p+".html")
 		if err != nil {

@@ -19,6 +19,7 @@ func (s *Server) mountConsole(mux *http.ServeMux) error {
 		Engine: s.engine, Collector: s.collector, RowTTL: s.ttl, Backups: s.backups,
 		Replication: s.consoleReplication, Gatherer: s.opts.Registry,
 		Clock: s.opts.Clock, Logger: s.log, Cluster: s.opts.ClusterID, Writes: s.opts.ConsoleWrites,
+		SQL: consoleSQL{d: &dataServer{s: s}},
 	})
 	if err != nil {
 		return err

@@ -254,7 +254,7 @@ func (d *dataServer) ExecuteQuery(req *btpb.ExecuteQueryRequest, stream btpb.Big
 	}
 	w := &resultWriter{stream: stream, delivered: skip}
 	var seen uint64
-	err = x.plan.Run(stream.Context(), x.cat, x.params, d.s.opts.Clock.Now(), func(row []sqlquery.Value) error {
+	err = d.runQuery(stream.Context(), x, func(row []sqlquery.Value) error {
 		seen++
 		if seen <= skip {
 			return nil
@@ -262,12 +262,23 @@ func (d *dataServer) ExecuteQuery(req *btpb.ExecuteQueryRequest, stream btpb.Big
 		return w.row(row)
 	})
 	if err != nil {
+		return err
+	}
+	return w.finish()
+}
+
+// runQuery runs a set-up query at the server's now, passing each row to
+// fn; its error is the status ExecuteQuery answers. The web console's SQL
+// page runs queries here too.
+func (d *dataServer) runQuery(ctx context.Context, x *execSetup, fn func(row []sqlquery.Value) error) error {
+	err := x.plan.Run(ctx, x.cat, x.params, d.s.opts.Clock.Now(), fn)
+	if err != nil {
 		if _, ok := status.FromError(err); ok && !errors.Is(err, sqlquery.ErrInvalid) {
 			return err
 		}
 		return sqlStatus(err)
 	}
-	return w.finish()
+	return nil
 }
 
 // resultWriter batches result rows into checksummed ProtoRows batches.

@@ -1,5 +1,6 @@
-// ebbtable console: draws the GC and TTL plots with uPlot and tails the
-// change stream. Everything else is server-rendered HTML.
+// ebbtable console: draws the GC and TTL plots with uPlot, tails the
+// change stream and runs the SQL box on Ctrl+Enter. Everything else is
+// server-rendered HTML.
 (function () {
   "use strict";
 
@@ -178,6 +179,20 @@
     poll();
   }
 
+  // initSQL: Ctrl+Enter (or Cmd+Enter) in the query box runs the query.
+  function initSQL() {
+    var box = document.getElementById("sql-query");
+    if (!box) return;
+    box.addEventListener("keydown", function (ev) {
+      if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) {
+        ev.preventDefault();
+        box.form.requestSubmit();
+      }
+    });
+    box.dataset.ready = "1";
+  }
+
   initPlots();
   initTail();
+  initSQL();
 })();
