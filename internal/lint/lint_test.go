@@ -236,3 +236,34 @@ func TestTestsDoNotSleep(t *testing.T) {
 		}
 	}
 }
+
+// TestNoLargeOrBinaryFiles keeps built binaries, data directories and other
+// large files out of the repository: one session's whole submission was
+// refused for its size. Every tracked file stays under 1 MiB and none is
+// an executable.
+func TestNoLargeOrBinaryFiles(t *testing.T) {
+	out, err := exec.Command("git", "-C", "../..", "ls-files", "-z").Output()
+	if err != nil {
+		t.Skipf("not a git checkout: %v", err)
+	}
+	for _, rel := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		path := filepath.Join("../..", rel)
+		fi, err := os.Stat(path)
+		if err != nil {
+			continue // deleted in the work tree
+		}
+		if fi.Size() > 1<<20 {
+			t.Errorf("%s is %d bytes: keep files under 1 MiB out of the repository", rel, fi.Size())
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := make([]byte, 4)
+		n, _ := f.Read(head)
+		f.Close()
+		if n == 4 && string(head) == "\x7fELF" {
+			t.Errorf("%s is an executable: build into a temporary directory", rel)
+		}
+	}
+}
