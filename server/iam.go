@@ -16,11 +16,9 @@ import (
 // instances, tables, backups and authorized views. Policies are a plain
 // store here: kept durably per resource (instance metadata kind "iam", the
 // resource name relative to its instance; "" for the instance itself) and
-// returned as set, with an etag that SetIamPolicy checks. They are not
-// enforced by this file: with authentication off every caller holds every
-// permission, so TestIamPermissions returns what it was asked. Enforcement,
-// when authentication is on, reads the stored policy through
-// Server.IAMPolicy.
+// returned as set, with an etag that SetIamPolicy checks. They are enforced
+// in iamcheck.go when authentication is on; with it off every caller holds
+// every permission, so TestIamPermissions returns what it was asked.
 
 // kindIAM stores a resource's policy (proto-encoded iampb.Policy).
 const kindIAM = "iam"
@@ -154,8 +152,9 @@ func (s *Server) setIamPolicy(req *iampb.SetIamPolicyRequest) (*iampb.Policy, er
 }
 
 // testIamPermissions answers which of the permissions the caller holds:
-// with authentication off, all of them.
-func (s *Server) testIamPermissions(req *iampb.TestIamPermissionsRequest) (*iampb.TestIamPermissionsResponse, error) {
+// with authentication off, all of them; with it on, those its token's role
+// reaches and the IAM policies on the resource's path grant (callerHolds).
+func (s *Server) testIamPermissions(ctx context.Context, req *iampb.TestIamPermissionsRequest) (*iampb.TestIamPermissionsResponse, error) {
 	if err := s.checkIAMResource(req.GetResource()); err != nil {
 		return nil, toStatus(err)
 	}
@@ -164,7 +163,11 @@ func (s *Server) testIamPermissions(req *iampb.TestIamPermissionsRequest) (*iamp
 			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: %q is not a Bigtable permission (bigtable.RESOURCE.VERB)", p)
 		}
 	}
-	return &iampb.TestIamPermissionsResponse{Permissions: req.GetPermissions()}, nil
+	held, err := s.callerHolds(ctx, req.GetResource(), req.GetPermissions())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &iampb.TestIamPermissionsResponse{Permissions: held}, nil
 }
 
 func (a *adminServer) GetIamPolicy(ctx context.Context, req *iampb.GetIamPolicyRequest) (*iampb.Policy, error) {
@@ -176,7 +179,7 @@ func (a *adminServer) SetIamPolicy(ctx context.Context, req *iampb.SetIamPolicyR
 }
 
 func (a *adminServer) TestIamPermissions(ctx context.Context, req *iampb.TestIamPermissionsRequest) (*iampb.TestIamPermissionsResponse, error) {
-	return a.s.testIamPermissions(req)
+	return a.s.testIamPermissions(ctx, req)
 }
 
 func (a *instanceServer) GetIamPolicy(ctx context.Context, req *iampb.GetIamPolicyRequest) (*iampb.Policy, error) {
@@ -188,5 +191,5 @@ func (a *instanceServer) SetIamPolicy(ctx context.Context, req *iampb.SetIamPoli
 }
 
 func (a *instanceServer) TestIamPermissions(ctx context.Context, req *iampb.TestIamPermissionsRequest) (*iampb.TestIamPermissionsResponse, error) {
-	return a.s.testIamPermissions(req)
+	return a.s.testIamPermissions(ctx, req)
 }

@@ -109,6 +109,9 @@ type security struct {
 	streams  atomic.Int64
 	refused  *prometheus.CounterVec
 	denied   *prometheus.CounterVec
+	// iam checks a request against the IAM policies it meets, once the
+	// token allowed it (Server.checkIAM; nil: not checked).
+	iam func(p auth.Principal, method string, req any) error
 }
 
 func newSecurity(o *Options) (*security, error) {
@@ -453,7 +456,10 @@ func (sec *security) unary() grpc.UnaryServerInterceptor {
 		if err := p.AllowsInstance(info.FullMethod, instancesOf(req)); err != nil {
 			return nil, sec.authError(err)
 		}
-		return h(ctx, req)
+		if err := sec.checkIAM(p, info.FullMethod, req); err != nil {
+			return nil, err
+		}
+		return h(withPrincipal(ctx, p), req)
 	}
 }
 
@@ -505,7 +511,20 @@ func (g *guardedStream) RecvMsg(m any) error {
 	if err := g.p.AllowsInstance(g.method, instancesOf(m)); err != nil {
 		return g.sec.authError(err)
 	}
-	return nil
+	return g.sec.checkIAM(g.p, g.method, m)
+}
+
+// checkIAM runs the IAM step: a denial is counted and answers
+// PERMISSION_DENIED; a failure to read the policies keeps its own status.
+func (sec *security) checkIAM(p auth.Principal, method string, req any) error {
+	if sec.iam == nil || p.Token == nil {
+		return nil
+	}
+	err := sec.iam(p, method, req)
+	if errors.Is(err, auth.ErrDenied) {
+		return sec.authError(err)
+	}
+	return err
 }
 
 // tap runs when a call's headers arrive, before gRPC reads its request:
