@@ -111,7 +111,7 @@ func (s *Server) getIamPolicy(req *iampb.GetIamPolicyRequest) (*iampb.Policy, er
 // setIamPolicy stores the policy. A policy carrying an etag must carry the
 // stored one (Aborted otherwise: someone changed it since it was read), as
 // Cloud IAM does; the stored policy gets a new etag.
-func (s *Server) setIamPolicy(req *iampb.SetIamPolicyRequest) (*iampb.Policy, error) {
+func (s *Server) setIamPolicy(ctx context.Context, method string, req *iampb.SetIamPolicyRequest) (*iampb.Policy, error) {
 	res := req.GetResource()
 	if err := s.checkIAMResource(res); err != nil {
 		return nil, toStatus(err)
@@ -133,6 +133,9 @@ func (s *Server) setIamPolicy(req *iampb.SetIamPolicyRequest) (*iampb.Policy, er
 		if !strings.HasPrefix(b.GetRole(), "roles/") {
 			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: role %q is not a role name (roles/...)", b.GetRole())
 		}
+	}
+	if err := s.keepsSetter(ctx, method, res, p); err != nil {
+		return nil, err
 	}
 	var etag [8]byte
 	binary.BigEndian.PutUint64(etag[:], uint64(s.opts.Clock.Now().UnixNano()))
@@ -175,7 +178,7 @@ func (a *adminServer) GetIamPolicy(ctx context.Context, req *iampb.GetIamPolicyR
 }
 
 func (a *adminServer) SetIamPolicy(ctx context.Context, req *iampb.SetIamPolicyRequest) (*iampb.Policy, error) {
-	return a.s.setIamPolicy(req)
+	return a.s.setIamPolicy(ctx, "/google.bigtable.admin.v2.BigtableTableAdmin/SetIamPolicy", req)
 }
 
 func (a *adminServer) TestIamPermissions(ctx context.Context, req *iampb.TestIamPermissionsRequest) (*iampb.TestIamPermissionsResponse, error) {
@@ -187,7 +190,7 @@ func (a *instanceServer) GetIamPolicy(ctx context.Context, req *iampb.GetIamPoli
 }
 
 func (a *instanceServer) SetIamPolicy(ctx context.Context, req *iampb.SetIamPolicyRequest) (*iampb.Policy, error) {
-	return a.s.setIamPolicy(req)
+	return a.s.setIamPolicy(ctx, "/google.bigtable.admin.v2.BigtableInstanceAdmin/SetIamPolicy", req)
 }
 
 func (a *instanceServer) TestIamPermissions(ctx context.Context, req *iampb.TestIamPermissionsRequest) (*iampb.TestIamPermissionsResponse, error) {

@@ -7,6 +7,8 @@ import (
 
 	"cloud.google.com/go/iam/apiv1/iampb"
 	"github.com/ebbtable/ebbtable/auth"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -144,6 +146,12 @@ type iamDecision struct {
 // permission (a table permission is taken as its authorized-view or backup
 // counterpart when name is one: auth.PermissionFor).
 func (s *Server) iamAllows(members []string, permission, name string) (iamDecision, string, error) {
+	return s.iamAllowsWith(members, permission, name, nil)
+}
+
+// iamAllowsWith is iamAllows with name's own policy taken as replaced by
+// override (when not nil): what a SetIamPolicy would leave.
+func (s *Server) iamAllowsWith(members []string, permission, name string, override *iampb.Policy) (iamDecision, string, error) {
 	inst, path, ok := iamPath(name)
 	if !ok {
 		return iamDecision{}, permission, nil
@@ -152,6 +160,12 @@ func (s *Server) iamAllows(members []string, permission, name string) (iamDecisi
 	pols, err := s.iamPolicies(inst, path)
 	if err != nil {
 		return iamDecision{}, permission, err
+	}
+	if override != nil {
+		delete(pols, path[0].rest)
+		if len(override.GetBindings()) > 0 {
+			pols[path[0].rest] = override
+		}
 	}
 	var d iamDecision
 	for _, r := range path {
@@ -218,4 +232,25 @@ func (s *Server) callerHolds(ctx context.Context, resource string, permissions [
 		}
 	}
 	return out, nil
+}
+
+// keepsSetter refuses a policy after which the caller could no longer set
+// the resource's policy: with IAM narrowing every token, that would lock
+// out every token not bound elsewhere on the path, with no way back short
+// of the data directory.
+func (s *Server) keepsSetter(ctx context.Context, method, resource string, p *iampb.Policy) error {
+	pr := principalOf(ctx)
+	if pr.Token == nil {
+		return nil
+	}
+	perm, _ := auth.Permission(method)
+	d, want, err := s.iamAllowsWith(pr.Token.Members, perm, resource, p)
+	if err != nil {
+		return toStatus(err)
+	}
+	if d.governed && !d.granted {
+		return status.Errorf(codes.FailedPrecondition, "ebbtable: this policy would take %s on %s away from you (%s): IAM narrows every token, so no one outside the policies could change it back. Bind one of your members to roles/bigtable.admin or roles/owner in it (or on a parent), or set it with a token that stays bound",
+			want, resource, strings.Join(pr.Token.Members, ", "))
+	}
+	return nil
 }

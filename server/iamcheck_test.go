@@ -198,13 +198,13 @@ func TestIAMTablePolicies(t *testing.T) {
 	wantOK(t, "bob writes t2", e.write(tokBob, "t2"))
 	// The token's role is a ceiling: bigtable.admin on t1 does not let a
 	// user token drop t1.
-	e.set(t, e.root.TableIAM("t2"), map[iam.RoleName][]string{btAdmin: {"user:bob@example.com"}, iam.Viewer: {"user:root@example.com"}})
+	e.set(t, e.root.TableIAM("t2"), map[iam.RoleName][]string{btAdmin: {"user:bob@example.com", "user:root@example.com"}})
 	wantOK(t, "bob writes t2 as bigtable.admin", e.write(tokBob, "t2"))
 	if err := e.admin[tokBob].DeleteTable(e.ctx, "t2"); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "needs role admin") {
 		t.Errorf("bob deletes t2 with a user token: %v, want the token's role to refuse", err)
 	}
 	wantDenied(t, "alice reads t2", e.read(tokAlice, "t2"), "bigtable.tables.readRows")
-	wantDenied(t, "root reads t2 (a roles/viewer there)", e.read(tokRoot, "t2"), "bigtable.tables.readRows")
+	wantDenied(t, "carol reads t2", e.read(tokCarol, "t2"), "bigtable.tables.readRows")
 	// Removing access: the policy replaced by one without alice.
 	e.set(t, e.root.TableIAM("t1"), map[iam.RoleName][]string{btUser: {"group:eng@example.com"}, btAdmin: {"user:root@example.com"}})
 	wantDenied(t, "alice reads t1 after the policy dropped her", e.read(tokAlice, "t1"), "bigtable.tables.readRows")
@@ -215,6 +215,21 @@ func TestIAMTablePolicies(t *testing.T) {
 	}
 	if _, err := e.root.TableInfo(e.ctx, "t1"); err != nil {
 		t.Errorf("root gets t1's schema: %v", err)
+	}
+	// A policy that would lock its setter out is refused, and nothing
+	// changes.
+	h := e.root.TableIAM("t1")
+	p, err := h.Policy(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Remove("user:root@example.com", btAdmin)
+	p.Add("user:root@example.com", btUser)
+	if err := h.SetPolicy(e.ctx, p); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "bigtable.tables.setIamPolicy") {
+		t.Errorf("root drops its own admin binding: %v, want FailedPrecondition", err)
+	}
+	if p, err = h.Policy(e.ctx); err != nil || len(p.Members(btAdmin)) != 1 {
+		t.Errorf("the refused policy changed something: %v %v", p, err)
 	}
 	// A policy with no bindings governs nothing.
 	e.set(t, e.root.TableIAM("t1"), nil)
