@@ -75,6 +75,7 @@ const (
 // caller, connected before any policy exists.
 type iamEnv struct {
 	ctx     context.Context
+	srv     *Server
 	root    *bigtable.AdminClient
 	inst    *bigtable.InstanceAdminClient
 	data    map[string]*bigtable.Client
@@ -98,7 +99,7 @@ func newIAMEnv(t *testing.T) *iamEnv {
 	cfg := &tls.Config{RootCAs: caPool(t, certs.CA)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	e := &iamEnv{ctx: ctx, data: map[string]*bigtable.Client{}, admin: map[string]*bigtable.AdminClient{}, carolID: auth.TokenMember(tokCarol)}
+	e := &iamEnv{ctx: ctx, srv: srv, data: map[string]*bigtable.Client{}, admin: map[string]*bigtable.AdminClient{}, carolID: auth.TokenMember(tokCarol)}
 	for _, tok := range []string{tokRoot, tokAlice, tokBob, tokCarol} {
 		e.data[tok], e.admin[tok] = mustClients(t, srv.Addr(), cfg, tok)
 	}
