@@ -254,3 +254,33 @@ func (s *Server) keepsSetter(ctx context.Context, method, resource string, p *ia
 	}
 	return nil
 }
+
+// consoleIAM checks a request to the HTTP port (the web console, which
+// shows every table) against every IAM policy: the token must hold
+// bigtable.tables.readRows (GET) or bigtable.tables.update (anything else)
+// on each resource a policy governs.
+func (s *Server) consoleIAM(p auth.Principal, need auth.Role) error {
+	perm := "bigtable.tables.readRows"
+	if need >= auth.Admin {
+		perm = "bigtable.tables.update"
+	}
+	var governed []string
+	err := s.engine.InstanceMeta(kindIAM, "", func(inst, name string, _ []byte) error {
+		governed = append(governed, strings.TrimSuffix(inst+"/"+name, "/"))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, res := range governed {
+		d, want, err := s.iamAllows(p.Token.Members, perm, res)
+		if err != nil {
+			return err
+		}
+		if d.governed && !d.granted {
+			return fmt.Errorf("%w: the HTTP port shows every table, and the IAM policies of %s do not grant %s to %s (token line %d)",
+				auth.ErrDenied, res, want, strings.Join(p.Token.Members, ", "), p.Token.Line)
+		}
+	}
+	return nil
+}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -76,6 +77,7 @@ const (
 type iamEnv struct {
 	ctx     context.Context
 	srv     *Server
+	tls     *tls.Config
 	root    *bigtable.AdminClient
 	inst    *bigtable.InstanceAdminClient
 	data    map[string]*bigtable.Client
@@ -83,7 +85,7 @@ type iamEnv struct {
 	carolID string
 }
 
-func newIAMEnv(t *testing.T) *iamEnv {
+func newIAMEnv(t *testing.T, more ...envOption) *iamEnv {
 	t.Helper()
 	certs := newCerts(t, "iam")
 	dir := t.TempDir()
@@ -95,11 +97,11 @@ func newIAMEnv(t *testing.T) *iamEnv {
 	if err := os.WriteFile(tokens, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv := startSecure(t, SecurityOptions{TLSCert: certs.ServerCert, TLSKey: certs.ServerKey, TokenFile: tokens})
+	srv := startSecure(t, SecurityOptions{TLSCert: certs.ServerCert, TLSKey: certs.ServerKey, TokenFile: tokens}, more...)
 	cfg := &tls.Config{RootCAs: caPool(t, certs.CA)}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	e := &iamEnv{ctx: ctx, srv: srv, data: map[string]*bigtable.Client{}, admin: map[string]*bigtable.AdminClient{}, carolID: auth.TokenMember(tokCarol)}
+	e := &iamEnv{ctx: ctx, srv: srv, tls: cfg, data: map[string]*bigtable.Client{}, admin: map[string]*bigtable.AdminClient{}, carolID: auth.TokenMember(tokCarol)}
 	for _, tok := range []string{tokRoot, tokAlice, tokBob, tokCarol} {
 		e.data[tok], e.admin[tok] = mustClients(t, srv.Addr(), cfg, tok)
 	}
@@ -321,4 +323,38 @@ func TestIamPermissionsAnswerForTheCaller(t *testing.T) {
 	check(tokBob, "t2", "bigtable.tables.get")
 	check(tokBob, "t1", "bigtable.tables.get")
 	check(tokAlice, "t1", "bigtable.tables.readRows", "bigtable.tables.get")
+}
+
+// TestIAMOnTheHTTPPort: the web console shows every table, so where IAM
+// policies exist a token must be granted on every resource they govern.
+func TestIAMOnTheHTTPPort(t *testing.T) {
+	e := newIAMEnv(t, func(o *Options) { o.HTTPAddr = "127.0.0.1:0" })
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: e.tls}, Timeout: 10 * time.Second}
+	get := func(method, tok string) int {
+		t.Helper()
+		req, err := http.NewRequest(method, "https://"+e.srv.HTTPAddr()+"/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := get("GET", tokBob); got == http.StatusForbidden || got == http.StatusUnauthorized {
+		t.Errorf("bob with no policy anywhere: %d", got)
+	}
+	e.set(t, e.root.TableIAM("t1"), map[iam.RoleName][]string{btReader: {"user:alice@example.com"}, btAdmin: {"user:root@example.com"}})
+	if got := get("GET", tokBob); got != http.StatusForbidden {
+		t.Errorf("bob, not in t1's policy: %d, want 403", got)
+	}
+	if got := get("GET", tokAlice); got == http.StatusForbidden || got == http.StatusUnauthorized {
+		t.Errorf("alice, a reader of t1: %d", got)
+	}
+	if got := get("POST", tokRoot); got == http.StatusForbidden || got == http.StatusUnauthorized {
+		t.Errorf("root, an admin of t1: %d", got)
+	}
 }
