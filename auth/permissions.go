@@ -13,8 +13,9 @@ import (
 
 // Permission returns the permission a method needs, and whether the method
 // is listed at all. An empty permission on a listed method means IAM does
-// not apply to it: health checks, cluster-to-cluster calls, and
-// TestIamPermissions (which answers for the caller whatever it holds).
+// not apply to it: health checks, cluster-to-cluster calls, connection
+// warm-up (PingAndWarm, GetClientConfiguration) and TestIamPermissions
+// (which answers for the caller whatever it holds).
 func Permission(method string) (string, bool) {
 	p, ok := permissions[method]
 	return p, ok
@@ -136,14 +137,15 @@ func init() {
 	const data = "google.bigtable.v2.Bigtable"
 	perm(data, "bigtable.tables.readRows", "ReadRows")
 	perm(data, "bigtable.tables.sampleRowKeys", "SampleRowKeys")
-	perm(data, "bigtable.instances.ping", "PingAndWarm")
+	// Connection warm-up reads nothing, and the official clients call it
+	// when they connect: a member bound only on a table must get through.
+	perm(data, "", "PingAndWarm", "GetClientConfiguration")
 	perm(data, "bigtable.tables.readChangeStream", "GenerateInitialChangeStreamPartitions", "ReadChangeStream")
 	perm(data, "bigtable.instances.executeQuery", "PrepareQuery", "ExecuteQuery")
 	perm(data, "bigtable.tables.mutateRows", "MutateRow", "MutateRows", "CheckAndMutateRow", "ReadModifyWriteRow")
 	// Session methods (not served yet) and client configuration.
 	perm(data, "bigtable.tables.readRows", "OpenTable", "OpenMaterializedView")
 	perm(data, "bigtable.authorizedViews.readRows", "OpenAuthorizedView")
-	perm(data, "bigtable.instances.ping", "GetClientConfiguration")
 
 	const tables = "google.bigtable.admin.v2.BigtableTableAdmin"
 	perm(tables, "bigtable.tables.list", "ListTables")

@@ -25,7 +25,7 @@ import (
 // TestEveryMethodHasAPermission goes over every method the server
 // registers: each has an IAM permission listed next to its role (empty
 // only where IAM does not apply: open methods, cluster-to-cluster calls,
-// TestIamPermissions), and the predefined role named like the method's
+// connection warm-up, TestIamPermissions), and the predefined role named like the method's
 // token role holds it, so a binding of that role lets the call through.
 func TestEveryMethodHasAPermission(t *testing.T) {
 	tokens, peer := securityFiles(t)
@@ -41,7 +41,7 @@ func TestEveryMethodHasAPermission(t *testing.T) {
 				t.Errorf("%s has no IAM permission in auth/permissions.go", full)
 				continue
 			}
-			exempt := need.Open || need.Role == auth.None || m.Name == "TestIamPermissions"
+			exempt := need.Open || need.Role == auth.None || slices.Contains([]string{"TestIamPermissions", "PingAndWarm", "GetClientConfiguration"}, m.Name)
 			if exempt != (perm == "") {
 				t.Errorf("%s: permission %q (open %v, peer-only %v)", full, perm, need.Open, need.Role == auth.None)
 				continue
@@ -259,6 +259,12 @@ func TestIAMInstancePolicyInherits(t *testing.T) {
 	// A table binding adds bob on t2 only.
 	e.set(t, e.root.TableIAM("t2"), map[iam.RoleName][]string{btReader: {"user:bob@example.com"}})
 	wantOK(t, "bob reads t2 through its own binding", e.read(tokBob, "t2"))
+	// A member bound on a table only still connects (PingAndWarm needs no
+	// permission) and reads that table.
+	fresh, _ := mustClients(t, e.srv.Addr(), e.tls, tokBob)
+	if _, err := fresh.Open("t2").ReadRow(e.ctx, "r"); err != nil {
+		t.Errorf("bob's new client reads t2: %v", err)
+	}
 	wantDenied(t, "bob reads t1", e.read(tokBob, "t1"), "bigtable.tables.readRows")
 	wantOK(t, "alice still writes t2 through the instance", e.write(tokAlice, "t2"))
 	// Root, bound on the instance, may drop the instance's policy.
