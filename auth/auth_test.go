@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -152,5 +153,72 @@ func TestAuthOff(t *testing.T) {
 	}
 	if _, err := a.Check(Call{Method: "/google.bigtable.v2.Bigtable/MutateRow"}); err != nil {
 		t.Errorf("MutateRow with tokens off: %v", err)
+	}
+}
+
+func TestTokenMembers(t *testing.T) {
+	toks, err := ParseTokens(strings.NewReader(tokAdmin + " admin i1 as=user:a@example.com as=group:ops@example.com i2\n" + tokReader + " reader\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := toks[0].Members; !slices.Equal(got, []string{"user:a@example.com", "group:ops@example.com"}) || !slices.Equal(toks[0].Instances, []string{"i1", "i2"}) {
+		t.Errorf("members %v, instances %v", got, toks[0].Instances)
+	}
+	if got := toks[1].Members; len(got) != 1 || got[0] != TokenMember(tokReader) || len(got[0]) != len("token:")+12 || strings.Contains(got[0], tokReader[:6]) {
+		t.Errorf("default member %v", got)
+	}
+	for _, bad := range []string{"as=alice", "as=user:", "as=allUsers", "as=domain:example.com"} {
+		if _, err := ParseTokens(strings.NewReader(tokAdmin + " admin " + bad + "\n")); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+func TestIAMRolesAndMembers(t *testing.T) {
+	for _, c := range []struct {
+		role, perm string
+		want       bool
+	}{
+		{"roles/bigtable.reader", "bigtable.tables.readRows", true},
+		{"roles/bigtable.reader", "bigtable.authorizedViews.readRows", true},
+		{"roles/bigtable.reader", "bigtable.tables.mutateRows", false},
+		{"roles/bigtable.user", "bigtable.tables.mutateRows", true},
+		{"roles/bigtable.user", "bigtable.tables.create", false},
+		{"roles/bigtable.viewer", "bigtable.tables.get", true},
+		{"roles/bigtable.viewer", "bigtable.tables.readRows", false},
+		{"roles/viewer", "bigtable.instances.list", true},
+		{"roles/bigtable.admin", "bigtable.tables.setIamPolicy", true},
+		{"roles/owner", "bigtable.backups.setIamPolicy", true},
+		{"roles/editor", "bigtable.tables.delete", true},
+		{"roles/editor", "bigtable.tables.setIamPolicy", false},
+		{"roles/custom.mine", "bigtable.tables.readRows", false},
+		{"roles/bigtable.admin", "bigtable.tables.noSuchVerb", false},
+	} {
+		if got := RoleHolds(c.role, c.perm); got != c.want {
+			t.Errorf("%s holds %s: %v", c.role, c.perm, got)
+		}
+	}
+	if got := PermissionFor("bigtable.tables.readRows", "authorizedViews"); got != "bigtable.authorizedViews.readRows" {
+		t.Errorf("view read: %s", got)
+	}
+	if got := PermissionFor("bigtable.tables.create", "instances"); got != "bigtable.tables.create" {
+		t.Errorf("create on an instance: %s", got)
+	}
+	alice := []string{"user:alice@example.com", "group:eng@example.com"}
+	for m, want := range map[string]bool{
+		"allUsers": true, "allAuthenticatedUsers": true, "user:alice@example.com": true, "group:eng@example.com": true,
+		"domain:example.com": true, "domain:other.com": false, "user:bob@example.com": false, "user:alice@example.co": false,
+	} {
+		if got := Matches(m, alice); got != want {
+			t.Errorf("%s matches alice: %v", m, got)
+		}
+	}
+	if Matches("domain:example.com", []string{"token:0123456789ab"}) {
+		t.Error("a token member is in a domain")
+	}
+	b := []Binding{{Role: "roles/bigtable.admin", Members: []string{"user:alice@example.com"}, Conditional: true},
+		{Role: "roles/bigtable.reader", Members: []string{"domain:example.com"}}}
+	if !Grants(b, alice, "bigtable.tables.readRows") || Grants(b, alice, "bigtable.tables.mutateRows") {
+		t.Error("a conditional binding granted, or the domain binding did not")
 	}
 }

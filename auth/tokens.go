@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -68,6 +69,10 @@ type Token struct {
 	// Line is the token's line in its file (for messages; never the
 	// secret itself).
 	Line int
+	// Members are who the token is to IAM policies: the `as=MEMBER`
+	// fields of its line (user:…, serviceAccount:…, group:…), or, with
+	// none, token:HASH, the first 12 hex digits of the token's SHA-256.
+	Members []string
 
 	sum [sha256.Size]byte
 }
@@ -85,8 +90,10 @@ func (t *Token) Unrestricted() bool { return len(t.Instances) == 0 }
 const MinTokenLen = 16
 
 // ParseTokens reads a token file: one token a line, `TOKEN ROLE
-// [INSTANCE…]`, fields separated by blanks; `#` starts a comment; blank
-// lines are skipped. A token listing no instances covers all of them.
+// [INSTANCE…] [as=MEMBER…]`, fields separated by blanks; `#` starts a
+// comment; blank lines are skipped. A token listing no instances covers all
+// of them; each as= names an IAM member the token is (TokenMember without
+// one).
 func ParseTokens(r io.Reader) ([]Token, error) {
 	var out []Token
 	seen := map[[sha256.Size]byte]int{}
@@ -111,7 +118,21 @@ func ParseTokens(r io.Reader) ([]Token, error) {
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w", n, err)
 		}
-		t := Token{Role: role, Instances: f[2:], Line: n, sum: sha256.Sum256([]byte(f[0]))}
+		t := Token{Role: role, Line: n, sum: sha256.Sum256([]byte(f[0]))}
+		for _, x := range f[2:] {
+			m, ok := strings.CutPrefix(x, "as=")
+			if !ok {
+				t.Instances = append(t.Instances, x)
+				continue
+			}
+			if err := checkMember(m); err != nil {
+				return nil, fmt.Errorf("line %d: %w", n, err)
+			}
+			t.Members = append(t.Members, m)
+		}
+		if len(t.Members) == 0 {
+			t.Members = []string{TokenMember(f[0])}
+		}
 		if prev, dup := seen[t.sum]; dup {
 			return nil, fmt.Errorf("line %d: the token of line %d again", n, prev)
 		}
@@ -122,6 +143,27 @@ func ParseTokens(r io.Reader) ([]Token, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// TokenMember is the IAM member of a token line without as=:
+// token:HASH, HASH the first 12 hex digits of the token's SHA-256
+// (`printf %s TOKEN | sha256sum | cut -c1-12`). It names the token without
+// giving away any of it.
+func TokenMember(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return "token:" + hex.EncodeToString(sum[:6])
+}
+
+// memberKinds are the member prefixes a token may take on.
+var memberKinds = []string{"user:", "serviceAccount:", "group:", "principal:"}
+
+func checkMember(m string) error {
+	for _, k := range memberKinds {
+		if strings.HasPrefix(m, k) && len(m) > len(k) && !strings.ContainsAny(m, " \t") {
+			return nil
+		}
+	}
+	return fmt.Errorf("as=%s: a member is user:EMAIL, serviceAccount:EMAIL, group:EMAIL or principal:…", m)
 }
 
 // lookup finds the token matching secret. Every token is compared, in

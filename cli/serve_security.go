@@ -33,7 +33,7 @@ func (f *securityFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM private key of --tls-cert (SIGHUP re-reads it)")
 	fl.StringVar(&f.tlsClientCA, "tls-client-ca", "", "PEM CA bundle: require every client and peer to present a certificate it signed (mutual TLS; SIGHUP re-reads it)")
 	fl.StringVar(&f.peerCA, "peer-ca", "", "PEM CA bundle peers' certificates are checked against when this process dials them (default --tls-client-ca, else the system's roots; SIGHUP re-reads it)")
-	fl.StringVar(&f.tokenFile, "auth-token-file", "", "token file, lines of TOKEN ROLE [INSTANCE...] (roles viewer, reader, user, admin; # comments): every call needs a token (SIGHUP re-reads it)")
+	fl.StringVar(&f.tokenFile, "auth-token-file", "", "token file, lines of TOKEN ROLE [INSTANCE...] [as=MEMBER...] (roles viewer, reader, user, admin; IAM members; # comments): every call needs a token (SIGHUP re-reads it)")
 	fl.StringVar(&f.peerCredFile, "peer-credential-file", "", "file holding the secret the clusters of an instance present to each other (header x-ebbtable-peer); the only credential for cluster-to-cluster calls")
 	fl.BoolVar(&f.metricsOpen, "metrics-open", false, "leave /metrics open without a token when --auth-token-file is set")
 	fl.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr or --http-addr without TLS and tokens (logged as a warning on every start)")

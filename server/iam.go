@@ -16,11 +16,9 @@ import (
 // instances, tables, backups and authorized views. Policies are a plain
 // store here: kept durably per resource (instance metadata kind "iam", the
 // resource name relative to its instance; "" for the instance itself) and
-// returned as set, with an etag that SetIamPolicy checks. They are not
-// enforced by this file: with authentication off every caller holds every
-// permission, so TestIamPermissions returns what it was asked. Enforcement,
-// when authentication is on, reads the stored policy through
-// Server.IAMPolicy.
+// returned as set, with an etag that SetIamPolicy checks. They are enforced
+// in iamcheck.go when authentication is on; with it off every caller holds
+// every permission, so TestIamPermissions returns what it was asked.
 
 // kindIAM stores a resource's policy (proto-encoded iampb.Policy).
 const kindIAM = "iam"
@@ -113,7 +111,7 @@ func (s *Server) getIamPolicy(req *iampb.GetIamPolicyRequest) (*iampb.Policy, er
 // setIamPolicy stores the policy. A policy carrying an etag must carry the
 // stored one (Aborted otherwise: someone changed it since it was read), as
 // Cloud IAM does; the stored policy gets a new etag.
-func (s *Server) setIamPolicy(req *iampb.SetIamPolicyRequest) (*iampb.Policy, error) {
+func (s *Server) setIamPolicy(ctx context.Context, method string, req *iampb.SetIamPolicyRequest) (*iampb.Policy, error) {
 	res := req.GetResource()
 	if err := s.checkIAMResource(res); err != nil {
 		return nil, toStatus(err)
@@ -136,6 +134,9 @@ func (s *Server) setIamPolicy(req *iampb.SetIamPolicyRequest) (*iampb.Policy, er
 			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: role %q is not a role name (roles/...)", b.GetRole())
 		}
 	}
+	if err := s.keepsSetter(ctx, method, res, p); err != nil {
+		return nil, err
+	}
 	var etag [8]byte
 	binary.BigEndian.PutUint64(etag[:], uint64(s.opts.Clock.Now().UnixNano()))
 	if string(etag[:]) == string(old.Etag) {
@@ -154,8 +155,9 @@ func (s *Server) setIamPolicy(req *iampb.SetIamPolicyRequest) (*iampb.Policy, er
 }
 
 // testIamPermissions answers which of the permissions the caller holds:
-// with authentication off, all of them.
-func (s *Server) testIamPermissions(req *iampb.TestIamPermissionsRequest) (*iampb.TestIamPermissionsResponse, error) {
+// with authentication off, all of them; with it on, those its token's role
+// reaches and the IAM policies on the resource's path grant (callerHolds).
+func (s *Server) testIamPermissions(ctx context.Context, req *iampb.TestIamPermissionsRequest) (*iampb.TestIamPermissionsResponse, error) {
 	if err := s.checkIAMResource(req.GetResource()); err != nil {
 		return nil, toStatus(err)
 	}
@@ -164,7 +166,11 @@ func (s *Server) testIamPermissions(req *iampb.TestIamPermissionsRequest) (*iamp
 			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: %q is not a Bigtable permission (bigtable.RESOURCE.VERB)", p)
 		}
 	}
-	return &iampb.TestIamPermissionsResponse{Permissions: req.GetPermissions()}, nil
+	held, err := s.callerHolds(ctx, req.GetResource(), req.GetPermissions())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &iampb.TestIamPermissionsResponse{Permissions: held}, nil
 }
 
 func (a *adminServer) GetIamPolicy(ctx context.Context, req *iampb.GetIamPolicyRequest) (*iampb.Policy, error) {
@@ -172,11 +178,11 @@ func (a *adminServer) GetIamPolicy(ctx context.Context, req *iampb.GetIamPolicyR
 }
 
 func (a *adminServer) SetIamPolicy(ctx context.Context, req *iampb.SetIamPolicyRequest) (*iampb.Policy, error) {
-	return a.s.setIamPolicy(req)
+	return a.s.setIamPolicy(ctx, "/google.bigtable.admin.v2.BigtableTableAdmin/SetIamPolicy", req)
 }
 
 func (a *adminServer) TestIamPermissions(ctx context.Context, req *iampb.TestIamPermissionsRequest) (*iampb.TestIamPermissionsResponse, error) {
-	return a.s.testIamPermissions(req)
+	return a.s.testIamPermissions(ctx, req)
 }
 
 func (a *instanceServer) GetIamPolicy(ctx context.Context, req *iampb.GetIamPolicyRequest) (*iampb.Policy, error) {
@@ -184,9 +190,9 @@ func (a *instanceServer) GetIamPolicy(ctx context.Context, req *iampb.GetIamPoli
 }
 
 func (a *instanceServer) SetIamPolicy(ctx context.Context, req *iampb.SetIamPolicyRequest) (*iampb.Policy, error) {
-	return a.s.setIamPolicy(req)
+	return a.s.setIamPolicy(ctx, "/google.bigtable.admin.v2.BigtableInstanceAdmin/SetIamPolicy", req)
 }
 
 func (a *instanceServer) TestIamPermissions(ctx context.Context, req *iampb.TestIamPermissionsRequest) (*iampb.TestIamPermissionsResponse, error) {
-	return a.s.testIamPermissions(req)
+	return a.s.testIamPermissions(ctx, req)
 }

@@ -109,6 +109,12 @@ type security struct {
 	streams  atomic.Int64
 	refused  *prometheus.CounterVec
 	denied   *prometheus.CounterVec
+	// iam checks a request against the IAM policies it meets, once the
+	// token allowed it (Server.checkIAM; nil: not checked).
+	iam func(p auth.Principal, method string, req any) error
+	// httpIAM checks an HTTP request needing role need against every IAM
+	// policy (Server.consoleIAM; nil: not checked).
+	httpIAM func(p auth.Principal, need auth.Role) error
 }
 
 func newSecurity(o *Options) (*security, error) {
@@ -453,7 +459,10 @@ func (sec *security) unary() grpc.UnaryServerInterceptor {
 		if err := p.AllowsInstance(info.FullMethod, instancesOf(req)); err != nil {
 			return nil, sec.authError(err)
 		}
-		return h(ctx, req)
+		if err := sec.checkIAM(p, info.FullMethod, req); err != nil {
+			return nil, err
+		}
+		return h(withPrincipal(ctx, p), req)
 	}
 }
 
@@ -505,7 +514,20 @@ func (g *guardedStream) RecvMsg(m any) error {
 	if err := g.p.AllowsInstance(g.method, instancesOf(m)); err != nil {
 		return g.sec.authError(err)
 	}
-	return nil
+	return g.sec.checkIAM(g.p, g.method, m)
+}
+
+// checkIAM runs the IAM step: a denial is counted and answers
+// PERMISSION_DENIED; a failure to read the policies keeps its own status.
+func (sec *security) checkIAM(p auth.Principal, method string, req any) error {
+	if sec.iam == nil || p.Token == nil {
+		return nil
+	}
+	err := sec.iam(p, method, req)
+	if errors.Is(err, auth.ErrDenied) {
+		return sec.authError(err)
+	}
+	return err
 }
 
 // tap runs when a call's headers arrive, before gRPC reads its request:
@@ -541,7 +563,8 @@ func (sec *security) acquire(n int64) error {
 // httpHandler puts the tokens in front of the whole HTTP mux (metrics,
 // health, the web console): /healthz and /readyz stay open, /metrics needs
 // viewer (or nothing with MetricsOpen), GET and HEAD elsewhere reader,
-// anything else admin. The token comes as `Authorization: Bearer TOKEN`, or
+// anything else admin; where IAM policies exist, the token must be granted
+// on every resource they govern (Server.consoleIAM). The token comes as `Authorization: Bearer TOKEN`, or
 // as the password of HTTP basic authentication (what a browser prompts
 // for). Tokens limited to some instances are refused: the HTTP port shows
 // every instance.
@@ -573,6 +596,9 @@ func (sec *security) httpHandler(next http.Handler) http.Handler {
 		p, err := sec.auth.CheckToken(bearer, need, r.Method+" "+r.URL.Path)
 		if err == nil && p.Token != nil && !p.Token.Unrestricted() {
 			err = fmt.Errorf("%w: the HTTP port shows every instance; the token (line %d) is limited to some", auth.ErrDenied, p.Token.Line)
+		}
+		if err == nil && p.Token != nil && r.URL.Path != "/metrics" && sec.httpIAM != nil {
+			err = sec.httpIAM(p, need)
 		}
 		if err != nil {
 			if errors.Is(err, auth.ErrUnauthenticated) {
