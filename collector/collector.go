@@ -41,6 +41,14 @@ type Options struct {
 	// half an interval, so the space still comes back within the promised
 	// two. Default DefaultReclaimRate; negative means unpaced.
 	ReclaimRate int64
+	// WholeShare: an incremental pass sweeps a table whole instead when
+	// more than this share of its rows are due (visiting rows one by one
+	// then costs more than streaming the table). Default 0.25; negative:
+	// never for that reason.
+	WholeShare float64
+	// AlwaysWhole sweeps every table whole on every pass (the behaviour
+	// before incremental passes; a baseline for tests and benchmarks).
+	AlwaysWhole bool
 	// MaxBackoff caps the wait after failed passes. Default 10m.
 	MaxBackoff time.Duration
 	// DecidesVersions says whether this cluster is its instance's GC
@@ -94,6 +102,9 @@ func (o *Options) EnsureDefaults() {
 	if o.MaxBackoff == 0 {
 		o.MaxBackoff = 10 * time.Minute
 	}
+	if o.WholeShare == 0 {
+		o.WholeShare = 0.25
+	}
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
@@ -126,6 +137,9 @@ type Collector struct {
 	holds  map[holdKey]bool // families whose age sweeps are held
 	cutMu  sync.Mutex       // age cutoff updates
 
+	incMu sync.Mutex
+	inc   map[uint64]*incState // per table id, see incremental.go
+
 	statusMu sync.Mutex
 	status   map[uint64]*TableStatus
 	lastPass PassStats
@@ -145,6 +159,7 @@ func New(eng *table.Engine, opts Options) (*Collector, error) {
 		log:    opts.Logger,
 		m:      newMetrics(opts.Registerer),
 		status: map[uint64]*TableStatus{},
+		inc:    map[uint64]*incState{},
 	}, nil
 }
 
@@ -196,10 +211,14 @@ type PassStats struct {
 	// ReclaimedBytes is how much the compacted tables' estimated disk
 	// usage fell across their reclaim compactions.
 	ReclaimedBytes int64
-	// ReclaimLeft counts tables whose pass collected too little (under
-	// Options.CompactMinBytes) to compact for: Pebble's own compactions
-	// reclaim that space as they rewrite the files.
+	// ReclaimLeft counts tables with deletions left to Pebble's own
+	// compactions: too few (under Options.CompactMinBytes) or too sparse
+	// to compact for.
 	ReclaimLeft int
+	// Incremental counts the tables passed by visiting rows rather than
+	// sweeping whole, VisitedRows the rows they visited.
+	Incremental int
+	VisitedRows int64
 }
 
 // RunPass runs one pass now over the selected tables and returns when it is
@@ -216,15 +235,19 @@ func (c *Collector) RunPass(ctx context.Context, sel Selector) (st PassStats, er
 	realStart := time.Now()
 	defer func() { st.Sweep = max(time.Since(realStart)-st.Compaction, 0) }()
 	for _, m := range tablesMatching(tables, sel) {
-		res, err := c.sweepTable(ctx, m, sweepAll, !c.decidesVersions())
+		res, err := c.passTable(ctx, m)
 		st.Tables++
 		st.Examined += res.examined
 		st.Collected += res.collected
 		st.CollectedBytes += res.collectedBytes
 		st.Compaction += res.compaction
 		st.ReclaimedBytes += res.reclaimedBytes
-		if res.reclaimSkipped {
+		if res.pendingBytes > 0 {
 			st.ReclaimLeft++
+		}
+		if res.incremental {
+			st.Incremental++
+			st.VisitedRows += int64(res.visitedAgenda + res.visitedAged)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -239,6 +262,9 @@ func (c *Collector) RunPass(ctx context.Context, sel Selector) (st PassStats, er
 		}
 	}
 	st.Duration = c.opts.Clock.Now().Sub(st.Started)
+	if sel.Table == "" && sel.Instance == "" {
+		c.forgetStates(tables)
+	}
 	if len(errs) > 0 {
 		return st, errors.Join(errs...)
 	}

@@ -148,6 +148,9 @@ type Engine struct {
 	// replCluster holds this cluster's id while the engine replicates (see
 	// replica.go); writers read it under their row locks.
 	replCluster atomic.Pointer[string]
+	// gcGen counts, per table, arrivals of cells the GC agenda does not
+	// announce (agenda.go).
+	gcGen gcGens
 
 	seed     maphash.Seed
 	rowLocks [rowLockStripes]sync.Mutex
