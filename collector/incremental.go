@@ -102,12 +102,13 @@ func (c *Collector) passTable(ctx context.Context, m *table.Meta) (tableResult, 
 	prev, cur := c.stateOf(m, rules)
 	if !c.opts.AlwaysWhole && !needsWhole(prev, cur) {
 		cur.rows = prev.rows
-		plan, err := c.planVisits(ctx, m, prev, rules, now)
+		var res tableResult
+		plan, err := c.planVisits(ctx, m, prev, rules, now, &res)
 		if err != nil {
-			return tableResult{}, err
+			return res, err
 		}
 		if !plan.tooMany {
-			res, err := c.visitRows(ctx, m, plan, rules, now)
+			res, err := c.visitRows(ctx, m, plan, rules, now, res.examined)
 			if err == nil {
 				cur.judged = now
 				c.setState(m.ID, cur)
@@ -162,7 +163,7 @@ type visitPlan struct {
 
 // planVisits lists the rows due on the agenda and those holding a cell that
 // aged past a max age of its family since prev's pass.
-func (c *Collector) planVisits(ctx context.Context, m *table.Meta, prev *incState, rules sweepRules, now int64) (visitPlan, error) {
+func (c *Collector) planVisits(ctx context.Context, m *table.Meta, prev *incState, rules sweepRules, now int64, res *tableResult) (visitPlan, error) {
 	p := visitPlan{dues: map[string][]int64{}}
 	limit := int64(-1)
 	if c.opts.WholeShare > 0 {
@@ -184,7 +185,7 @@ func (c *Collector) planVisits(ctx context.Context, m *table.Meta, prev *incStat
 		return p, err
 	}
 	p.fromAgenda = len(p.rows)
-	aged, err := c.agedRows(ctx, m, prev.judged, rules, now, p.dues)
+	aged, err := c.agedRows(ctx, m, prev.judged, rules, now, p.dues, res)
 	if err != nil {
 		return p, err
 	}
@@ -210,7 +211,7 @@ type ageWindow struct {
 // the blocks whose timestamps meet a window are read. The windows reach
 // AgendaSlack further back, for writes that committed late; a cell older
 // than that when written was put on the agenda.
-func (c *Collector) agedRows(ctx context.Context, m *table.Meta, judged int64, rules sweepRules, now int64, seen map[string][]int64) ([][]byte, error) {
+func (c *Collector) agedRows(ctx context.Context, m *table.Meta, judged int64, rules sweepRules, now int64, seen map[string][]int64, res *tableResult) ([][]byte, error) {
 	var wins []ageWindow
 	slack := table.AgendaSlack.Microseconds()
 	for _, f := range m.Families {
@@ -241,7 +242,7 @@ func (c *Collector) agedRows(ctx context.Context, m *table.Meta, judged int64, r
 	var out [][]byte
 	found := map[string]bool{}
 	for _, s := range spans {
-		rows, err := c.scanAged(ctx, m, s[0], s[1], wins)
+		rows, err := c.scanAged(ctx, m, s[0], s[1], wins, res)
 		if err != nil {
 			return nil, err
 		}
@@ -259,7 +260,7 @@ func (c *Collector) agedRows(ctx context.Context, m *table.Meta, judged int64, r
 
 // scanAged reads the table's blocks that may hold a timestamp in [lo, hi)
 // and returns the rows with a cell inside one of the windows.
-func (c *Collector) scanAged(ctx context.Context, m *table.Meta, lo, hi int64, wins []ageWindow) ([][]byte, error) {
+func (c *Collector) scanAged(ctx context.Context, m *table.Meta, lo, hi int64, wins []ageWindow, res *tableResult) ([][]byte, error) {
 	filters := make([]pebble.BlockPropertyFilter, 1, 2)
 	filters[0] = storage.TimestampFilter(lo, hi)
 	it, err := c.eng.Store().NewIter(&pebble.IterOptions{
@@ -279,6 +280,7 @@ func (c *Collector) scanAged(ctx context.Context, m *table.Meta, lo, hi int64, w
 			runtime.Gosched()
 		}
 		c.m.cellsExamined.Inc()
+		res.examined++
 		k := it.Key()
 		rl := storage.RowKeyLen(k)
 		if rl+4 > len(k)-storage.SuffixLen {
@@ -301,10 +303,11 @@ func (c *Collector) scanAged(ctx context.Context, m *table.Meta, lo, hi int64, w
 	return out, it.Error()
 }
 
-// visitRows judges and collects the planned rows in batches, then makes the
+// visitRows judges and collects the planned rows in batches (planned: the
+// cells examined finding them), then makes the
 // deletions durable and reclaims where they are dense.
-func (c *Collector) visitRows(ctx context.Context, m *table.Meta, plan visitPlan, rules sweepRules, now int64) (tableResult, error) {
-	res := tableResult{incremental: true, visitedAgenda: plan.fromAgenda, visitedAged: plan.fromAge}
+func (c *Collector) visitRows(ctx context.Context, m *table.Meta, plan visitPlan, rules sweepRules, now int64, planned int64) (tableResult, error) {
+	res := tableResult{incremental: true, visitedAgenda: plan.fromAgenda, visitedAged: plan.fromAge, examined: planned}
 	var sc scratch
 	for i := 0; i < len(plan.rows); {
 		if err := ctx.Err(); err != nil {
