@@ -137,6 +137,10 @@ type Collector struct {
 	holds  map[holdKey]bool // families whose age sweeps are held
 	cutMu  sync.Mutex       // age cutoff updates
 
+	pileMu    sync.Mutex
+	piles     map[uint64]map[string]time.Time // table id → row → reported (piles.go)
+	pileCount int
+
 	incMu sync.Mutex
 	inc   map[uint64]*incState // per table id, see incremental.go
 
@@ -144,7 +148,8 @@ type Collector struct {
 	status   map[uint64]*TableStatus
 	lastPass PassStats
 
-	loop *schedule.Loop
+	loop      *schedule.Loop
+	pilesLoop *schedule.Loop
 }
 
 // New builds a collector for eng. Call Start to run it in the background.
@@ -153,14 +158,17 @@ func New(eng *table.Engine, opts Options) (*Collector, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	return &Collector{
+	c := &Collector{
 		eng:    eng,
 		opts:   opts,
 		log:    opts.Logger,
 		m:      newMetrics(opts.Registerer),
 		status: map[uint64]*TableStatus{},
 		inc:    map[uint64]*incState{},
-	}, nil
+		piles:  map[uint64]map[string]time.Time{},
+	}
+	eng.SetPileHook(c.notePile)
+	return c, nil
 }
 
 // Interval is the configured pass cadence.
@@ -175,13 +183,15 @@ func (c *Collector) Start() {
 		_, err := c.RunPass(ctx, Selector{})
 		return err
 	})
+	c.pilesLoop = c.startPiles()
 }
 
 // Stop ends the background loop, interrupting a running pass between
 // batches, and waits for it.
 func (c *Collector) Stop() {
 	c.loop.Stop()
-	c.loop = nil
+	c.pilesLoop.Stop()
+	c.loop, c.pilesLoop = nil, nil
 }
 
 // Selector picks the tables of a pass; empty fields match everything.

@@ -109,11 +109,15 @@ func (c *Collector) passTable(ctx context.Context, m *table.Meta) (tableResult, 
 		}
 		if !plan.tooMany {
 			res, err := c.visitRows(ctx, m, plan, rules, now, res.examined)
-			if err == nil {
-				cur.judged = now
-				c.setState(m.ID, cur)
+			if err != nil {
+				return res, err
 			}
-			return res, err
+			if err := c.finishTable(ctx, m, now, sweepAll, rules, &res); err != nil {
+				return res, err
+			}
+			cur.judged = now
+			c.setState(m.ID, cur)
+			return res, nil
 		}
 	}
 	res, err := c.sweepTableAt(ctx, m, sweepAll, rules, now)
@@ -304,8 +308,7 @@ func (c *Collector) scanAged(ctx context.Context, m *table.Meta, lo, hi int64, w
 }
 
 // visitRows judges and collects the planned rows in batches (planned: the
-// cells examined finding them), then makes the
-// deletions durable and reclaims where they are dense.
+// cells examined finding them). The caller finishes the table.
 func (c *Collector) visitRows(ctx context.Context, m *table.Meta, plan visitPlan, rules sweepRules, now int64, planned int64) (tableResult, error) {
 	res := tableResult{incremental: true, visitedAgenda: plan.fromAgenda, visitedAged: plan.fromAge, examined: planned}
 	var sc scratch
@@ -329,9 +332,6 @@ func (c *Collector) visitRows(ctx context.Context, m *table.Meta, plan visitPlan
 	}
 	c.m.rowsVisited.WithLabelValues("agenda").Add(float64(plan.fromAgenda))
 	c.m.rowsVisited.WithLabelValues("age").Add(float64(plan.fromAge))
-	if err := c.finishTable(ctx, m, now, sweepAll, rules, &res); err != nil {
-		return res, err
-	}
 	return res, nil
 }
 

@@ -25,6 +25,7 @@ type metrics struct {
 	agendaRows     *prometheus.GaugeVec
 	hiddenVersions *prometheus.GaugeVec
 	rangeDeleted   prometheus.Counter
+	pilesWaiting   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -110,8 +111,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ebbtable_gc_cells_range_deleted_total",
 			Help: "Collected cells deleted by one range deletion of their whole row.",
 		}),
+		pilesWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ebbtable_gc_pile_rows_waiting",
+			Help: "Rows reads found piling up hidden versions, waiting for the collector's early visit.",
+		}),
 	}
-	reg.MustRegister(m.tablePasses, m.rowsVisited, m.agendaRows, m.hiddenVersions, m.rangeDeleted, m.recordsExpired, m.cellsCollected, m.bytesCollected, m.cellsExamined, m.batches, m.failures,
+	reg.MustRegister(m.pilesWaiting, m.tablePasses, m.rowsVisited, m.agendaRows, m.hiddenVersions, m.rangeDeleted, m.recordsExpired, m.cellsCollected, m.bytesCollected, m.cellsExamined, m.batches, m.failures,
 		m.passDuration, m.lastPass, m.debtCells, m.debtBytes, m.debtOldest, m.logicalBytes, m.diskBytes,
 		m.reclaimPending, m.reclaimed)
 	return m

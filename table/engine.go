@@ -151,6 +151,8 @@ type Engine struct {
 	// gcGen counts, per table, arrivals of cells the GC agenda does not
 	// announce (agenda.go).
 	gcGen gcGens
+	// pileHook receives rows reads found piling up hidden versions (piles.go).
+	pileHook atomic.Pointer[pileHookBox]
 
 	seed     maphash.Seed
 	rowLocks [rowLockStripes]sync.Mutex
