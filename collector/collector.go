@@ -225,6 +225,8 @@ type PassStats struct {
 	// compactions: too few (under Options.CompactMinBytes) or too sparse
 	// to compact for.
 	ReclaimLeft int
+	// ReclaimPendingBytes sums those tables' bytes left to Pebble.
+	ReclaimPendingBytes int64
 	// Incremental counts the tables passed by visiting rows rather than
 	// sweeping whole, VisitedRows the rows they visited.
 	Incremental int
@@ -254,6 +256,7 @@ func (c *Collector) RunPass(ctx context.Context, sel Selector) (st PassStats, er
 		st.ReclaimedBytes += res.reclaimedBytes
 		if res.pendingBytes > 0 {
 			st.ReclaimLeft++
+			st.ReclaimPendingBytes += res.pendingBytes
 		}
 		if res.incremental {
 			st.Incremental++
