@@ -341,6 +341,13 @@ func (c *Collector) visitRows(ctx context.Context, m *table.Meta, plan visitPlan
 func (c *Collector) visitBatch(m *table.Meta, rows [][]byte, dues map[string][]int64, rules sweepRules, now int64, res *tableResult, sc *scratch) (int, error) {
 	unlock := c.eng.LockRows(m.ID, rows)
 	defer unlock()
+	// One iterator, opened once the rows are locked, bounded to each row in
+	// turn.
+	it, err := c.eng.Store().NewIter(nil)
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
 	b := c.eng.Store().NewBatch()
 	defer b.Close()
 	streaming := c.eng.Streaming(m.ID) // asked under the rows' locks
@@ -359,7 +366,8 @@ func (c *Collector) visitBatch(m *table.Meta, rows [][]byte, dues map[string][]i
 		prefix := storage.RowPrefix(m.ID, row)
 		end := storage.PrefixEnd(prefix)
 		before := res.examined
-		cands, _, err := c.scanBatch(m, prefix, end, now, sweepAll, rules, res, sc)
+		it.SetBounds(prefix, end)
+		cands, _, err := c.scanIter(it, m, now, sweepAll, rules, res, sc)
 		if err != nil {
 			return 0, err
 		}

@@ -250,6 +250,12 @@ func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, now int64, onlyF
 		return nil, nil, err
 	}
 	defer it.Close()
+	return c.scanIter(it, m, now, onlyFamily, rules, res, sc)
+}
+
+// scanIter is scanBatch over an iterator already bounded to its span (a
+// visit reuses one iterator for the rows of its batch).
+func (c *Collector) scanIter(it *pebble.Iterator, m *table.Meta, now int64, onlyFamily uint32, rules sweepRules, res *tableResult, sc *scratch) ([]candidate, []byte, error) {
 	var (
 		cands    = sc.cands[:0]
 		examined int
