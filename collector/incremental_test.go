@@ -274,3 +274,58 @@ func TestAgendaSettledByWholeSweep(t *testing.T) {
 		t.Fatalf("%d cells stored, want 10", e.stored(t, "t"))
 	}
 }
+
+// TestRepairsMarkAndImportsSweepWhole: a repaired cell puts its row on the
+// agenda like a write; imported cells carry no agenda entries, so the pass
+// after an import sweeps the table whole.
+func TestRepairsMarkAndImportsSweepWhole(t *testing.T) {
+	e := newEnv(t, table.HideEligible, Options{Pause: -1, WholeShare: -1})
+	e.create(t, "t", map[string]string{"v": "maxversions=1"})
+	now := e.now()
+	e.set(t, "t", "r1", "v", "q", now, 0)
+	e.set(t, "t", "r2", "v", "q", now, 0)
+	e.clock.Advance(time.Minute)
+	e.pass(t) // whole, settles the writes' entries
+	m, _ := e.eng.Table(inst, "t")
+	if _, err := e.eng.RepairCell(m, table.RawCell{Row: []byte("r1"), Family: "v", Qualifier: []byte("q"), Timestamp: now + 1000, Value: []byte("x"),
+		Stamp: storage.Stamp{Commit: now, Cluster: "c2"}}); err != nil {
+		t.Fatal(err)
+	}
+	st := e.pass(t)
+	if st.Incremental != 1 || st.VisitedRows != 1 || st.Collected != 1 {
+		t.Fatalf("pass after a repair: %+v; want an incremental visit of r1 collecting its older version", st)
+	}
+	f, _ := m.Family("v")
+	k := storage.CellKey(0, []byte("r2"), f.ID, []byte("q"), now+2000)
+	if err := e.eng.ImportPairs(m, table.ExportCells, [][2][]byte{{k, storage.EncodeValue([]byte("y"), 0)}}); err != nil {
+		t.Fatal(err)
+	}
+	st = e.pass(t)
+	if st.Incremental != 0 || st.Collected != 1 {
+		t.Fatalf("pass after an import: %+v; want a whole sweep collecting r2's older version", st)
+	}
+	if st = e.pass(t); st.Incremental != 1 {
+		t.Fatalf("the pass after the whole sweep: %+v; want incremental", st)
+	}
+}
+
+// TestBecomingLeaderSweepsWhole: a cluster that is not the GC leader visits
+// rows but leaves their versions-eligible cells (and deletes their agenda
+// entries); once it becomes the leader, its next pass sweeps whole and
+// collects them.
+func TestBecomingLeaderSweepsWhole(t *testing.T) {
+	var leader atomic.Bool
+	e := newEnv(t, table.HideEligible, Options{Pause: -1, WholeShare: -1, DecidesVersions: leader.Load})
+	e.create(t, "t", map[string]string{"v": "maxversions=1"})
+	e.pass(t)
+	now := e.now()
+	e.set(t, "t", "r", "v", "q", now, 0)
+	e.set(t, "t", "r", "v", "q", now+1000, 0)
+	if st := e.pass(t); st.Incremental != 1 || st.Collected != 0 {
+		t.Fatalf("non-leader pass %+v; want incremental, nothing collected", st)
+	}
+	leader.Store(true)
+	if st := e.pass(t); st.Incremental != 0 || st.Collected != 1 {
+		t.Fatalf("first pass as leader %+v; want whole, collecting the older version", st)
+	}
+}
