@@ -166,6 +166,29 @@ func (c *Collector) finishTable(ctx context.Context, m *table.Meta, now int64, o
 // at least this share of its estimated disk size.
 const reclaimDenseShare = 0.25
 
+// reclaimEstimates bounds the disk-usage estimates a table's reclaim makes
+// (each reads index blocks of the files at its bounds): the deletion spans
+// are judged in at most this many groups of consecutive spans.
+const reclaimEstimates = 32
+
+// coarseSpans merges consecutive spans (in key order) into at most n groups.
+func coarseSpans(spans []delSpan, n int) []delSpan {
+	if len(spans) <= n {
+		return spans
+	}
+	per := (len(spans) + n - 1) / n
+	var out []delSpan
+	for i := 0; i < len(spans); i += per {
+		g := spans[i:min(i+per, len(spans))]
+		d := delSpan{lo: g[0].lo, hi: g[len(g)-1].hi}
+		for _, s := range g {
+			d.bytes += s.bytes
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
 // reclaimDense compacts the runs of dense deletion spans, so their space
 // comes back within the pass; sparse spans (a few deletions among many
 // live cells) are left to Pebble's compactions, which its tombstone-density
@@ -184,7 +207,7 @@ func (c *Collector) reclaimDense(ctx context.Context, res *tableResult) error {
 	type run struct{ lo, hi []byte }
 	var runs []run
 	open := false // the last span was dense: a dense one extends its run
-	for _, s := range res.spans {
+	for _, s := range coarseSpans(res.spans, reclaimEstimates) {
 		disk, err := store.EstimateDiskUsage(s.lo, s.hi)
 		if err != nil {
 			return err
