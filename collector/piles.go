@@ -9,6 +9,7 @@ import (
 
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/schedule"
+	"github.com/ebbtable/ebbtable/storage"
 )
 
 // Piles: a column written often under a max-versions rule piles up hidden
@@ -26,8 +27,10 @@ const maxPiles = 16384
 // its row: a quarter of the pass interval, at most 5 s.
 func (c *Collector) PileDelay() time.Duration { return min(c.opts.Interval/4, 5*time.Second) }
 
-// notePile is the engine's pile hook.
-func (c *Collector) notePile(tableID uint64, row []byte) {
+// notePile is the engine's pile hook. Rows are kept by their cell-key
+// prefix, so a report of a row already waiting (a hot row read again and
+// again) costs one map lookup that allocates nothing.
+func (c *Collector) notePile(tableID uint64, prefix []byte) {
 	c.pileMu.Lock()
 	defer c.pileMu.Unlock()
 	t := c.piles[tableID]
@@ -38,10 +41,10 @@ func (c *Collector) notePile(tableID uint64, row []byte) {
 		t = map[string]time.Time{}
 		c.piles[tableID] = t
 	}
-	if _, ok := t[string(row)]; ok || c.pileCount >= maxPiles {
+	if _, ok := t[string(prefix)]; ok || c.pileCount >= maxPiles {
 		return
 	}
-	t[string(row)] = c.opts.Clock.Now()
+	t[string(prefix)] = c.opts.Clock.Now()
 	c.pileCount++
 	c.m.pilesWaiting.Set(float64(c.pileCount))
 }
@@ -64,9 +67,13 @@ func (c *Collector) duePiles() map[uint64][][]byte {
 			if at.After(cut) {
 				continue
 			}
-			out[id] = append(out[id], []byte(r))
 			delete(rows, r)
 			c.pileCount--
+			row, err := storage.DecodeRowKey([]byte(r))
+			if err != nil {
+				continue
+			}
+			out[id] = append(out[id], row)
 		}
 		if len(rows) == 0 {
 			delete(c.piles, id)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ebbtable/ebbtable/cell"
+	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
 )
 
@@ -62,7 +63,7 @@ func TestPilesAreCollectedBeforeTheNextPass(t *testing.T) {
 	}
 	// The set is bounded.
 	for i := 0; i < maxPiles+100; i++ {
-		e.col.notePile(1, []byte(fmt.Sprint(i)))
+		e.col.notePile(1, storage.RowPrefix(1, []byte(fmt.Sprint(i))))
 	}
 	if n := e.col.PilesWaiting(); n != maxPiles {
 		t.Fatalf("%d piles waiting, want the bound %d", n, maxPiles)
