@@ -104,7 +104,11 @@ stops the pass between two batches; what was collected stays collected.`,
 				line += fmt.Sprintf("; reclaim %s, %s of disk freed", humanDuration(d), humanBytes(r.int("reclaimed_bytes")))
 			}
 			if n := r.int("reclaim_left_tables"); n > 0 {
-				line += fmt.Sprintf("; %s collected too little to compact for: Pebble's compactions free that space", plural(n, "table"))
+				line += fmt.Sprintf("; %s pending in %s (deletions too few or too sparse to compact for): Pebble's compactions free that space",
+					humanBytes(r.int("reclaim_pending_bytes")), plural(n, "table"))
+			}
+			if n := r.int("incremental_tables"); n > 0 {
+				line += fmt.Sprintf("; %s incremental, %s visited", plural(n, "table"), plural(r.int("visited_rows"), "row"))
 			}
 			_, err = fmt.Fprintln(out, line)
 			return err
@@ -188,7 +192,12 @@ that pass examined and collected; its expiry debt (cells that were eligible
 but not yet collected when that pass reached them, their bytes, and how long
 the oldest had been eligible); its logical bytes (keys and values of live
 cells as of the last full scan, 0 until a pass had to read the whole table)
-and estimated disk bytes. "-" marks figures a table does not have yet.
+and estimated disk bytes; what became of the space the pass collected (freed
+by its compaction, or pending: left to Pebble's compactions); how the pass
+went over the table (whole, or incremental with the rows it visited); the
+rows waiting on the GC agenda (due now: the next pass visits them; later:
+native expiries ahead); and the hidden (versions-eligible) cells the pass
+found. "-" marks figures a table does not have yet.
 
 --json prints the server's answer unchanged, as JSON.`,
 		Args: exactArgs(0, "no arguments"),
@@ -220,6 +229,7 @@ func printGCStatus(w io.Writer, r fields) error {
 		last = fmt.Sprintf("%s (took %s)", formatPassTime(started), humanDuration(r.seconds("last_pass_seconds")))
 	}
 	fmt.Fprintf(tw, "last background pass\t%s\n", last)
+	fmt.Fprintf(tw, "piles waiting\t%d\n", r.int("piles_waiting"))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -232,7 +242,7 @@ func printGCStatus(w io.Writer, r fields) error {
 	slices.SortFunc(tables, func(a, b fields) int { return cmp.Compare(a.str("table"), b.str("table")) })
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TABLE\tFAMILY\tRULE\tAGE CUTOFF\tLAST PASS\tEXAMINED\tCOLLECTED\tCOLLECTED BYTES\tDEBT CELLS\tDEBT BYTES\tDEBT OLDEST\tLOGICAL BYTES\tDISK BYTES\tRECLAIM")
+	fmt.Fprintln(tw, "TABLE\tFAMILY\tRULE\tAGE CUTOFF\tLAST PASS\tEXAMINED\tCOLLECTED\tCOLLECTED BYTES\tDEBT CELLS\tDEBT BYTES\tDEBT OLDEST\tLOGICAL BYTES\tDISK BYTES\tRECLAIM\tPASS\tWAITING\tHIDDEN VERSIONS")
 	for _, t := range tables {
 		fams := t.list("families")
 		slices.SortFunc(fams, func(a, b fields) int { return cmp.Compare(a.str("name"), b.str("name")) })
@@ -240,7 +250,7 @@ func printGCStatus(w io.Writer, r fields) error {
 		if len(fams) > 0 {
 			name, rule, cut = fams[0].str("name"), fams[0].str("rule"), ageCutoffOf(fams[0])
 		}
-		figures := "-\t-\t-\t-\t-\t-\t-\t-\t-\t-"
+		figures := "-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-"
 		if lp := t.str("last_pass"); lp != "" {
 			oldest := "-"
 			if t.int("debt_cells") > 0 {
@@ -250,6 +260,7 @@ func printGCStatus(w io.Writer, r fields) error {
 				formatPassTime(lp), t.int("examined"), t.int("collected"), humanBytes(t.int("collected_bytes")),
 				t.int("debt_cells"), humanBytes(t.int("debt_bytes")), oldest,
 				humanBytes(t.int("logical_bytes")), humanBytes(t.int("disk_bytes")), reclaimOf(t))
+			figures += fmt.Sprintf("\t%s\t%d now, %d later\t%d", passKind(t), t.int("agenda_due"), t.int("agenda_later"), t.int("hidden_versions"))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.str("table"), name, rule, cut, figures)
 		for _, f := range fams[min(1, len(fams)):] {
@@ -257,6 +268,15 @@ func printGCStatus(w io.Writer, r fields) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// passKind says how the last pass went over a table: swept whole, or
+// incremental with the rows it visited.
+func passKind(t fields) string {
+	if b, ok := t["incremental"]; ok && b.GetBoolValue() {
+		return "incremental, " + plural(t.int("visited_rows"), "row")
+	}
+	return "whole"
 }
 
 // formatPassTime shortens the server's RFC 3339 time to milliseconds, UTC.

@@ -87,7 +87,7 @@ func TestGCRunGivesSpaceBack(t *testing.T) {
 	t.Logf("gc run: %s", out.stdout)
 	wantMatch(t, "gc run", out.stdout, `collected 480 cells \(30\.0 MiB\).*\nsweep .* examined/s, .* collected/s\); reclaim .*, [0-9.]+ MiB of disk freed\n`)
 	st := run(t, nil, ebbtableBin, "gc", "status", "--addr", srv.addr)
-	wantMatch(t, "gc status", st.stdout, `(?m)^t\s.*\s[0-9.]+ MiB freed$`)
+	wantMatch(t, "gc status", st.stdout, `(?m)^t\s.*\s[0-9.]+ MiB freed\s+whole\s+0 now, 0 later\s+0$`)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		after, big := dataDirBytes(t, dir)

@@ -43,6 +43,14 @@ type Options struct {
 	// half an interval, so the space still comes back within the promised
 	// two. Default DefaultReclaimRate; negative means unpaced.
 	ReclaimRate int64
+	// WholeShare: an incremental pass sweeps a table whole instead when
+	// more than this share of its rows are due (visiting rows one by one
+	// then costs more than streaming the table). Default 0.25; negative:
+	// never for that reason.
+	WholeShare float64
+	// AlwaysWhole sweeps every table whole on every pass (the behaviour
+	// before incremental passes; a baseline for tests and benchmarks).
+	AlwaysWhole bool
 	// MaxBackoff caps the wait after failed passes. Default 10m.
 	MaxBackoff time.Duration
 	// DecidesVersions says whether this cluster is its instance's GC
@@ -96,6 +104,9 @@ func (o *Options) EnsureDefaults() {
 	if o.MaxBackoff == 0 {
 		o.MaxBackoff = 10 * time.Minute
 	}
+	if o.WholeShare == 0 {
+		o.WholeShare = 0.25
+	}
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
@@ -128,12 +139,20 @@ type Collector struct {
 	holds  map[holdKey]bool // families whose age sweeps are held
 	cutMu  sync.Mutex       // age cutoff updates
 
+	pileMu    sync.Mutex
+	piles     map[uint64]map[string]time.Time // table id → row → reported (piles.go)
+	pileCount int
+
+	incMu sync.Mutex
+	inc   map[uint64]*incState // per table id, see incremental.go
+
 	statusMu sync.Mutex
 	status   map[uint64]*TableStatus
 	lastPass PassStats
 
-	loop     *schedule.Loop
-	nextPass atomic.Int64 // unix nanoseconds of the next scheduled pass; 0: none
+	loop      *schedule.Loop
+	nextPass  atomic.Int64 // unix nanoseconds of the next scheduled pass; 0: none
+	pilesLoop *schedule.Loop
 }
 
 // New builds a collector for eng. Call Start to run it in the background.
@@ -148,8 +167,11 @@ func New(eng *table.Engine, opts Options) (*Collector, error) {
 		log:    opts.Logger,
 		m:      newMetrics(opts.Registerer),
 		status: map[uint64]*TableStatus{},
+		inc:    map[uint64]*incState{},
+		piles:  map[uint64]map[string]time.Time{},
 	}
 	registerScheduleMetrics(opts.Registerer, c)
+	eng.SetPileHook(c.notePile)
 	return c, nil
 }
 
@@ -165,13 +187,15 @@ func (c *Collector) Start() {
 		_, err := c.RunPass(ctx, Selector{})
 		return err
 	})
+	c.pilesLoop = c.startPiles()
 }
 
 // Stop ends the background loop, interrupting a running pass between
 // batches, and waits for it.
 func (c *Collector) Stop() {
 	c.loop.Stop()
-	c.loop = nil
+	c.pilesLoop.Stop()
+	c.loop, c.pilesLoop = nil, nil
 }
 
 // Selector picks the tables of a pass; empty fields match everything.
@@ -201,10 +225,16 @@ type PassStats struct {
 	// ReclaimedBytes is how much the compacted tables' estimated disk
 	// usage fell across their reclaim compactions.
 	ReclaimedBytes int64
-	// ReclaimLeft counts tables whose pass collected too little (under
-	// Options.CompactMinBytes) to compact for: Pebble's own compactions
-	// reclaim that space as they rewrite the files.
+	// ReclaimLeft counts tables with deletions left to Pebble's own
+	// compactions: too few (under Options.CompactMinBytes) or too sparse
+	// to compact for.
 	ReclaimLeft int
+	// ReclaimPendingBytes sums those tables' bytes left to Pebble.
+	ReclaimPendingBytes int64
+	// Incremental counts the tables passed by visiting rows rather than
+	// sweeping whole, VisitedRows the rows they visited.
+	Incremental int
+	VisitedRows int64
 }
 
 // RunPass runs one pass now over the selected tables and returns when it is
@@ -224,7 +254,7 @@ func (c *Collector) RunPass(ctx context.Context, sel Selector) (st PassStats, er
 	for i, m := range matching {
 		progress.FromContext(ctx).Phase(fmt.Sprintf("table %s (%d/%d)", m.Name, i+1, len(matching)), "cells", c.examinedEstimate(m.ID))
 		t0 := c.opts.Clock.Now()
-		res, err := c.sweepTable(ctx, m, sweepAll, !c.decidesVersions())
+		res, err := c.passTable(ctx, m)
 		res.duration = c.opts.Clock.Now().Sub(t0)
 		st.Tables++
 		st.Examined += res.examined
@@ -232,8 +262,13 @@ func (c *Collector) RunPass(ctx context.Context, sel Selector) (st PassStats, er
 		st.CollectedBytes += res.collectedBytes
 		st.Compaction += res.compaction
 		st.ReclaimedBytes += res.reclaimedBytes
-		if res.reclaimSkipped {
+		if res.pendingBytes > 0 {
 			st.ReclaimLeft++
+			st.ReclaimPendingBytes += res.pendingBytes
+		}
+		if res.incremental {
+			st.Incremental++
+			st.VisitedRows += int64(res.visitedAgenda + res.visitedAged)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -248,6 +283,9 @@ func (c *Collector) RunPass(ctx context.Context, sel Selector) (st PassStats, er
 		}
 	}
 	st.Duration = c.opts.Clock.Now().Sub(st.Started)
+	if sel.Table == "" && sel.Instance == "" {
+		c.forgetStates(tables)
+	}
 	if len(errs) > 0 {
 		return st, errors.Join(errs...)
 	}

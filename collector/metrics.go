@@ -21,6 +21,12 @@ type metrics struct {
 	reclaimed      *prometheus.CounterVec
 	recordsExpired *prometheus.CounterVec
 	tablePass      *prometheus.GaugeVec
+	tablePasses    *prometheus.CounterVec
+	rowsVisited    *prometheus.CounterVec
+	agendaRows     *prometheus.GaugeVec
+	hiddenVersions *prometheus.GaugeVec
+	rangeDeleted   prometheus.Counter
+	pilesWaiting   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -90,8 +96,32 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ebbtable_gc_table_pass_duration_seconds",
 			Help: "How long the last pass took over a table (sweep and reclaim), on the server's clock.",
 		}, []string{"instance", "table"}),
+		tablePasses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ebbtable_gc_table_passes_total",
+			Help: "Table passes by kind: whole (the table swept) or incremental (only the rows the GC agenda and the timestamp block property named).",
+		}, []string{"kind"}),
+		rowsVisited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ebbtable_gc_rows_visited_total",
+			Help: "Rows incremental passes judged, by source: agenda (a write or an expiry put them there) or age (a cell aged past a max age).",
+		}, []string{"source"}),
+		agendaRows: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ebbtable_gc_agenda_entries",
+			Help: "GC agenda entries of a table after its last pass: due (waiting for the next pass) or later (native expiries still ahead). Counted up to 100,000 each pass.",
+		}, []string{"instance", "table", "due"}),
+		hiddenVersions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ebbtable_gc_hidden_versions_debt_cells",
+			Help: "Versions-eligible (hidden) cells a table's last pass found: collected, or left for the GC leader.",
+		}, []string{"instance", "table"}),
+		rangeDeleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ebbtable_gc_cells_range_deleted_total",
+			Help: "Collected cells deleted by one range deletion of their whole row.",
+		}),
+		pilesWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ebbtable_gc_pile_rows_waiting",
+			Help: "Rows reads found piling up hidden versions, waiting for the collector's early visit.",
+		}),
 	}
-	reg.MustRegister(m.tablePass, m.recordsExpired, m.cellsCollected, m.bytesCollected, m.cellsExamined, m.batches, m.failures,
+	reg.MustRegister(m.tablePass, m.pilesWaiting, m.tablePasses, m.rowsVisited, m.agendaRows, m.hiddenVersions, m.rangeDeleted, m.recordsExpired, m.cellsCollected, m.bytesCollected, m.cellsExamined, m.batches, m.failures,
 		m.passDuration, m.lastPass, m.debtCells, m.debtBytes, m.debtOldest, m.logicalBytes, m.diskBytes,
 		m.reclaimPending, m.reclaimed)
 	return m

@@ -3,6 +3,7 @@ package collector
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -91,5 +92,46 @@ func TestExpiredCellsInSSTablesAreCollected(t *testing.T) {
 				t.Fatalf("pass collected %d cells, %d stored; want 50 expired collected and 50 kept", st.Collected, left)
 			}
 		})
+	}
+}
+
+// TestSparseDeletionsAreLeftPending: a pass that deletes one version in
+// five, spread evenly over a flushed table, compacts nothing: the deletions
+// are too sparse to be worth rewriting the files for, and their bytes are
+// reported pending (left to Pebble's compactions). TestPassReclaimsDiskSpace
+// is the dense case.
+func TestSparseDeletionsAreLeftPending(t *testing.T) {
+	e := newEnv(t, table.HideEligible, Options{Pause: -1})
+	e.create(t, "t", map[string]string{"cf": "never"})
+	now := e.now()
+	rng := rand.New(rand.NewPCG(1, 2))
+	var entries []table.RowMutation
+	for r := 0; r < 2000; r++ {
+		var muts []table.Mutation
+		for v := int64(0); v < 5; v++ {
+			val := make([]byte, 1024)
+			for i := range val {
+				val[i] = byte(rng.Uint32()) // incompressible: disk size follows logical size
+			}
+			muts = append(muts, table.Mutation{Kind: table.SetCell, Family: "cf", Qualifier: []byte("q"), Timestamp: now - v*1000, Value: val})
+		}
+		entries = append(entries, table.RowMutation{Row: []byte(fmt.Sprintf("row%05d", r)), Mutations: muts})
+	}
+	if _, err := e.eng.MutateRows(inst, "t", entries); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.eng.Store().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.eng.ModifyFamilies(inst, "t", []table.FamilyMod{{Name: "cf", Update: true, GC: gcrule.MaxVersions(4)}}); err != nil {
+		t.Fatal(err)
+	}
+	st := e.pass(t)
+	if st.Collected != 2000 || st.Compaction != 0 || st.ReclaimLeft != 1 || st.ReclaimPendingBytes < 2000*1024 {
+		t.Fatalf("pass %+v; want 2,000 cells collected, no compaction, their bytes pending", st)
+	}
+	sts, _ := e.col.Status(inst)
+	if sts[0].ReclaimPendingBytes != st.ReclaimPendingBytes || sts[0].ReclaimedBytes != 0 {
+		t.Fatalf("status %+v", sts[0])
 	}
 }

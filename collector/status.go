@@ -34,7 +34,20 @@ type TableStatus struct {
 	// compacting (too few to be worth it; Pebble's compactions free them).
 	ReclaimedBytes      int64
 	ReclaimPendingBytes int64
+	// Incremental: the last pass visited rows (VisitedRows of them)
+	// instead of sweeping the table whole.
+	Incremental bool
+	VisitedRows int64
+	// AgendaDue and AgendaLater count the GC agenda's entries after the
+	// last pass: due now (the next pass visits their rows) and due later
+	// (native expiries ahead). Counted up to agendaCountLimit each.
+	AgendaDue, AgendaLater int
+	// HiddenVersions: versions-eligible cells the last pass found.
+	HiddenVersions int64
 }
+
+// agendaCountLimit bounds the agenda entries counted for the status.
+const agendaCountLimit = 100_000
 
 func (c *Collector) record(m *table.Meta, res tableResult) {
 	disk, _ := c.eng.Store().EstimateDiskUsage(storage.TablePrefix(m.ID), storage.TableEnd(m.ID))
@@ -54,10 +67,21 @@ func (c *Collector) record(m *table.Meta, res tableResult) {
 		c.m.logicalBytes.WithLabelValues(m.Instance, m.Name).Set(float64(res.liveBytes))
 	}
 	st.DiskBytes = int64(disk)
-	st.ReclaimedBytes, st.ReclaimPendingBytes = res.reclaimedBytes, 0
-	if res.reclaimSkipped {
-		st.ReclaimPendingBytes = res.collectedBytes
+	st.ReclaimedBytes, st.ReclaimPendingBytes = res.reclaimedBytes, res.pendingBytes
+	st.Incremental, st.VisitedRows = res.incremental, int64(res.visitedAgenda+res.visitedAged)
+	st.HiddenVersions = res.versionsFound
+	if due, later, err := c.eng.AgendaCounts(m, clock.Micros(c.opts.Clock.Now()), agendaCountLimit); err == nil {
+		st.AgendaDue, st.AgendaLater = due, later
 	}
+	kind := "whole"
+	if res.incremental {
+		kind = "incremental"
+	}
+	c.m.tablePasses.WithLabelValues(kind).Inc()
+	c.m.rangeDeleted.Add(float64(res.rangeDeleted))
+	c.m.agendaRows.WithLabelValues(m.Instance, m.Name, "now").Set(float64(st.AgendaDue))
+	c.m.agendaRows.WithLabelValues(m.Instance, m.Name, "later").Set(float64(st.AgendaLater))
+	c.m.hiddenVersions.WithLabelValues(m.Instance, m.Name).Set(float64(st.HiddenVersions))
 	c.m.reclaimPending.WithLabelValues(m.Instance, m.Name).Set(float64(st.ReclaimPendingBytes))
 	c.m.reclaimed.WithLabelValues(m.Instance, m.Name).Add(float64(res.reclaimedBytes))
 	c.m.debtCells.WithLabelValues(m.Instance, m.Name).Set(float64(res.debtCells))

@@ -39,22 +39,43 @@ type tableResult struct {
 	collectedBytes int64
 	liveBytes      int64
 	fullScan       bool
-	debtCells      int64
-	debtBytes      int64
-	debtOldest     time.Duration
-	compaction     time.Duration
-	// reclaimedBytes is how much the table's estimated disk usage fell
-	// across the reclaim compaction; reclaimSkipped says the pass
-	// collected too little to compact for (Pebble's own compactions
-	// reclaim it in time).
+	// rows the sweep passed (a whole sweep: the table's rows).
+	rows int64
+	// incremental: the pass visited rows (visitedAgenda from the agenda,
+	// visitedAged holding cells that aged since the last pass) instead of
+	// sweeping the table whole.
+	incremental   bool
+	visitedAgenda int
+	visitedAged   int
+	// rangeDeleted counts cells deleted by whole-row range deletions.
+	rangeDeleted int64
+	debtCells    int64
+	debtBytes    int64
+	debtOldest   time.Duration
+	compaction   time.Duration
+	// spans are the key spans of the committed deletion batches, in key
+	// order, with the bytes each deleted: reclaim compacts the dense ones.
+	spans []delSpan
+	// reclaimedBytes is how much the database's disk usage fell across
+	// the reclaim compactions; pendingBytes were collected where deletions
+	// were too sparse (or too few) to compact for, left to Pebble's own
+	// compactions.
 	reclaimedBytes int64
-	reclaimSkipped bool
+	pendingBytes   int64
 	dropped        []uint32
 	// leftToLeader counts versions-eligible cells this (non-leader)
-	// cluster left for the GC leader.
-	leftToLeader int64
+	// cluster left for the GC leader; versionsFound counts every
+	// versions-eligible cell found (collected or left).
+	leftToLeader  int64
+	versionsFound int64
 	// duration is the table's sweep and reclaim on the collector's clock.
 	duration time.Duration
+}
+
+// delSpan is the key span [lo, hi) of one deletion batch.
+type delSpan struct {
+	lo, hi []byte
+	bytes  int64
 }
 
 // sweepTable collects one table (or one family of it) under the rules in m,
@@ -77,15 +98,10 @@ func (c *Collector) sweepTableAt(ctx context.Context, m *table.Meta, onlyFamily 
 	res := tableResult{}
 	res.fullScan = onlyFamily == sweepAll
 	lo, hi := storage.TablePrefix(m.ID), storage.TableEnd(m.ID)
-	// Every table is scanned whole. A block-property filter can only skip
-	// blocks by what their keys show: Pebble's columnar SSTables hand
-	// collectors no values, so native expiries (in the value header) leave
-	// no trace a filter could use, and any block may hold an expired cell.
-	// (Until this was found, an age-only table's pass skipped blocks by an
-	// expiry property that was always empty, and expired cells flushed to
-	// SSTables were never collected.) The timestamp filter alone cannot
-	// replace the scan: it finds age-eligible cells, not expired ones.
-	var first, last []byte
+	// A whole sweep reads every cell. (A block-property filter cannot
+	// find cells past their native expiry: Pebble's columnar SSTables hand
+	// collectors no values, so expiries leave no trace in a property.
+	// Incremental passes find those through the GC agenda, incremental.go.)
 	var sc scratch
 	cursor := lo
 	for cursor != nil {
@@ -101,68 +117,133 @@ func (c *Collector) sweepTableAt(ctx context.Context, m *table.Meta, onlyFamily 
 			return res, err
 		}
 		if len(cands) > 0 {
+			deleted := res.collectedBytes
 			if err := c.deleteBatch(m, cands, now, &res, &sc); err != nil {
 				return res, err
 			}
 			// The candidates' keys are reused by the next batch.
-			if first == nil || bytes.Compare(cands[0].key, first) < 0 {
-				first = bytes.Clone(cands[0].key)
-			}
-			if k := cands[len(cands)-1].key; last == nil || bytes.Compare(k, last) > 0 {
-				last = append(last[:0], k...)
+			if deleted = res.collectedBytes - deleted; deleted > 0 {
+				res.spans = append(res.spans, delSpan{lo: bytes.Clone(cands[0].key),
+					hi: storage.PrefixEnd(cands[len(cands)-1].key), bytes: deleted})
 			}
 		}
 		cursor = next
-		if cursor != nil && c.opts.Pause > 0 {
-			// Pacing is about sharing the machine now, so it waits
-			// on the real clock, not the injected one that decides
-			// what is eligible: at least Pause, and long enough that
-			// the pass works at most a third of the time.
-			pause := max(c.opts.Pause, 2*time.Since(busy))
-			t := time.NewTimer(pause)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return res, ctx.Err()
-			case <-t.C:
+		if cursor != nil {
+			if err := c.pace(ctx, busy); err != nil {
+				return res, err
 			}
 		}
 	}
 	if res.fullScan {
 		res.dropped = m.DroppedFamilies
 	}
+	if err := c.finishTable(ctx, m, now, onlyFamily, rules, &res); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// finishTable ends a table's sweep or visits: it makes the deletions
+// durable, reclaims their space where they are dense, forgets the dropped
+// families swept and advances the age cutoffs.
+func (c *Collector) finishTable(ctx context.Context, m *table.Meta, now int64, onlyFamily uint32, rules sweepRules, res *tableResult) error {
 	if res.collected > 0 {
 		// Deletions in the default visibility mode are committed without
 		// an fsync; one now makes the whole pass durable before it
 		// reports, so a crash cannot bring back what it says it removed.
 		if err := c.eng.SyncWAL(); err != nil {
-			return res, err
+			return err
 		}
 	}
-	switch {
-	case res.collectedBytes >= c.opts.CompactMinBytes && first != nil:
-		// The whole database's disk usage, WAL and obsolete files
-		// included: deleted cells may have lived only in the memtable
-		// and its WAL, which the compaction flushes.
-		before := c.eng.Store().DiskSpaceUsage()
-		t0 := time.Now()
-		if err := c.reclaim(ctx, first, storage.PrefixEnd(last)); err != nil {
-			return res, err
-		}
-		res.compaction = time.Since(t0)
-		res.reclaimedBytes = max(int64(before)-int64(c.eng.Store().DiskSpaceUsage()), 0)
-	case res.collected > 0:
-		res.reclaimSkipped = true
+	if err := c.reclaimDense(ctx, res); err != nil {
+		return err
 	}
 	if len(res.dropped) > 0 {
 		if err := c.eng.ForgetDropped(m.Instance, m.Name, res.dropped); err != nil {
-			return res, err
+			return err
 		}
 	}
-	if err := c.advanceAgeCutoffs(m, now, onlyFamily, rules.held); err != nil {
-		return res, err
+	return c.advanceAgeCutoffs(m, now, onlyFamily, rules.held)
+}
+
+// reclaimDenseShare: a deletion span is compacted when what it deleted is
+// at least this share of its estimated disk size.
+const reclaimDenseShare = 0.25
+
+// reclaimEstimates bounds the disk-usage estimates a table's reclaim makes
+// (each reads index blocks of the files at its bounds): the deletion spans
+// are judged in at most this many groups of consecutive spans.
+const reclaimEstimates = 32
+
+// coarseSpans merges consecutive spans (in key order) into at most n groups.
+func coarseSpans(spans []delSpan, n int) []delSpan {
+	if len(spans) <= n {
+		return spans
 	}
-	return res, nil
+	per := (len(spans) + n - 1) / n
+	var out []delSpan
+	for i := 0; i < len(spans); i += per {
+		g := spans[i:min(i+per, len(spans))]
+		d := delSpan{lo: g[0].lo, hi: g[len(g)-1].hi}
+		for _, s := range g {
+			d.bytes += s.bytes
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// reclaimDense compacts the runs of dense deletion spans, so their space
+// comes back within the pass; sparse spans (a few deletions among many
+// live cells) are left to Pebble's compactions, which its tombstone-density
+// heuristics schedule, and reported as pending. Deleted cells that lived
+// only in the memtable make a span of no disk size, dense: compacting it
+// flushes them.
+func (c *Collector) reclaimDense(ctx context.Context, res *tableResult) error {
+	if res.collected == 0 {
+		return nil
+	}
+	if res.collectedBytes < c.opts.CompactMinBytes {
+		res.pendingBytes = res.collectedBytes
+		return nil
+	}
+	store := c.eng.Store()
+	type run struct{ lo, hi []byte }
+	var runs []run
+	open := false // the last span was dense: a dense one extends its run
+	for _, s := range coarseSpans(res.spans, reclaimEstimates) {
+		disk, err := store.EstimateDiskUsage(s.lo, s.hi)
+		if err != nil {
+			return err
+		}
+		if disk > 0 && float64(s.bytes) < reclaimDenseShare*float64(disk) {
+			res.pendingBytes += s.bytes
+			open = false
+			continue
+		}
+		if open {
+			runs[len(runs)-1].hi = s.hi
+		} else {
+			runs = append(runs, run{s.lo, s.hi})
+		}
+		open = true
+	}
+	if len(runs) == 0 {
+		return nil
+	}
+	// The whole database's disk usage, WAL and obsolete files included:
+	// deleted cells may have lived only in the memtable and its WAL, which
+	// the compaction flushes.
+	before := store.DiskSpaceUsage()
+	t0 := time.Now()
+	for _, r := range runs {
+		if err := c.reclaim(ctx, r.lo, r.hi); err != nil {
+			return err
+		}
+	}
+	res.compaction = time.Since(t0)
+	res.reclaimedBytes = max(int64(before)-int64(store.DiskSpaceUsage()), 0)
+	return nil
 }
 
 // reclaim compacts [start, end) so the space of what a pass deleted comes
@@ -196,6 +277,12 @@ func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, now int64, onlyF
 		return nil, nil, err
 	}
 	defer it.Close()
+	return c.scanIter(it, m, now, onlyFamily, rules, res, sc)
+}
+
+// scanIter is scanBatch over an iterator already bounded to its span (a
+// visit reuses one iterator for the rows of its batch).
+func (c *Collector) scanIter(it *pebble.Iterator, m *table.Meta, now int64, onlyFamily uint32, rules sweepRules, res *tableResult, sc *scratch) ([]candidate, []byte, error) {
 	var (
 		cands    = sc.cands[:0]
 		examined int
@@ -242,6 +329,9 @@ func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, now int64, onlyF
 					res.liveBytes += sizes[i]
 					continue
 				}
+				if r == table.Versions {
+					res.versionsFound++
+				}
 				if r == table.Versions && rules.skipVersions {
 					res.leftToLeader++
 					continue
@@ -266,6 +356,7 @@ func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, now int64, onlyF
 			}
 			rowKey = append(rowKey[:0], k[:n]...)
 			rowLen = n
+			res.rows++
 		}
 		examined++
 		res.examined++
@@ -416,6 +507,14 @@ func (c *Collector) deleteBatch(m *table.Meta, cands []candidate, now int64, res
 		return err
 	}
 	c.m.batches.Inc()
+	c.tally(m, done, now, res)
+	return nil
+}
+
+// tally adds committed deletions to the pass's result and the metrics. It
+// reads the candidates' families, reasons, sizes and eligibility, not their
+// keys.
+func (c *Collector) tally(m *table.Meta, done []candidate, now int64, res *tableResult) {
 	// The metrics are added per family and reason once a batch, not looked
 	// up twice for every cell.
 	type group struct {
@@ -449,7 +548,6 @@ func (c *Collector) deleteBatch(m *table.Meta, cands []candidate, now int64, res
 		c.m.cellsCollected.WithLabelValues(m.Instance, m.Name, g.family, g.reason.String()).Add(float64(cells[i]))
 		c.m.bytesCollected.WithLabelValues(m.Instance, m.Name, g.family, g.reason.String()).Add(float64(sizes[i]))
 	}
-	return nil
 }
 
 // gcReason is the change-stream reason of a collection.

@@ -136,8 +136,13 @@ func (a *ebbAdmin) gcRun(ctx context.Context, in *structpb.Struct) (*structpb.St
 		"sweep_seconds":    st.Sweep.Seconds(),
 		"reclaim_seconds":  st.Compaction.Seconds(),
 		"reclaimed_bytes":  st.ReclaimedBytes,
-		// Tables whose collected bytes were too few to compact for.
-		"reclaim_left_tables": st.ReclaimLeft,
+		// Tables with collected bytes too few or too sparse to compact for,
+		// and those bytes (left to Pebble's compactions).
+		"reclaim_left_tables":   st.ReclaimLeft,
+		"reclaim_pending_bytes": st.ReclaimPendingBytes,
+		// Tables passed by visiting rows, and the rows visited.
+		"incremental_tables": st.Incremental,
+		"visited_rows":       st.VisitedRows,
 	})
 }
 
@@ -227,6 +232,13 @@ func (a *ebbAdmin) gcStatus(ctx context.Context, in *structpb.Struct) (*structpb
 			"reclaimed_bytes":     st.ReclaimedBytes,
 			// Collected by the last pass but left to Pebble's compactions.
 			"reclaim_pending_bytes": st.ReclaimPendingBytes,
+			// The last pass's kind; the GC agenda's entries waiting (due
+			// now, due later); the versions-eligible cells it found.
+			"incremental":     st.Incremental,
+			"visited_rows":    st.VisitedRows,
+			"agenda_due":      st.AgendaDue,
+			"agenda_later":    st.AgendaLater,
+			"hidden_versions": st.HiddenVersions,
 		})
 	}
 	started := ""
@@ -239,6 +251,7 @@ func (a *ebbAdmin) gcStatus(ctx context.Context, in *structpb.Struct) (*structpb
 		"last_pass_started": started,
 		"last_pass_seconds": last.Duration.Seconds(),
 		"tables":            tables,
+		"piles_waiting":     a.s.collector.PilesWaiting(),
 	})
 }
 

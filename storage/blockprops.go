@@ -33,10 +33,13 @@ func NewTimestampCollector() pebble.BlockPropertyCollector {
 	return sstable.NewBlockIntervalCollector(TimestampPropertyName, timestampMapper{}, nil)
 }
 
-// No filter reads this property today: a GC pass must also find cells past
-// their native expiry, which no key-derived property shows (see
-// collector/sweep.go), and there is deliberately no property of expiries:
-// Pebble's columnar SSTable writer gives block-property collectors no values
-// for SET keys, so one computed from the value header would always be empty.
-// It is kept so the tables written carry it for passes that skip blocks by
-// age once expiries have a key-visible signal.
+// TimestampFilter is a block-property filter admitting only the blocks and
+// tables that may hold a cell with a timestamp in [lo, hi) (microseconds).
+// The collector finds the cells that aged past a max age since its last
+// pass with it. It sees point keys only: a point deletion of a cell shares
+// the cell's key, so both are skipped or both are read. Expiries are not in
+// any property (Pebble's columnar writer gives collectors no values for
+// SET keys); cells with one reach the collector through the GC agenda.
+func TimestampFilter(lo, hi int64) pebble.BlockPropertyFilter {
+	return sstable.NewBlockIntervalFilter(TimestampPropertyName, uint64(max(lo, 0)), uint64(max(hi, 0)), nil)
+}

@@ -153,6 +153,9 @@ func (e *Engine) insertTableLocked(m *Meta) error {
 	if err := b.DeleteRange(storage.TablePrefix(m.ID), storage.TableEnd(m.ID), nil); err != nil {
 		return err
 	}
+	if err := b.DeleteRange(storage.AgendaPrefix(m.ID), storage.AgendaEnd(m.ID), nil); err != nil {
+		return err
+	}
 	if err := b.DeleteRange(changestream.TableStart(m.ID), changestream.TableEnd(m.ID), nil); err != nil {
 		return err
 	}
@@ -199,6 +202,9 @@ func (e *Engine) DeleteTableAt(instance, name string, st storage.Stamp) error {
 			return err
 		}
 	} else if err := purgeTableData(b, m.ID); err != nil { // with its change stream
+		return err
+	}
+	if err := b.DeleteRange(storage.AgendaPrefix(m.ID), storage.AgendaEnd(m.ID), nil); err != nil {
 		return err
 	}
 	if _, ok := e.Replicating(); ok {

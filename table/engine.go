@@ -152,6 +152,11 @@ type Engine struct {
 	// replCluster holds this cluster's id while the engine replicates (see
 	// replica.go); writers read it under their row locks.
 	replCluster atomic.Pointer[string]
+	// gcGen counts, per table, arrivals of cells the GC agenda does not
+	// announce (agenda.go).
+	gcGen gcGens
+	// pileHook receives rows reads found piling up hidden versions (piles.go).
+	pileHook atomic.Pointer[pileHookBox]
 
 	seed     maphash.Seed
 	rowLocks [rowLockStripes]sync.Mutex

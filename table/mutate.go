@@ -271,6 +271,9 @@ func (e *Engine) applyOne(b *pebble.Batch, m *Meta, row []byte, p prepared, stam
 	switch p.Kind {
 	case SetCell:
 		k := storage.CellKey(m.ID, row, p.familyID, p.Qualifier, p.Timestamp)
+		if err := e.markAgenda(b, m, p.familyID, row, p.Timestamp, p.ExpireAt); err != nil {
+			return nil, err
+		}
 		return p.Value, b.Set(k, storage.EncodeStamped(p.Value, p.ExpireAt, stamp), nil)
 	case AddToCell, MergeToCell:
 		k := storage.CellKey(m.ID, row, p.familyID, p.Qualifier, p.Timestamp)
@@ -289,6 +292,9 @@ func (e *Engine) applyOne(b *pebble.Batch, m *Meta, row []byte, p prepared, stam
 				in = aggregate(p.agg, data, in)
 			}
 			closer.Close()
+		}
+		if err := e.markAgenda(b, m, p.familyID, row, p.Timestamp, p.ExpireAt); err != nil {
+			return nil, err
 		}
 		return in, b.Set(k, storage.EncodeStamped(in, p.ExpireAt, stamp), nil)
 	case DeleteFromColumn:

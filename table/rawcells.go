@@ -146,6 +146,9 @@ func (e *Engine) RepairCell(m *Meta, c RawCell) (bool, error) {
 	}
 	b := e.store.NewBatch()
 	defer b.Close()
+	if err := e.markAgenda(b, m, f.ID, c.Row, c.Timestamp, c.ExpireAt); err != nil {
+		return false, err
+	}
 	if err := b.Set(k, storage.EncodeStamped(c.Value, c.ExpireAt, c.Stamp), nil); err != nil {
 		return false, err
 	}

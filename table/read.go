@@ -289,6 +289,7 @@ type scanner struct {
 	lastQEnc, lastQ []byte
 
 	seekBuf []byte // the key a skip seeks to
+	sought  bool   // skipColumn sought past the column (it held more than its steps)
 
 	// ctx, when set, is looked at every ctxEvery keys, so a read of a
 	// long row ends soon after its caller goes away.
@@ -431,6 +432,7 @@ func (s *scanner) skipColumn(col []byte) bool {
 		}
 		s.seen++
 	}
+	s.sought = true
 	return s.seekPast(col)
 }
 
@@ -694,14 +696,19 @@ func (s *scanner) scanForward(emit func(cell.Row) error) error {
 		// accept) and take later positions: if the rule makes the next
 		// position eligible at this cell's timestamp, it makes every
 		// later version eligible.
+		hiddenTail := false
 		if !skipCol && !skipRow && !rule.IsNone() && ts >= 0 && rule.Check(pos, ts, s.now) != gcrule.ReasonNone {
-			skipCol = true
+			skipCol, hiddenTail = true, true
 		}
 		switch {
 		case skipRow:
 			valid = s.seekPast(prefix)
 		case skipCol:
+			s.sought = false
 			valid = s.skipColumn(col)
+			if hiddenTail && s.sought {
+				s.e.reportPile(s.m.ID, prefix) // more hidden versions than skipColumn steps over
+			}
 		default:
 			valid = s.it.Next()
 		}

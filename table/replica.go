@@ -506,6 +506,9 @@ func (e *Engine) applyRemoteMod(b *pebble.Batch, m *Meta, row []byte, mod change
 				return remoteSuperseded, nil
 			}
 		}
+		if err := e.markAgenda(b, m, fam, row, mod.Timestamp, mod.ExpireAt); err != nil {
+			return 0, err
+		}
 		return remoteApplied, b.Set(k, storage.EncodeStamped(mod.Value, mod.ExpireAt, st), nil)
 	case changestream.DeleteFromColumn, changestream.DeleteFromFamily, changestream.DeleteFromRow:
 		var lo, hi []byte
@@ -744,6 +747,9 @@ func (e *Engine) ImportPairs(m *Meta, kind ExportKind, pairs [][2][]byte) error 
 		if err := b.Set(k, p[1], nil); err != nil {
 			return err
 		}
+	}
+	if kind == ExportCells {
+		e.gcGen.bump(m.ID) // no agenda entries came with them
 	}
 	return e.commitOpts(b, pebble.NoSync)
 }
