@@ -96,11 +96,12 @@ func TestProgressPlain(t *testing.T) {
 		t.Errorf("plain progress has terminal control characters:\n%q", r.stderr)
 	}
 
-	// The pass just made tells the next one how many cells to expect: a
-	// total, and a percentage.
+	// The next pass visits only the rows the GC agenda names (none: nothing
+	// was written since), so whatever it shows counts rows against their
+	// known total.
 	r = ebbtable(t, at("gc", "run", "--table", "t", "--progress", "plain", "--progress-interval", "50ms")...).mustSucceed(t, "second gc run")
-	if !regexp.MustCompile(fmt.Sprintf(`(?m)^gc run: table t \(1/1\): \d+ of %d cells \(\d+%%\)$`, progressCells)).MatchString(r.stderr) {
-		t.Errorf("the second gc run shows no total:\n%s", r.stderr)
+	if r.stderr != "" && !regexp.MustCompile(`(?m)^gc run: table t \(1/1\): \d+ of \d+ rows`).MatchString(r.stderr) {
+		t.Errorf("the second, incremental gc run shows something else than rows of a total:\n%s", r.stderr)
 	}
 
 	// --progress off: nothing on stderr.
@@ -210,14 +211,16 @@ func TestProgressReported(t *testing.T) {
 	}
 	check("ttl-2", "table t", "rows", progressCells/10, progressCells/10)
 
-	// The first pass over t2 may have no estimate of its size; the next
-	// has the first's count.
+	// The first pass over t2 (restored: an import makes the next pass sweep
+	// whole) counts cells, with no estimate of its size yet; the next visits
+	// only the rows the GC agenda names, none here, and counts rows.
 	for _, id := range []string{"gc-1", "gc-2"} {
 		if _, err := cf.callEbbAdmin(withID(id), server.MethodGCRun, map[string]any{"table": "t2"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	check("gc-2", "table t2 (1/1)", "cells", progressCells, progressCells)
+	check("gc-1", "table t2 (1/1)", "cells", progressCells, -1)
+	check("gc-2", "table t2 (1/1)", "rows", 0, 0)
 
 	resp, err := cf.callEbbAdmin(ctx, server.MethodProgress, map[string]any{"id": "never-used"})
 	if err != nil || fields(resp.GetFields())["found"].GetBoolValue() {

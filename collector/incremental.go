@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/progress"
 	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
 )
@@ -312,6 +313,10 @@ func (c *Collector) scanAged(ctx context.Context, m *table.Meta, lo, hi int64, w
 func (c *Collector) visitRows(ctx context.Context, m *table.Meta, plan visitPlan, rules sweepRules, now int64, planned int64) (tableResult, error) {
 	res := tableResult{incremental: true, visitedAgenda: plan.fromAgenda, visitedAged: plan.fromAge, examined: planned}
 	var sc scratch
+	// A progress display counts the rows the pass visits: their number is
+	// known now, their cells are not.
+	op := progress.FromContext(ctx)
+	op.Recount("rows", int64(len(plan.rows)))
 	for i := 0; i < len(plan.rows); {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -323,6 +328,7 @@ func (c *Collector) visitRows(ctx context.Context, m *table.Meta, plan visitPlan
 		if err != nil {
 			return res, err
 		}
+		op.Add(int64(n))
 		i += n
 		if i < len(plan.rows) {
 			if err := c.pace(ctx, busy); err != nil {

@@ -44,6 +44,18 @@ func (o *Op) Phase(phase, unit string, total int64) {
 	o.mu.Unlock()
 }
 
+// Recount restarts the current phase's count in another unit, of total
+// units (-1: unknown): a phase that learns what it will do once it has
+// planned (a GC pass visiting rows instead of sweeping cells).
+func (o *Op) Recount(unit string, total int64) {
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	o.s.Unit, o.s.Total, o.s.Done = unit, total, 0
+	o.mu.Unlock()
+}
+
 // Add counts n more units done in the current phase. A total that was an
 // estimate and proves short grows with Done.
 func (o *Op) Add(n int64) {
