@@ -424,16 +424,20 @@ func TestDeleteClusterForgetsPeer(t *testing.T) {
 }
 
 // TestLargeValuesReplicate: pulls are bounded in bytes, so writes larger in
-// total than one pull carries still all arrive.
+// total than one pull carries still all arrive. The budget is lowered to
+// 5 MiB so that 12 MiB cross it (the bound itself is TestAnswerBudget in
+// package replication).
 func TestLargeValuesReplicate(t *testing.T) {
 	ctx := context.Background()
+	defer func(old int) { pullMaxBytes = old }(pullMaxBytes)
+	pullMaxBytes = 5 << 20
 	a := startCluster(t, "a", "", "")
 	if err := a.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", ColumnFamilies: map[string]bigtable.Family{"f": {GCPolicy: bigtable.NoGcPolicy()}}}); err != nil {
 		t.Fatal(err)
 	}
 	b := startCluster(t, "b", a.srv.Addr(), "")
 	big := make([]byte, 2<<20)
-	for i := range 24 { // 48 MiB, more than one pull's 32 MiB
+	for i := range 6 { // 12 MiB, more than two pulls' 5 MiB
 		big[0] = byte(i)
 		m := bigtable.NewMutation()
 		m.Set("f", "c", 1000, big)
@@ -451,7 +455,7 @@ func TestLargeValuesReplicate(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if n != 24 {
-		t.Fatalf("b has %d of 24 rows", n)
+	if n != 6 {
+		t.Fatalf("b has %d of 6 rows", n)
 	}
 }

@@ -158,6 +158,10 @@ func (d peerDirectory) Dial(id string) (replication.Peer, error) {
 	return grpcPeer{s: d.s, id: id}, nil
 }
 
+// pullMaxBytes is about the most record bytes one pull answer carries
+// (TestLargeValuesReplicate lowers it to cross the bound with less data).
+var pullMaxBytes = replication.PullMaxBytes
+
 // newReplicator wires package replication to the server.
 func newReplicator(s *Server) *replication.Replicator {
 	return replication.New(replication.Options{
@@ -175,6 +179,8 @@ func newReplicator(s *Server) *replication.Replicator {
 		AdoptMeta:  func(es []replication.MetaEntry) error { return s.inst.adoptPeerMeta(es) },
 		OnReady:    func(id string) { s.inst.peerReady(id) },
 		DataDir:    s.opts.DataDir,
+		// Tests lower the budget (see pullMaxBytes).
+		PullMaxBytes: pullMaxBytes,
 	})
 }
 
