@@ -35,8 +35,8 @@ func (s *Server) mountConsole(mux *http.ServeMux) error {
 func (s *Server) consoleReplication(m *table.Meta) console.ReplicationState {
 	st := console.ReplicationState{Cluster: s.opts.ClusterID, Closed: time.UnixMicro(s.engine.ClosedTimestamp()).UTC()}
 	for _, p := range s.peers.list() {
-		cp := console.Peer{ID: p.ID, Addr: p.Addr, Ready: p.Ready, Healthy: s.peers.healthy(p.ID), Paused: s.repl.isPaused(p.ID)}
-		cp.MaxDelay, cp.HasDelay = s.repl.maxDelay(p.ID)
+		cp := console.Peer{ID: p.ID, Addr: p.Addr, Ready: p.Ready, Healthy: s.peers.healthy(p.ID), Paused: s.repl.Paused(p.ID)}
+		cp.MaxDelay, cp.HasDelay = s.repl.MaxDelay(p.ID)
 		if m != nil {
 			if pos, ok, err := s.engine.Checkpoint(m, p.ID); err == nil && ok && pos.Commit > 0 && pos.Commit < math.MaxInt64 {
 				cp.Applied = time.UnixMicro(pos.Commit).UTC()

@@ -1,58 +1,6 @@
 package server
 
-import (
-	"github.com/ebbtable/ebbtable/changestream"
-)
-
-// Garbage collection across clusters (docs/replication.md, "GC across clusters").
-// Collections by age run in every cluster on its own and stay local.
-// Collections by versions are decided once, by the instance's GC leader,
-// and replicate like writes: the pull handler ships them as
-// GARBAGE_COLLECTION records and peers apply them with ApplyReplicated.
-
-// isGCLeader says whether this cluster collects versions-eligible cells:
-// it has the smallest id among itself and its ready peers. A cluster that
-// does not replicate always does.
-func (s *Server) isGCLeader() bool {
-	if _, ok := s.engine.Replicating(); !ok {
-		return true
-	}
-	for _, p := range s.peers.list() {
-		// A smaller-id peer leads while it answers; if it stops (its
-		// pulls fail for peerHealthyWithin), the next one takes over, so
-		// versions GC does not stall behind a dead cluster. Two clusters
-		// deciding for a moment is harmless: a versions deletion is the
-		// same decision on either, applied last-writer-wins.
-		if p.Ready && p.ID < s.opts.ClusterID && s.peers.healthy(p.ID) {
-			return false
-		}
-	}
-	return true
-}
-
-// shipsToPeers says whether a change-stream record goes to peers: a user write
-// made here, or a versions collection decided here.
-func shipsToPeers(rec changestream.Record) bool {
-	if rec.SourceCluster != "" {
-		return false
-	}
-	switch rec.Type {
-	case changestream.User:
-		return !rec.IsSystem
-	case changestream.GarbageCollection:
-		return rec.Reason == changestream.ReasonGCVersions
-	}
-	return false
-}
-
-// gcDeletes counts the cell deletions of the garbage-collection records
-// among recs.
-func gcDeletes(recs []changestream.Record) int {
-	n := 0
-	for _, r := range recs {
-		if r.Type == changestream.GarbageCollection {
-			n += len(r.Mods)
-		}
-	}
-	return n
-}
+// isGCLeader says whether this cluster collects versions-eligible cells
+// (replication.Replicator.IsGCLeader: the smallest id among itself and its
+// ready, healthy peers; a cluster that does not replicate always does).
+func (s *Server) isGCLeader() bool { return s.repl.IsGCLeader() }

@@ -130,16 +130,16 @@ func TestVersionsGCReplicatesAgeGCStaysLocal(t *testing.T) {
 	if got := a.gcRecords(t, ma); strings.Join(got, " ") != "/gc-age /gc-versions" && strings.Join(got, " ") != "/gc-versions /gc-age" {
 		t.Errorf("a's GC records %v: nothing of b's came back", got)
 	}
-	if n := testutil.ToFloat64(a.srv.repl.gcShipped.WithLabelValues("t")); n != 1 {
+	if n := testutil.ToFloat64(a.srv.repl.GCShipped("t")); n != 1 {
 		t.Errorf("a shipped %v GC deletes, want 1", n)
 	}
-	if n := testutil.ToFloat64(b.srv.repl.gcShipped.WithLabelValues("t")); n != 0 {
+	if n := testutil.ToFloat64(b.srv.repl.GCShipped("t")); n != 0 {
 		t.Errorf("b shipped %v GC deletes, want 0", n)
 	}
-	if n := testutil.ToFloat64(b.srv.repl.gcApplied.WithLabelValues("a", "t")); n != 1 {
+	if n := testutil.ToFloat64(b.srv.repl.GCApplied("a", "t")); n != 1 {
 		t.Errorf("b applied %v GC deletes from a, want 1", n)
 	}
-	if n := testutil.ToFloat64(a.srv.repl.gcApplied.WithLabelValues("b", "t")); n != 0 {
+	if n := testutil.ToFloat64(a.srv.repl.GCApplied("b", "t")); n != 0 {
 		t.Errorf("a applied %v GC deletes from b, want 0", n)
 	}
 

@@ -11,12 +11,12 @@ import (
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	"github.com/ebbtable/ebbtable/replication"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
-	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -450,7 +450,7 @@ func (a *instanceServer) peerReady(id string) {
 // cluster's copy (by etag, the time of the change). App-profile deletions
 // travel as tombstones (kindAppProfileGone): the later of a profile's
 // change and its deletion wins on every cluster.
-func (a *instanceServer) adoptPeerMeta(list *structpb.ListValue) error {
+func (a *instanceServer) adoptPeerMeta(list []replication.MetaEntry) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	// What this cluster has, read once (every pull carries the peer's list).
@@ -475,9 +475,8 @@ func (a *instanceServer) adoptPeerMeta(list *structpb.ListValue) error {
 		}
 		return t, ok
 	}
-	for _, v := range list.GetValues() {
-		f := v.GetStructValue().GetFields()
-		kind, inst, name, val := f["kind"].GetStringValue(), f["instance"].GetStringValue(), f["name"].GetStringValue(), f["value"].GetStringValue()
+	for _, e := range list {
+		kind, inst, name, val := e.Kind, e.Instance, e.Name, e.Value
 		var err error
 		switch kind {
 		case kindCluster:

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ebbtable/ebbtable/replication"
 	"google.golang.org/grpc"
 )
 
@@ -38,12 +39,7 @@ const peerInstance = "-"
 const peerHealthyWithin = 3 * time.Second
 
 // peerInfo is what is stored about a peer.
-type peerInfo struct {
-	ID   string `json:"id"`
-	Addr string `json:"addr"`
-	// Ready is set once the peer finished copying the instance's data.
-	Ready bool `json:"ready"`
-}
+type peerInfo = replication.PeerInfo
 
 // peer is a known peer with its connection and link state.
 type peer struct {

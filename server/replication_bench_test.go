@@ -105,11 +105,11 @@ func BenchmarkReplication(b *testing.B) {
 		if err := aA.WaitForReplication(ctx, "t"); err != nil {
 			b.Fatal(err)
 		}
-		peer.repl.setPaused("a", true)
+		peer.repl.Pause("a")
 		pausedT += round(aC.Open("t"))
 		mark := a.engine.ClosedTimestamp()
 		t0 := time.Now()
-		peer.repl.setPaused("a", false)
+		peer.repl.Resume("a")
 		for {
 			pos, ok, err := peer.engine.Checkpoint(pm, "a")
 			if err != nil {

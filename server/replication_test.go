@@ -110,6 +110,18 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	testkit.Eventually(t, what, 20*time.Second, cond)
 }
 
+// pullsLater waits until c has applied n more complete pulls from peer:
+// each raises the source's closed timestamp it has applied through.
+func pullsLater(t *testing.T, c *cluster, peer string, n int) {
+	t.Helper()
+	for range n {
+		from := c.srv.repl.Through(peer)
+		eventually(t, "a pull from "+peer, func() (bool, string) {
+			return c.srv.repl.Through(peer) > from, ""
+		})
+	}
+}
+
 func converged(t *testing.T, name string, cs ...*cluster) func() (bool, string) {
 	return func() (bool, string) {
 		first := dumpTable(t, cs[0], name)
@@ -227,25 +239,20 @@ func TestWaitForReplication(t *testing.T) {
 		t.Fatalf("after waitforreplication, b has %v %v", row, err)
 	}
 
-	// Pause b's pulls from a.
-	b.srv.repl.setPaused("a", true)
-	time.Sleep(50 * time.Millisecond) // let a pull in flight finish
+	// Pause b's pulls from a (a pull in flight is dropped when it returns;
+	// the delay growing meanwhile is TestMaxDelayWhilePaused in package
+	// replication).
+	b.srv.repl.Pause("a")
 	apply(t, a, "t", "r2", "f", "c", 1000, "v2")
 	short, cancel := context.WithTimeout(ctx, time.Second)
 	if err := a.admin.WaitForReplication(short, "t"); err == nil {
 		t.Fatal("WaitForReplication returned with the link paused")
 	}
 	cancel()
-	d1, _ := b.srv.repl.maxDelay("a")
-	time.Sleep(300 * time.Millisecond)
-	d2, _ := b.srv.repl.maxDelay("a")
-	if d2 < d1+250*time.Millisecond {
-		t.Fatalf("paused link: delay %v then %v, want it to grow", d1, d2)
-	}
 	if row, _ := b.client.Open("t").ReadRow(ctx, "r2"); len(row) != 0 {
 		t.Fatalf("paused link delivered %v", row)
 	}
-	b.srv.repl.setPaused("a", false)
+	b.srv.repl.Resume("a")
 	if err := a.admin.WaitForReplication(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +260,7 @@ func TestWaitForReplication(t *testing.T) {
 		t.Fatalf("after healing, b has %v %v", row, err)
 	}
 	eventually(t, "delay falls", func() (bool, string) {
-		d, _ := b.srv.repl.maxDelay("a")
+		d, _ := b.srv.repl.MaxDelay("a")
 		return d < 2*time.Second, d.String()
 	})
 }
@@ -298,8 +305,8 @@ func TestAppProfilesTravel(t *testing.T) {
 		err := has(bconn)
 		return status.Code(err) == codes.NotFound, fmt.Sprint(err)
 	})
-	// Several pulls later, a still has no profile (b's copy was older).
-	time.Sleep(700 * time.Millisecond)
+	// Two pulls later, a still has no profile (b's copy was older).
+	pullsLater(t, a, "b", 2)
 	if err := has(conn); status.Code(err) != codes.NotFound {
 		t.Fatalf("profile deleted on a came back: %v", err)
 	}
@@ -357,14 +364,13 @@ func TestReplicationDiff(t *testing.T) {
 	if d := diffOf(t, a, "t", false); len(d) != 0 {
 		t.Fatalf("fresh copy differs: %v", d)
 	}
-	b.srv.repl.setPaused("a", true)
-	time.Sleep(50 * time.Millisecond)
+	b.srv.repl.Pause("a")
 	apply(t, a, "t", "r0600", "f", "new", 2000, "w")
 	d := diffOf(t, a, "t", false)
 	if len(d) != 1 || d[0]["class"] != classInFlight || d[0]["on"] != "a" || d[0]["qualifier"] != "new" {
 		t.Fatalf("paused link: %v", d)
 	}
-	b.srv.repl.setPaused("a", false)
+	b.srv.repl.Resume("a")
 	if err := a.admin.WaitForReplication(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +408,7 @@ func TestDeleteClusterForgetsPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.stop()
-	time.Sleep(2500 * time.Millisecond) // a few of a's pulls from b, which still lists c
+	pullsLater(t, a, "b", 3) // a's pulls from b, which still lists c
 	if _, ok := a.srv.peers.get("c"); ok {
 		t.Fatal("a learnt the deleted cluster c back from b")
 	}
@@ -418,16 +424,20 @@ func TestDeleteClusterForgetsPeer(t *testing.T) {
 }
 
 // TestLargeValuesReplicate: pulls are bounded in bytes, so writes larger in
-// total than one pull carries still all arrive.
+// total than one pull carries still all arrive. The budget is lowered to
+// 5 MiB so that 12 MiB cross it (the bound itself is TestAnswerBudget in
+// package replication).
 func TestLargeValuesReplicate(t *testing.T) {
 	ctx := context.Background()
+	defer func(old int) { pullMaxBytes = old }(pullMaxBytes)
+	pullMaxBytes = 5 << 20
 	a := startCluster(t, "a", "", "")
 	if err := a.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", ColumnFamilies: map[string]bigtable.Family{"f": {GCPolicy: bigtable.NoGcPolicy()}}}); err != nil {
 		t.Fatal(err)
 	}
 	b := startCluster(t, "b", a.srv.Addr(), "")
 	big := make([]byte, 2<<20)
-	for i := range 24 { // 48 MiB, more than one pull's 32 MiB
+	for i := range 6 { // 12 MiB, more than two pulls' 5 MiB
 		big[0] = byte(i)
 		m := bigtable.NewMutation()
 		m.Set("f", "c", 1000, big)
@@ -445,7 +455,7 @@ func TestLargeValuesReplicate(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if n != 24 {
-		t.Fatalf("b has %d of 24 rows", n)
+	if n != 6 {
+		t.Fatalf("b has %d of 6 rows", n)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/collector"
 	"github.com/ebbtable/ebbtable/console"
+	"github.com/ebbtable/ebbtable/replication"
 	"github.com/ebbtable/ebbtable/rowttl"
 	"github.com/ebbtable/ebbtable/schedule"
 	"github.com/ebbtable/ebbtable/storage"
@@ -135,7 +136,7 @@ type Server struct {
 	progress  lazyProgress // long calls' progress, by client-chosen id (progress.go)
 	inst      *instanceServer
 	peers     *peerSet
-	repl      *replication
+	repl      *replication.Replicator
 	http      *http.Server
 	collector *collector.Collector
 	backups   *backup.Manager
@@ -232,8 +233,8 @@ func New(opts Options) (*Server, error) {
 		eng.Close()
 		return nil, err
 	}
-	s.repl = newReplication(s)
-	s.peers.onAdd = func(p peerInfo) { s.repl.start(p.ID) }
+	s.repl = newReplicator(s)
+	s.peers.onAdd = func(p peerInfo) { s.repl.Run(p.ID) }
 	if len(s.peers.list()) > 0 {
 		if err := eng.SetReplicating(opts.ClusterID); err != nil {
 			eng.Close()
@@ -318,7 +319,7 @@ func (s *Server) Start() error {
 	s.ttl.Start()
 	go s.watchReload()
 	for _, p := range s.peers.list() {
-		s.repl.start(p.ID)
+		s.repl.Run(p.ID)
 	}
 	if s.failed.Load() {
 		return s.engine.Err()
@@ -347,6 +348,7 @@ func (s *Server) HTTPAddr() string {
 // background jobs and closes the database.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() { close(s.stopping) })
+	s.repl.Stop()
 	s.health.Shutdown()
 	done := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(done) }()
@@ -368,7 +370,6 @@ func (s *Server) Close() error {
 	s.purge.Stop()
 	s.backups.Stop()
 	s.ttl.Stop()
-	s.repl.wg.Wait()
 	s.peers.close()
 	return s.engine.Close()
 }

@@ -55,7 +55,6 @@ var sleepers = map[string]bool{
 	"schedule/schedule_test.go":        true,
 	"server/backup_test.go":            true,
 	"server/replication_bench_test.go": true,
-	"server/replication_test.go":       true,
 	"table/changestream_test.go":       true,
 	"table/durable_test.go":            true,
 	"table/walfault_test.go":           true,
