@@ -1,12 +1,20 @@
 package changestream
 
-import (
-	"github.com/cockroachdb/pebble/v2"
-)
+// Iter walks raw keys in order (a *table.RawIter).
+type Iter interface {
+	First() bool
+	Last() bool
+	Next() bool
+	Key() []byte
+	Value() ([]byte, error)
+	Error() error
+	Close() error
+}
 
-// Store is what the reader needs from the database.
+// Store is what the reader needs from the database: an iterator over the
+// keys in [lower, upper).
 type Store interface {
-	NewIter(*pebble.IterOptions) (*pebble.Iterator, error)
+	Iter(lower, upper []byte) (Iter, error)
 }
 
 // Read returns, in commit order, up to limit records of table tableID whose
@@ -17,7 +25,7 @@ func Read(db Store, tableID uint64, lower []byte, upTo int64, limit int) ([]Reco
 	if upTo < 0 {
 		return nil, nil
 	}
-	it, err := db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: TimeKey(tableID, upTo+1)})
+	it, err := db.Iter(lower, TimeKey(tableID, upTo+1))
 	if err != nil {
 		return nil, err
 	}
@@ -28,7 +36,7 @@ func Read(db Store, tableID uint64, lower []byte, upTo int64, limit int) ([]Reco
 		if err != nil {
 			return nil, err
 		}
-		v, err := it.ValueAndErr()
+		v, err := it.Value()
 		if err != nil {
 			return nil, err
 		}
@@ -45,7 +53,7 @@ func Read(db Store, tableID uint64, lower []byte, upTo int64, limit int) ([]Reco
 // Last returns the position of the newest record of a table, and false if
 // it has none.
 func Last(db Store, tableID uint64) (Position, bool, error) {
-	it, err := db.NewIter(&pebble.IterOptions{LowerBound: TableStart(tableID), UpperBound: TableEnd(tableID)})
+	it, err := db.Iter(TableStart(tableID), TableEnd(tableID))
 	if err != nil {
 		return Position{}, false, err
 	}

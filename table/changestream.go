@@ -191,7 +191,7 @@ func (e *Engine) ReadChanges(m *Meta, lower []byte, limit int) (ChangeBatch, err
 		return ChangeBatch{}, err
 	}
 	closed := e.seq.closed(e.nowMicros())
-	recs, err := changestream.Read(e.store, m.ID, lower, closed, limit)
+	recs, err := changestream.Read(changeStore{e.store}, m.ID, lower, closed, limit)
 	if err != nil {
 		return ChangeBatch{}, err
 	}
@@ -204,7 +204,7 @@ func (e *Engine) ReadChangesUntil(m *Meta, lower []byte, closed int64, limit int
 	if err := e.checkOpen(); err != nil {
 		return ChangeBatch{}, err
 	}
-	recs, err := changestream.Read(e.store, m.ID, lower, closed, limit)
+	recs, err := changestream.Read(changeStore{e.store}, m.ID, lower, closed, limit)
 	if err != nil {
 		return ChangeBatch{}, err
 	}
@@ -222,7 +222,7 @@ func (e *Engine) ClosedTimestamp() int64 { return e.seq.closed(e.nowMicros()) }
 func lastCommit(st *storage.DB, tables map[string]*Meta) (int64, error) {
 	var last int64
 	for _, m := range tables {
-		p, ok, err := changestream.Last(st, m.ID)
+		p, ok, err := changestream.Last(changeStore{st}, m.ID)
 		if err != nil {
 			return 0, err
 		}

@@ -224,7 +224,7 @@ func TestCommitTimestampsSurviveRestart(t *testing.T) {
 	defer e.Close()
 	write(e)
 	m, _ := e.Table(testInst, "t")
-	recs, err := changestream.Read(e.Store(), m.ID, changestream.TableStart(m.ID), 1<<62, 0)
+	recs, err := changestream.Read(changeStore{e.store}, m.ID, changestream.TableStart(m.ID), 1<<62, 0)
 	if err != nil || len(recs) != 3 {
 		t.Fatal(len(recs), err)
 	}
