@@ -1,7 +1,6 @@
 package rowttl
 
 import (
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/table"
 )
 
@@ -31,21 +30,20 @@ type Deletion struct {
 }
 
 // Auditor is the one hook every deletion of the job goes through. It is
-// called once per batch, before the batch commits, with the Pebble batch
-// holding the deletions: records it adds to b commit atomically with them.
+// called once per batch, before the batch commits, with the deletions.
 // An error aborts the batch (the job then retries with smaller batches).
 type Auditor interface {
-	RowsDeleted(b *pebble.Batch, d Deletion) error
+	RowsDeleted(d Deletion) error
 }
 
 // NoAudit is the default Auditor: it records nothing.
 type NoAudit struct{}
 
 // RowsDeleted does nothing.
-func (NoAudit) RowsDeleted(*pebble.Batch, Deletion) error { return nil }
+func (NoAudit) RowsDeleted(Deletion) error { return nil }
 
 // AuditFunc adapts a function to Auditor.
-type AuditFunc func(b *pebble.Batch, d Deletion) error
+type AuditFunc func(d Deletion) error
 
 // RowsDeleted calls f.
-func (f AuditFunc) RowsDeleted(b *pebble.Batch, d Deletion) error { return f(b, d) }
+func (f AuditFunc) RowsDeleted(d Deletion) error { return f(d) }

@@ -79,7 +79,7 @@ func benchRun(b *testing.B) {
 		}
 	}
 	flush()
-	if err := eng.Store().Flush(); err != nil {
+	if err := eng.Flush(); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := Exec(eng, inst, "ALTER TABLE t ADD ROW DELETION POLICY (OLDER_THAN(`meta:created_at`, INTERVAL 1 DAY))"); err != nil {

@@ -18,7 +18,7 @@ type Result struct {
 // Exec parses stmt and applies it to a table of instance. A second policy,
 // or replacing or dropping a policy that is not there, fails with
 // table.ErrPrecondition.
-func Exec(eng *table.Engine, instance, stmt string) (Result, error) {
+func Exec(eng Schema, instance, stmt string) (Result, error) {
 	st, err := Parse(stmt)
 	if err != nil {
 		return Result{}, err
@@ -27,7 +27,7 @@ func Exec(eng *table.Engine, instance, stmt string) (Result, error) {
 }
 
 // Apply applies a parsed statement.
-func Apply(eng *table.Engine, instance string, st Statement) (Result, error) {
+func Apply(eng Schema, instance string, st Statement) (Result, error) {
 	res := Result{Table: st.Table}
 	var m *table.Meta
 	var err error

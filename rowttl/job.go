@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/cell"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/progress"
@@ -93,7 +92,7 @@ func (o *Options) Validate() error {
 // Job is the row deletion job: it deletes the rows each table's policy has
 // expired, in bounded atomic batches.
 type Job struct {
-	eng  *table.Engine
+	eng  Engine
 	opts Options
 	log  *slog.Logger
 	m    *metrics
@@ -108,7 +107,7 @@ type Job struct {
 }
 
 // New builds a job for eng. Call Start to run it in the background.
-func New(eng *table.Engine, opts Options) (*Job, error) {
+func New(eng Engine, opts Options) (*Job, error) {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -295,9 +294,9 @@ func (j *Job) deleteKeys(ctx context.Context, m *table.Meta, pol Policy, keys []
 		return st == Expired
 	}
 	var commit int64
-	audit := func(b *pebble.Batch, rows []table.DeletedRow) error {
+	audit := func(rows []table.DeletedRow) error {
 		commit = clock.Micros(j.opts.Clock.Now())
-		return j.opts.Auditor.RowsDeleted(b, Deletion{
+		return j.opts.Auditor.RowsDeleted(Deletion{
 			Instance: m.Instance, Table: m.Name, TableID: m.ID, CommitMicros: commit,
 			TransactionTag: TransactionTag, IsSystemTransaction: IsSystemTransaction, Rows: rows,
 		})

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/cell"
 	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/clock"
@@ -126,7 +125,7 @@ func TestJobDeletesExpiredRows(t *testing.T) {
 		t.Fatalf("stored %q", got)
 	}
 	var audited []Deletion
-	e.job.opts.Auditor = AuditFunc(func(b *pebble.Batch, d Deletion) error { audited = append(audited, d); return nil })
+	e.job.opts.Auditor = AuditFunc(func(d Deletion) error { audited = append(audited, d); return nil })
 	st, err := e.job.Run(context.Background(), Selector{})
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +212,7 @@ func TestInterleavedChildrenGoWithParent(t *testing.T) {
 		t.Fatalf("plan %+v, %v; want 2 rows and 2 children", pr, err)
 	}
 	var batches []Deletion
-	e.job.opts.Auditor = AuditFunc(func(b *pebble.Batch, d Deletion) error { batches = append(batches, d); return nil })
+	e.job.opts.Auditor = AuditFunc(func(d Deletion) error { batches = append(batches, d); return nil })
 	st, err := e.job.Run(context.Background(), Selector{})
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +240,7 @@ func TestFailedBatchRetriedSmaller(t *testing.T) {
 	}
 	e.ddl(t, `ALTER TABLE events ADD TTL INTERVAL '0 days' ON "meta:created_at"`)
 	// Batches of more than 3 rows fail, and so does any batch holding r5.
-	e.job.opts.Auditor = AuditFunc(func(b *pebble.Batch, d Deletion) error {
+	e.job.opts.Auditor = AuditFunc(func(d Deletion) error {
 		for _, r := range d.Rows {
 			if string(r.Key) == "r5" {
 				return errors.New("injected: r5")

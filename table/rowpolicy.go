@@ -174,11 +174,10 @@ type DeletedRow struct {
 // still(row) accepts when re-read under its row lock, together with its
 // interleaved children (rows whose key starts with the row's key and the
 // table's separator). Before the batch commits, before (if not nil) is
-// called with it and the rows it deletes, so records can be added to the
-// same atomic batch; an error from before aborts the batch. It returns the
+// called with the rows it deletes; an error from before aborts the batch. It returns the
 // rows deleted. Children are not locked: a child written while its parent
 // is deleted may be deleted with it.
-func (e *Engine) DeleteRows(ctx context.Context, m *Meta, keys [][]byte, still func(cell.Row) bool, before func(b *pebble.Batch, deleted []DeletedRow) error) ([]DeletedRow, error) {
+func (e *Engine) DeleteRows(ctx context.Context, m *Meta, keys [][]byte, still func(cell.Row) bool, before func(deleted []DeletedRow) error) ([]DeletedRow, error) {
 	if err := e.enter(); err != nil {
 		return nil, err
 	}
@@ -254,7 +253,7 @@ func (e *Engine) DeleteRows(ctx context.Context, m *Meta, keys [][]byte, still f
 		return nil, nil
 	}
 	if before != nil {
-		if err := before(b, deleted); err != nil {
+		if err := before(deleted); err != nil {
 			return nil, err
 		}
 	}
