@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/progress"
 	"github.com/ebbtable/ebbtable/storage"
@@ -38,7 +37,7 @@ type Options struct {
 	DataDir string
 	// Engine is the table engine backups are taken from and restored into.
 	// Required.
-	Engine *table.Engine
+	Engine Engine
 	// ExpiryInterval is how often the background loop deletes expired
 	// backups. Default 1m.
 	ExpiryInterval time.Duration
@@ -91,7 +90,7 @@ func (o *Options) Validate() error {
 // or half-deleted backup visible; New removes the leftovers.
 type Manager struct {
 	opts Options
-	eng  *table.Engine
+	eng  Engine
 	root string
 	log  *slog.Logger
 	m    *metrics
@@ -401,8 +400,7 @@ func (m *Manager) write(ctx context.Context, mf *Manifest, snap *table.TableSnap
 			os.RemoveAll(tmp)
 		}
 	}()
-	id := snap.Meta.ID
-	it, err := snap.Snap.NewIter(&pebble.IterOptions{LowerBound: storage.TablePrefix(id), UpperBound: storage.TableEnd(id)})
+	it, err := snap.Iter()
 	if err != nil {
 		return nil, err
 	}
@@ -415,7 +413,7 @@ func (m *Manager) write(ctx context.Context, mf *Manifest, snap *table.TableSnap
 		_, ok := snap.Meta.FamilyByID(fam)
 		return ok, nil
 	}
-	w := newSSTWriter(tmp, m.eng.Store().SSTWriterOptions(), m.opts.FileBytes)
+	w := newSSTWriter(tmp, m.eng, m.opts.FileBytes)
 	cells, err := copyCells(ctx, it, w, backupTableID, keep)
 	err = errors.Join(err, it.Close())
 	if err != nil {

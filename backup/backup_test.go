@@ -513,7 +513,7 @@ func TestUnfinishedWorkIsInvisibleAfterACrash(t *testing.T) {
 	if _, ok := f.eng.TableByID(id); ok {
 		t.Error("half-restored table id is in the catalog")
 	}
-	it, err := f.eng.Store().NewIter(nil)
+	it, err := f.eng.RawIter(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -98,18 +98,11 @@ func (m *Manager) rewrite(ctx context.Context, mf *Manifest, dir string, id uint
 		return nil, nil
 	}
 	src := filepath.Join(m.root, mf.name.relDir())
-	readers, err := openSSTs(src, mf.Files)
+	it, err := openSSTs(m.eng, src, mf.Files)
 	if err != nil {
 		return nil, err
 	}
-	it, err := m.eng.Store().NewSSTIter(readers, nil)
-	if err != nil {
-		for _, f := range readers {
-			f.Close()
-		}
-		return nil, err
-	}
-	w := newSSTWriter(dir, m.eng.Store().SSTWriterOptions(), m.opts.FileBytes)
+	w := newSSTWriter(dir, m.eng, m.opts.FileBytes)
 	n, err := copyCells(ctx, it, w, id, nil)
 	if err = errors.Join(err, it.Close()); err != nil {
 		w.abort()

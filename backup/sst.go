@@ -7,12 +7,9 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
-	"github.com/cockroachdb/pebble/v2/sstable"
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/ebbtable/ebbtable/progress"
 	"github.com/ebbtable/ebbtable/storage"
+	"github.com/ebbtable/ebbtable/table"
 )
 
 // backupTableID is the table id of the cell keys inside backup SSTables: no
@@ -27,35 +24,35 @@ const checkEvery = 1024
 // starting a new file past a target size at a row boundary.
 type sstWriter struct {
 	dir    string
-	opts   sstable.WriterOptions
+	eng    SSTs
 	target int64
 
-	w       *sstable.Writer
+	w       *table.SSTWriter
 	cur     FileInfo
 	lastRow []byte
 	files   []FileInfo
 	keyBuf  []byte
 }
 
-func newSSTWriter(dir string, opts sstable.WriterOptions, target int64) *sstWriter {
-	return &sstWriter{dir: dir, opts: opts, target: target}
+func newSSTWriter(dir string, eng SSTs, target int64) *sstWriter {
+	return &sstWriter{dir: dir, eng: eng, target: target}
 }
 
 // add writes one cell whose key is already in its final form.
 func (s *sstWriter) add(k, v []byte) error {
 	row := k[:storage.RowKeyLen(k)]
-	if s.w != nil && int64(s.w.Raw().EstimatedSize()) >= s.target && !bytes.Equal(row, s.lastRow) {
+	if s.w != nil && int64(s.w.EstimatedSize()) >= s.target && !bytes.Equal(row, s.lastRow) {
 		if err := s.finishFile(); err != nil {
 			return err
 		}
 	}
 	if s.w == nil {
 		name := fmt.Sprintf("%06d.sst", len(s.files)+1)
-		f, err := vfs.Default.Create(filepath.Join(s.dir, name), vfs.WriteCategoryUnspecified)
+		w, err := s.eng.CreateSST(filepath.Join(s.dir, name))
 		if err != nil {
 			return err
 		}
-		s.w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), s.opts)
+		s.w = w
 		s.cur = FileInfo{Name: name}
 	}
 	s.lastRow = append(s.lastRow[:0], row...)
@@ -101,7 +98,7 @@ func (s *sstWriter) abort() {
 // copyCells copies every cell it yields (keys of any table id) into w,
 // moved to table id `to`, skipping cells keep refuses. It checks ctx every
 // checkEvery cells.
-func copyCells(ctx context.Context, it *pebble.Iterator, w *sstWriter, to uint64, keep func(k []byte) (bool, error)) (int64, error) {
+func copyCells(ctx context.Context, it *table.RawIter, w *sstWriter, to uint64, keep func(k []byte) (bool, error)) (int64, error) {
 	var n, reported int64
 	var buf []byte
 	op := progress.FromContext(ctx) // counts the cells copied
@@ -124,7 +121,7 @@ func copyCells(ctx context.Context, it *pebble.Iterator, w *sstWriter, to uint64
 				continue
 			}
 		}
-		v, err := it.ValueAndErr()
+		v, err := it.Value()
 		if err != nil {
 			return n, err
 		}
@@ -140,30 +137,19 @@ func copyCells(ctx context.Context, it *pebble.Iterator, w *sstWriter, to uint64
 }
 
 // openSSTs opens a backup's files for reading, in key order, checking
-// their sizes against the manifest. The iterator built on them owns them.
-func openSSTs(dir string, files []FileInfo) ([]sstable.ReadableFile, error) {
-	var out []sstable.ReadableFile
-	closeAll := func() {
-		for _, f := range out {
-			f.Close()
-		}
-	}
+// each file's size against the manifest.
+func openSSTs(eng SSTs, dir string, files []FileInfo) (*table.RawIter, error) {
+	paths := make([]string, 0, len(files))
 	for _, fi := range files {
-		f, err := vfs.Default.Open(filepath.Join(dir, fi.Name))
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		st, err := f.Stat()
+		p := filepath.Join(dir, fi.Name)
+		st, err := os.Stat(p)
 		if err == nil && st.Size() != fi.Bytes {
 			err = fmt.Errorf("ebbtable: backup file %s is %d bytes, the manifest says %d", fi.Name, st.Size(), fi.Bytes)
 		}
 		if err != nil {
-			f.Close()
-			closeAll()
 			return nil, err
 		}
-		out = append(out, f)
+		paths = append(paths, p)
 	}
-	return out, nil
+	return eng.OpenSSTs(paths)
 }

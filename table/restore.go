@@ -59,18 +59,27 @@ type Restored struct {
 	Retention Retention `json:"retention"`
 }
 
-// TableSnapshot is one table at one instant: its schema and a Pebble
-// snapshot of the database, consistent with each other. Close it when done,
+// TableSnapshot is one table at one instant: its schema and a snapshot of
+// the database, consistent with each other. Close it when done,
 // and before the engine closes.
 type TableSnapshot struct {
 	Meta *Meta
-	Snap *pebble.Snapshot
+	snap *pebble.Snapshot
 	// Time is the engine clock's reading when the snapshot was taken.
 	Time time.Time
 }
 
 // Close releases the snapshot.
-func (s *TableSnapshot) Close() error { return s.Snap.Close() }
+func (s *TableSnapshot) Close() error { return s.snap.Close() }
+
+// Iter walks the table's keys as of the snapshot.
+func (s *TableSnapshot) Iter() (*RawIter, error) {
+	it, err := s.snap.NewIter(&pebble.IterOptions{LowerBound: storage.TablePrefix(s.Meta.ID), UpperBound: storage.TableEnd(s.Meta.ID)})
+	if err != nil {
+		return nil, err
+	}
+	return &RawIter{it: it}, nil
+}
 
 // SnapshotTable takes a consistent image of a table while writes continue.
 // The schema lock is held shared while the snapshot is taken, so no schema
@@ -87,7 +96,7 @@ func (e *Engine) SnapshotTable(instance, name string) (*TableSnapshot, error) {
 		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, name)
 	}
 	snap := e.store.NewSnapshot()
-	return &TableSnapshot{Meta: m, Snap: snap, Time: e.clock.Now()}, nil
+	return &TableSnapshot{Meta: m, snap: snap, Time: e.clock.Now()}, nil
 }
 
 const metaKindRestoring = "restoring"
