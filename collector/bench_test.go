@@ -97,7 +97,7 @@ func benchPass(b *testing.B, rule string) {
 		}
 	}
 	flush()
-	if err := eng.Store().Flush(); err != nil {
+	if err := eng.Flush(); err != nil {
 		b.Fatal(err)
 	}
 	// Point reads from two clients at a steady 2,000 reads/s each (a
@@ -183,7 +183,7 @@ func benchPass(b *testing.B, rule string) {
 			}
 		}
 		flush()
-		if err := eng.Store().Flush(); err != nil {
+		if err := eng.Flush(); err != nil {
 			b.Fatal(err)
 		}
 		without = append(without, readers(lastPass/2, nil)...)

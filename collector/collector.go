@@ -128,7 +128,7 @@ func (o *Options) Validate() error {
 
 // Collector runs garbage collection over every table of an engine.
 type Collector struct {
-	eng  *table.Engine
+	eng  Engine
 	opts Options
 	log  *slog.Logger
 	m    *metrics
@@ -156,7 +156,7 @@ type Collector struct {
 }
 
 // New builds a collector for eng. Call Start to run it in the background.
-func New(eng *table.Engine, opts Options) (*Collector, error) {
+func New(eng Engine, opts Options) (*Collector, error) {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		return nil, err

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/cell"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/gcrule"
@@ -75,7 +74,7 @@ func (e *env) stored(t *testing.T, tbl string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	it, err := e.eng.Store().NewIter(&pebble.IterOptions{LowerBound: storage.TablePrefix(m.ID), UpperBound: storage.TableEnd(m.ID)})
+	it, err := e.eng.RawIter(storage.TablePrefix(m.ID), storage.TableEnd(m.ID))
 	if err != nil {
 		t.Fatal(err)
 	}

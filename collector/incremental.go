@@ -10,7 +10,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/progress"
@@ -266,11 +265,7 @@ func (c *Collector) agedRows(ctx context.Context, m *table.Meta, judged int64, r
 // scanAged reads the table's blocks that may hold a timestamp in [lo, hi)
 // and returns the rows with a cell inside one of the windows.
 func (c *Collector) scanAged(ctx context.Context, m *table.Meta, lo, hi int64, wins []ageWindow, res *tableResult) ([][]byte, error) {
-	filters := make([]pebble.BlockPropertyFilter, 1, 2)
-	filters[0] = storage.TimestampFilter(lo, hi)
-	it, err := c.eng.Store().NewIter(&pebble.IterOptions{
-		LowerBound: storage.TablePrefix(m.ID), UpperBound: storage.TableEnd(m.ID), PointKeyFilters: filters,
-	})
+	it, err := c.eng.RawIterTimestamps(storage.TablePrefix(m.ID), storage.TableEnd(m.ID), lo, hi)
 	if err != nil {
 		return nil, err
 	}
@@ -349,12 +344,12 @@ func (c *Collector) visitBatch(m *table.Meta, rows [][]byte, dues map[string][]i
 	defer unlock()
 	// One iterator, opened once the rows are locked, bounded to each row in
 	// turn.
-	it, err := c.eng.Store().NewIter(nil)
+	it, err := c.eng.RawIter(nil, nil)
 	if err != nil {
 		return 0, err
 	}
 	defer it.Close()
-	b := c.eng.Store().NewBatch()
+	b := c.eng.NewDeleteBatch()
 	defer b.Close()
 	streaming := c.eng.Streaming(m.ID) // asked under the rows' locks
 	var recs []changestream.Record
@@ -378,7 +373,7 @@ func (c *Collector) visitBatch(m *table.Meta, rows [][]byte, dues map[string][]i
 			return 0, err
 		}
 		for _, d := range dues[string(row)] {
-			if err := b.Delete(storage.AgendaKey(m.ID, d, row), nil); err != nil {
+			if err := b.Delete(storage.AgendaKey(m.ID, d, row)); err != nil {
 				return 0, err
 			}
 		}
@@ -386,13 +381,13 @@ func (c *Collector) visitBatch(m *table.Meta, rows [][]byte, dues map[string][]i
 			continue
 		}
 		if int64(len(cands)) == res.examined-before && len(cands) >= rangeDeleteMinCells {
-			if err := b.DeleteRange(prefix, end, nil); err != nil {
+			if err := b.DeleteRange(prefix, end); err != nil {
 				return 0, err
 			}
 			res.rangeDeleted += int64(len(cands))
 		} else {
 			for _, cd := range cands {
-				if err := b.Delete(cd.key, nil); err != nil {
+				if err := b.Delete(cd.key); err != nil {
 					return 0, err
 				}
 			}

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/gcrule"
 	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
@@ -33,7 +32,7 @@ func rawDump(t *testing.T, e *env, tbl string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	it, err := e.eng.Store().NewIter(&pebble.IterOptions{LowerBound: storage.TablePrefix(m.ID), UpperBound: storage.TableEnd(m.ID)})
+	it, err := e.eng.RawIter(storage.TablePrefix(m.ID), storage.TableEnd(m.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +43,7 @@ func rawDump(t *testing.T, e *env, tbl string) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, fmt.Sprintf("%s/%d:%s@%d exp=%d", d.Row, d.FamilyID, d.Qualifier, d.Timestamp, storage.ValueExpiry(it.Value())))
+		out = append(out, fmt.Sprintf("%s/%d:%s@%d exp=%d", d.Row, d.FamilyID, d.Qualifier, d.Timestamp, storage.ValueExpiry(rawValue(t, it))))
 	}
 	return out
 }
@@ -131,7 +130,7 @@ func TestIncrementalMatchesWholeSweep(t *testing.T) {
 						})
 					}
 				case x < 72:
-					both(func(e *env) error { return e.eng.Store().Flush() })
+					both(func(e *env) error { return e.eng.Flush() })
 				case x < 88: // time passes
 					d := time.Duration(1+r.Int64N(2400)) * time.Second
 					for _, e := range envs {
@@ -328,4 +327,13 @@ func TestBecomingLeaderSweepsWhole(t *testing.T) {
 	if st := e.pass(t); st.Incremental != 0 || st.Collected != 1 {
 		t.Fatalf("first pass as leader %+v; want whole, collecting the older version", st)
 	}
+}
+
+func rawValue(t *testing.T, it *table.RawIter) []byte {
+	t.Helper()
+	v, err := it.Value()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -30,12 +30,12 @@ func TestPassReclaimsDiskSpace(t *testing.T) {
 	if _, err := e.eng.MutateRows(inst, "t", entries); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.eng.Store().Flush(); err != nil {
+	if err := e.eng.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	m, _ := e.eng.Table(inst, "t")
 	disk := func() uint64 {
-		n, err := e.eng.Store().EstimateDiskUsage(storage.TablePrefix(m.ID), storage.TableEnd(m.ID))
+		n, err := e.eng.EstimateDiskUsage(storage.TablePrefix(m.ID), storage.TableEnd(m.ID))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +78,7 @@ func TestExpiredCellsInSSTablesAreCollected(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if err := e.eng.Store().Flush(); err != nil {
+			if err := e.eng.Flush(); err != nil {
 				t.Fatal(err)
 			}
 			e.clock.Advance(2 * time.Hour)
@@ -120,7 +120,7 @@ func TestSparseDeletionsAreLeftPending(t *testing.T) {
 	if _, err := e.eng.MutateRows(inst, "t", entries); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.eng.Store().Flush(); err != nil {
+	if err := e.eng.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.eng.ModifyFamilies(inst, "t", []table.FamilyMod{{Name: "cf", Update: true, GC: gcrule.MaxVersions(4)}}); err != nil {

@@ -135,7 +135,7 @@ func passCost(b *testing.B, kind string, cells int) passFigures {
 	write()
 	// Compacted to its final shape, so background compactions of the load
 	// do not run into (and bill their CPU to) the timed pass.
-	if err := eng.Store().Compact(context.Background(), storage.TablePrefix(0), storage.TableEnd(1<<40), true); err != nil {
+	if err := eng.Compact(context.Background(), storage.TablePrefix(0), storage.TableEnd(1<<40)); err != nil {
 		b.Fatal(err)
 	}
 	// Past the agenda's slack, so the whole sweep settles the load's entries.
@@ -170,7 +170,7 @@ func passCost(b *testing.B, kind string, cells int) passFigures {
 		}
 		if len(picked) > 0 {
 			write()
-			if err := eng.Store().Flush(); err != nil {
+			if err := eng.Flush(); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/gcrule"
 	"github.com/ebbtable/ebbtable/storage"
@@ -50,7 +49,7 @@ type TableStatus struct {
 const agendaCountLimit = 100_000
 
 func (c *Collector) record(m *table.Meta, res tableResult) {
-	disk, _ := c.eng.Store().EstimateDiskUsage(storage.TablePrefix(m.ID), storage.TableEnd(m.ID))
+	disk, _ := c.eng.EstimateDiskUsage(storage.TablePrefix(m.ID), storage.TableEnd(m.ID))
 	c.statusMu.Lock()
 	defer c.statusMu.Unlock()
 	st := c.status[m.ID]
@@ -172,7 +171,7 @@ func (c *Collector) Plan(ctx context.Context, instance, name, family string, rul
 		return pr, fmt.Errorf("%w: %q in table %s", table.ErrFamilyNotFound, family, name)
 	}
 	now := clock.Micros(c.opts.Clock.Now())
-	it, err := c.eng.Store().NewIter(&pebble.IterOptions{LowerBound: storage.TablePrefix(m.ID), UpperBound: storage.TableEnd(m.ID)})
+	it, err := c.eng.RawIter(storage.TablePrefix(m.ID), storage.TableEnd(m.ID))
 	if err != nil {
 		return pr, err
 	}
@@ -220,7 +219,7 @@ func (c *Collector) Plan(ctx context.Context, instance, name, family string, rul
 			flush()
 			colPrefix = append(colPrefix[:0], ck...)
 		}
-		v, err := it.ValueAndErr()
+		v, err := it.Value()
 		if err != nil {
 			return pr, err
 		}

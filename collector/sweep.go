@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/gcrule"
@@ -207,12 +206,11 @@ func (c *Collector) reclaimDense(ctx context.Context, res *tableResult) error {
 		res.pendingBytes = res.collectedBytes
 		return nil
 	}
-	store := c.eng.Store()
 	type run struct{ lo, hi []byte }
 	var runs []run
 	open := false // the last span was dense: a dense one extends its run
 	for _, s := range coarseSpans(res.spans, reclaimEstimates) {
-		disk, err := store.EstimateDiskUsage(s.lo, s.hi)
+		disk, err := c.eng.EstimateDiskUsage(s.lo, s.hi)
 		if err != nil {
 			return err
 		}
@@ -234,7 +232,7 @@ func (c *Collector) reclaimDense(ctx context.Context, res *tableResult) error {
 	// The whole database's disk usage, WAL and obsolete files included:
 	// deleted cells may have lived only in the memtable and its WAL, which
 	// the compaction flushes.
-	before := store.DiskSpaceUsage()
+	before := c.eng.DiskSpaceUsage()
 	t0 := time.Now()
 	for _, r := range runs {
 		if err := c.reclaim(ctx, r.lo, r.hi); err != nil {
@@ -242,7 +240,7 @@ func (c *Collector) reclaimDense(ctx context.Context, res *tableResult) error {
 		}
 	}
 	res.compaction = time.Since(t0)
-	res.reclaimedBytes = max(int64(before)-int64(store.DiskSpaceUsage()), 0)
+	res.reclaimedBytes = max(int64(before)-int64(c.eng.DiskSpaceUsage()), 0)
 	return nil
 }
 
@@ -252,7 +250,7 @@ func (c *Collector) reclaimDense(ctx context.Context, res *tableResult) error {
 func (c *Collector) reclaim(ctx context.Context, start, end []byte) error {
 	rate := c.opts.ReclaimRate
 	if rate > 0 {
-		size, err := c.eng.Store().EstimateDiskUsage(start, end)
+		size, err := c.eng.EstimateDiskUsage(start, end)
 		if err != nil {
 			return err
 		}
@@ -260,7 +258,7 @@ func (c *Collector) reclaim(ctx context.Context, start, end []byte) error {
 			rate = max(rate, int64(float64(size)/half.Seconds()))
 		}
 	}
-	return c.eng.Store().CompactPaced(ctx, start, end, rate)
+	return c.eng.CompactPaced(ctx, start, end, rate)
 }
 
 // scanBatch examines cells from cursor until a batch is full, stopping at a
@@ -272,7 +270,7 @@ func (c *Collector) reclaim(ctx context.Context, start, end []byte) error {
 // arrive by replication; rules.held leaves the age-eligible cells of
 // families whose age sweeps are held. sc holds memory reused across batches.
 func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, now int64, onlyFamily uint32, rules sweepRules, res *tableResult, sc *scratch) ([]candidate, []byte, error) {
-	it, err := c.eng.Store().NewIter(&pebble.IterOptions{LowerBound: cursor, UpperBound: hi})
+	it, err := c.eng.RawIter(cursor, hi)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -282,7 +280,7 @@ func (c *Collector) scanBatch(m *table.Meta, cursor, hi []byte, now int64, onlyF
 
 // scanIter is scanBatch over an iterator already bounded to its span (a
 // visit reuses one iterator for the rows of its batch).
-func (c *Collector) scanIter(it *pebble.Iterator, m *table.Meta, now int64, onlyFamily uint32, rules sweepRules, res *tableResult, sc *scratch) ([]candidate, []byte, error) {
+func (c *Collector) scanIter(it *table.RawIter, m *table.Meta, now int64, onlyFamily uint32, rules sweepRules, res *tableResult, sc *scratch) ([]candidate, []byte, error) {
 	var (
 		cands    = sc.cands[:0]
 		examined int
@@ -384,7 +382,7 @@ func (c *Collector) scanIter(it *pebble.Iterator, m *table.Meta, now int64, only
 			// A family created after this pass read the schema.
 			continue
 		}
-		v, err := it.ValueAndErr()
+		v, err := it.Value()
 		if err != nil {
 			return nil, nil, err
 		}
@@ -454,29 +452,24 @@ func (c *Collector) deleteBatch(m *table.Meta, cands []candidate, now int64, res
 			rows = append(rows, rk)
 		}
 	}
-	store := c.eng.Store()
 	unlock := c.eng.LockRows(m.ID, rows)
 	defer unlock()
-	b := store.NewBatch()
+	b := c.eng.NewDeleteBatch()
 	defer b.Close()
 	done := sc.done[:0]
 	defer func() { sc.done = done[:0] }()
 	for _, cd := range cands {
 		if cd.reason == table.TTL {
-			v, closer, err := store.Get(cd.key)
-			if err == pebble.ErrNotFound {
-				continue
-			}
+			var same bool
+			found, err := c.eng.RawGet(cd.key, func(v []byte) { same = storage.ValueExpiry(v) == cd.exp })
 			if err != nil {
 				return err
 			}
-			same := storage.ValueExpiry(v) == cd.exp
-			closer.Close()
-			if !same {
+			if !found || !same {
 				continue
 			}
 		}
-		if err := b.Delete(cd.key, nil); err != nil {
+		if err := b.Delete(cd.key); err != nil {
 			return err
 		}
 		done = append(done, cd)

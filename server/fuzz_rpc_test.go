@@ -14,7 +14,6 @@ import (
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/storage"
 	"google.golang.org/grpc"
@@ -133,12 +132,16 @@ func (fs *fuzzServer) digest(t *testing.T) [32]byte {
 		for _, fam := range m.Families {
 			fmt.Fprintf(h, "  family %d %s %s %x %s\n", fam.ID, fam.Name, fam.GC.String(), fam.ValueType, fam.Aggregate)
 		}
-		it, err := e.Store().NewIter(&pebble.IterOptions{LowerBound: storage.TablePrefix(m.ID), UpperBound: storage.TableEnd(m.ID)})
+		it, err := e.RawIter(storage.TablePrefix(m.ID), storage.TableEnd(m.ID))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for ok := it.First(); ok; ok = it.Next() {
-			fmt.Fprintf(h, "%x=%x\n", it.Key(), it.Value())
+			v, err := it.Value()
+			if err != nil {
+				t.Fatal(err)
+			}
+			fmt.Fprintf(h, "%x=%x\n", it.Key(), v)
 		}
 		if err := it.Close(); err != nil {
 			t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 
 	"cloud.google.com/go/bigtable"
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/collector"
 	"github.com/ebbtable/ebbtable/storage"
@@ -34,7 +33,7 @@ func (c *cluster) meta(t *testing.T, name string) (*table.Meta, bool) {
 // storedCells counts a table's cells in storage, eligible or not.
 func (c *cluster) storedCells(t *testing.T, m *table.Meta) int {
 	t.Helper()
-	it, err := c.srv.engine.Store().NewIter(&pebble.IterOptions{LowerBound: storage.TablePrefix(m.ID), UpperBound: storage.TableEnd(m.ID)})
+	it, err := c.srv.engine.RawIter(storage.TablePrefix(m.ID), storage.TableEnd(m.ID))
 	if err != nil {
 		t.Fatal(err)
 	}

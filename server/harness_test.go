@@ -7,7 +7,6 @@ import (
 
 	"cloud.google.com/go/bigtable"
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
@@ -112,7 +111,7 @@ func storedCells(t *testing.T, env *testEnv, name string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	it, err := env.srv.Engine().Store().NewIter(&pebble.IterOptions{LowerBound: storage.TablePrefix(m.ID), UpperBound: storage.TableEnd(m.ID)})
+	it, err := env.srv.Engine().RawIter(storage.TablePrefix(m.ID), storage.TableEnd(m.ID))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -150,12 +150,12 @@ func addRecords(b *pebble.Batch, m *Meta, ts int64, recs []changestream.Record) 
 // batch wait for its fsync would cost foreground reads several times their
 // idle p99 during a pass; a sync makes the deletions durable within one
 // fsync, and the pass syncs once more before it reports.
-func (e *Engine) CommitSystem(b *pebble.Batch, m *Meta, rows [][]byte, recs []changestream.Record, sync bool) error {
+func (e *Engine) CommitSystem(b *DeleteBatch, m *Meta, rows [][]byte, recs []changestream.Record, sync bool) error {
 	opts := pebble.NoSync
 	if sync {
 		opts = pebble.Sync
 	}
-	return e.commitRecorded(b, m, rows, recs, opts, false)
+	return e.commitRecorded(b.b, m, rows, recs, opts, false)
 }
 
 // SyncWAL makes every commit so far durable, the unsynced ones (such as the

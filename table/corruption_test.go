@@ -126,7 +126,7 @@ func buildCorruptFixture(t *testing.T) *corruptFixture {
 	}
 	for i := 0; i < 3; i++ {
 		write(400)
-		if err := e.Store().Flush(); err != nil {
+		if err := e.Flush(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -270,9 +270,6 @@ func (e *Engine) lockAllRows() func() {
 	}
 }
 
-// Store exposes the storage layer to the engine's background jobs.
-func (e *Engine) Store() *storage.DB { return e.store }
-
 // Clock returns the engine's clock.
 func (e *Engine) Clock() clock.Clock { return e.clock }
 

@@ -114,7 +114,7 @@ func TestReplicatedGCDeleteKeepsItsTypeAndLeavesNoTombstone(t *testing.T) {
 		t.Errorf("after the GC delete: %q", got)
 	}
 	prefix := storage.MetaPrefix(metaKindTombstone)
-	it, err := b.e.Store().NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
+	it, err := b.e.store.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -341,7 +341,7 @@ func (r *modelRun) faultStep() bool {
 		r.crash("power loss just after a collector pass", r.pickKeep())
 	case x < modelCrashPer1000+12:
 		r.logf("flush")
-		if err := r.eng.Store().Flush(); err != nil {
+		if err := r.eng.Flush(); err != nil {
 			r.fatalf("flush: %v", err)
 		}
 	default:

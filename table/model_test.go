@@ -1256,7 +1256,7 @@ func TestModelRepro_LongKeyBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := eng.Store().Flush(); err != nil { // the same happens after a reopen or compaction
+	if err := eng.Flush(); err != nil { // the same happens after a reopen or compaction
 		t.Fatal(err)
 	}
 	read := func(req table.ReadRequest) []string {

@@ -40,7 +40,7 @@ func BenchmarkPointRead(b *testing.B) {
 	if _, err := eng.MutateRows(inst, "t", batch); err != nil {
 		b.Fatal(err)
 	}
-	if err := eng.Store().Flush(); err != nil {
+	if err := eng.Flush(); err != nil {
 		b.Fatal(err)
 	}
 	keys := make([][]byte, rows)
@@ -92,7 +92,7 @@ func BenchmarkPointReadHidden(b *testing.B) {
 					}
 				}
 				if flushed {
-					if err := eng.Store().Flush(); err != nil {
+					if err := eng.Flush(); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -124,7 +124,7 @@ func BenchmarkColumnLimit100k(b *testing.B) {
 	eng, clk := openSkipTable(b, map[string]string{"cf": "never"})
 	now := clock.MillisTruncated(clk.Now())
 	writeVersions(b, eng, "r", "cf", "q", now, 100_000)
-	if err := eng.Store().Flush(); err != nil {
+	if err := eng.Flush(); err != nil {
 		b.Fatal(err)
 	}
 	p := compile(b, filter.CellsPerColumnLimit(1))

@@ -97,7 +97,7 @@ func TestReadSkipsHiddenVersions(t *testing.T) {
 			want := []string{"r/keep:z@" + fmt.Sprint(now) + "=k", "r/one:a@" + fmt.Sprint(now) + "=v0", "r/one:b@" + fmt.Sprint(now) + "=v0"}
 			for _, flushed := range []bool{false, true} {
 				if flushed {
-					if err := eng.Store().Flush(); err != nil {
+					if err := eng.Flush(); err != nil {
 						t.Fatal(err)
 					}
 				}

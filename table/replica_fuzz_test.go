@@ -86,7 +86,7 @@ func (r *fuzzReplica) rawDigest(t *testing.T, m *Meta) [32]byte {
 		{storage.TablePrefix(m.ID), storage.TableEnd(m.ID)},
 		{tableTombstones(m.ID), storage.PrefixEnd(tableTombstones(m.ID))},
 	} {
-		it, err := r.e.Store().NewIter(&pebble.IterOptions{LowerBound: span[0], UpperBound: span[1]})
+		it, err := r.e.store.NewIter(&pebble.IterOptions{LowerBound: span[0], UpperBound: span[1]})
 		if err != nil {
 			t.Fatal(err)
 		}

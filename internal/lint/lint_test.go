@@ -28,7 +28,7 @@ var upper = map[string]bool{
 // do while the engine is being sealed (issue 19); the list may only shrink.
 var (
 	pebbleHomes    = map[string]bool{"storage": true, "table": true}
-	pebbleUnsealed = map[string]bool{"collector": true, "server": true}
+	pebbleUnsealed = map[string]bool{}
 )
 
 // sleepers are the test files allowed to call time.Sleep: each waits on a
