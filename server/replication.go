@@ -278,11 +278,6 @@ func (s *Server) advertised() string {
 	return s.Addr()
 }
 
-func (s *Server) peerAddr(id string) string {
-	p, _ := s.peers.get(id)
-	return p.Addr
-}
-
 // joinCluster makes this process a cluster of the instance the process at
 // seed serves (replication.Replicator.JoinThrough: unless it joined
 // before, it drops a partial copy, registers with the seed, copies the

@@ -197,9 +197,6 @@ func RowKeyLen(k []byte) int {
 	return len(k)
 }
 
-// ColumnKeyLen returns the length of a cell key without its suffix.
-func ColumnKeyLen(k []byte) int { return len(k) - SuffixLen }
-
 // MetaKey is a metadata key in the given kind (a short namespace) and name.
 func MetaKey(kind string, name string) []byte {
 	k := []byte{tagMeta}

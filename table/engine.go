@@ -435,7 +435,7 @@ func (e *Engine) Tables(instance string) []*Meta {
 	return out
 }
 
-// commitVisible applies b, writing the given rows of m, together with the
+// commitVisibleAt applies b, writing the given rows of m, together with the
 // change-stream records describing it when m has a stream, and returns a
 // function that waits until it is durable (the WAL synced) and releases b.
 // Writers drop their row locks before waiting, so concurrent commits share
@@ -444,12 +444,9 @@ func (e *Engine) Tables(instance string) []*Meta {
 // stays in flight (below the stream's closed timestamp) until it is
 // durable, so a change-stream reader never returns a record a crash could
 // take back. A failed WAL write or sync fails the engine.
-func (e *Engine) commitVisible(b *pebble.Batch, m *Meta, rows [][]byte, recs []changestream.Record) (func() error, error) {
-	return e.commitVisibleAt(b, m, rows, recs, 0)
-}
-
-// commitVisibleAt is commitVisible with a commit timestamp already taken
-// (ts, from writeStamp; 0 for none), which it ends.
+//
+// ts is a commit timestamp already taken (from writeStamp; 0 for none),
+// which it ends.
 func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs []changestream.Record, ts int64) (func() error, error) {
 	recorded := len(recs) > 0 && (ts != 0 || m.ChangeStream != nil)
 	if !recorded && ts != 0 {

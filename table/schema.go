@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/gcrule"
@@ -129,14 +128,6 @@ const (
 
 func tableMetaKey(instance, name string) []byte {
 	return storage.MetaKey(metaKindTable, instance+"\x00"+name)
-}
-
-func splitTableMetaName(s string) (instance, name string) {
-	i := strings.IndexByte(s, 0)
-	if i < 0 {
-		return "", s
-	}
-	return s[:i], s[i+1:]
 }
 
 func encodeMeta(m *Meta) ([]byte, error) {
