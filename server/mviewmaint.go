@@ -67,6 +67,13 @@ func (v *mviews) state(key string) *mviewState {
 	return st
 }
 
+// drop forgets a deleted view's state.
+func (v *mviews) drop(key string) {
+	v.mu.Lock()
+	delete(v.m, key)
+	v.mu.Unlock()
+}
+
 // countingCatalog counts the rows the view's queries read.
 type countingCatalog struct {
 	sqlquery.Catalog

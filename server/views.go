@@ -318,6 +318,9 @@ func (a *instanceServer) DeleteMaterializedView(ctx context.Context, req *adminp
 	if err := a.s.deleteView(kindMaterializedView, "materializedViews", req.GetName(), req.GetEtag(), &adminpb.MaterializedView{}); err != nil {
 		return nil, err
 	}
+	if inst, id, err := splitChild(req.GetName(), "materializedViews"); err == nil {
+		a.s.mviews.drop(inst + "/" + id)
+	}
 	return &emptypb.Empty{}, nil
 }
 
