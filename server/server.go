@@ -134,6 +134,7 @@ type Server struct {
 	health    *health.Server
 	ops       *operations
 	progress  lazyProgress // long calls' progress, by client-chosen id (progress.go)
+	mviews    mviews       // maintained materialized views (mviewmaint.go)
 	inst      *instanceServer
 	peers     *peerSet
 	repl      *replication.Replicator

@@ -318,6 +318,9 @@ func (a *instanceServer) DeleteMaterializedView(ctx context.Context, req *adminp
 	if err := a.s.deleteView(kindMaterializedView, "materializedViews", req.GetName(), req.GetEtag(), &adminpb.MaterializedView{}); err != nil {
 		return nil, err
 	}
+	if inst, id, err := splitChild(req.GetName(), "materializedViews"); err == nil {
+		a.s.mviews.drop(inst + "/" + id)
+	}
 	return &emptypb.Empty{}, nil
 }
 
@@ -359,8 +362,7 @@ func (s *Server) materializedRows(ctx context.Context, name string, rr *table.Re
 	if rr != nil {
 		keys, ranges = rr.Keys, rr.Ranges
 	}
-	// A view whose _key is the table's row key reads only the rows asked for.
-	err = plan.RunKeys(ctx, cat, nil, s.opts.Clock.Now(), keys, ranges, func(vals []sqlquery.Value) error {
+	emit := func(vals []sqlquery.Value) error {
 		k, _ := vals[keyAt].([]byte)
 		if k == nil {
 			return nil
@@ -384,7 +386,14 @@ func (s *Server) materializedRows(ctx context.Context, name string, rr *table.Re
 		})
 		rows = append(rows, r)
 		return nil
-	})
+	}
+	// A maintained view (mviewmaint.go) catches up and serves its stored
+	// rows; otherwise the query runs now, and a view whose _key is the
+	// table's row key reads only the rows asked for.
+	maintained, err := s.maintainedRows(ctx, inst, id, mv.GetQuery(), plan, keyAt, emit)
+	if err == nil && !maintained {
+		err = plan.RunKeys(ctx, countingCatalog{cat, &s.mviews.baseRows}, nil, s.opts.Clock.Now(), keys, ranges, emit)
+	}
 	if err != nil {
 		return sqlStatus(err)
 	}
