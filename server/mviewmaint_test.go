@@ -151,6 +151,22 @@ func TestMaterializedViewMaintained(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("after a GC pass", "a:1/1/1", "b:0/<nil>/<nil>")
+	// A read naming rows gets only those rows of the maintained view.
+	for _, tc := range []struct {
+		rs   bigtable.RowSet
+		want string
+	}{{bigtable.RowList{"a"}, "a"}, {bigtable.NewRange("b", ""), "b"}, {bigtable.RowList{"zz"}, ""}} {
+		var got []string
+		if err := env.client.OpenMaterializedView("mv").ReadRows(ctx, tc.rs, func(r bigtable.Row) bool {
+			got = append(got, r.Key())
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(got, ",") != tc.want {
+			t.Errorf("ReadRows(%v) on the view: %q, want %q", tc.rs, got, tc.want)
+		}
+	}
 	if err := env.admin.DropRowRange(ctx, "t", "r1"); err != nil {
 		t.Fatal(err)
 	}

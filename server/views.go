@@ -388,9 +388,14 @@ func (s *Server) materializedRows(ctx context.Context, name string, rr *table.Re
 		return nil
 	}
 	// A maintained view (mviewmaint.go) catches up and serves its stored
-	// rows; otherwise the query runs now, and a view whose _key is the
-	// table's row key reads only the rows asked for.
-	maintained, err := s.maintainedRows(ctx, inst, id, mv.GetQuery(), plan, keyAt, emit)
+	// rows; otherwise the query runs now. A view whose _key is the table's
+	// row key, asked for some rows, reads just those rows (a maintained
+	// view's first read would scan the table).
+	keyed := plan.KeyColumn() >= 0 && (len(keys) > 0 || len(ranges) > 0)
+	maintained := false
+	if !keyed {
+		maintained, err = s.maintainedRows(ctx, inst, id, mv.GetQuery(), plan, keyAt, emit)
+	}
 	if err == nil && !maintained {
 		err = plan.RunKeys(ctx, countingCatalog{cat, &s.mviews.baseRows}, nil, s.opts.Clock.Now(), keys, ranges, emit)
 	}
