@@ -443,15 +443,6 @@ func (r *Report) WriteTable(w io.Writer) error {
 	return err
 }
 
-func (r *Report) result(target, workload string) Result {
-	for _, res := range r.Results {
-		if res.Target == target && res.Workload == workload {
-			return res
-		}
-	}
-	return Result{}
-}
-
 // fmtDur prints a latency with three significant digits.
 func fmtDur(d time.Duration) string {
 	switch {
