@@ -477,12 +477,9 @@ func (m *Manager) List(instance, cluster string) []*Manifest {
 func (m *Manager) UpdateExpiry(name Name, expire time.Time) (*Manifest, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	mf := m.backups[name]
-	if mf == nil {
-		if m.creating[name] != nil {
-			return nil, fmt.Errorf("%w: backup %s is still being created", table.ErrPrecondition, name)
-		}
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
+	mf, err := m.readyLocked(name)
+	if err != nil {
+		return nil, err
 	}
 	if err := checkExpiry(expire, mf.StartTime, MaxExpiry); err != nil {
 		return nil, err
@@ -512,15 +509,24 @@ func (m *Manager) Delete(name Name) error {
 	return nil
 }
 
+// readyLocked is the manifest of a finished backup: NotFound when there is
+// none, FailedPrecondition while it is still being created. m.mu is held.
+func (m *Manager) readyLocked(name Name) (*Manifest, error) {
+	if mf := m.backups[name]; mf != nil {
+		return mf, nil
+	}
+	if m.creating[name] != nil {
+		return nil, fmt.Errorf("%w: backup %s is still being created", table.ErrPrecondition, name)
+	}
+	return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
+}
+
 // deleteLocked makes a backup disappear: its directory is renamed out of
 // the way (durably) and forgotten. The caller removes the returned trash
 // directory after releasing m.mu.
 func (m *Manager) deleteLocked(name Name) (trash string, err error) {
-	if m.backups[name] == nil {
-		if m.creating[name] != nil {
-			return "", fmt.Errorf("%w: backup %s is still being created", table.ErrPrecondition, name)
-		}
-		return "", fmt.Errorf("%w: %s", ErrNotFound, name)
+	if _, err := m.readyLocked(name); err != nil {
+		return "", err
 	}
 	if m.busy[name] > 0 {
 		return "", fmt.Errorf("%w: backup %s is being restored or copied", table.ErrPrecondition, name)
@@ -550,12 +556,9 @@ func (m *Manager) removeTrash(name Name, trash string) {
 // acquire marks a ready backup as being read, so it is not deleted under
 // a restore or a copy.
 func (m *Manager) acquireLocked(name Name) (*Manifest, error) {
-	mf := m.backups[name]
-	if mf == nil {
-		if m.creating[name] != nil {
-			return nil, fmt.Errorf("%w: backup %s is still being created", table.ErrPrecondition, name)
-		}
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
+	mf, err := m.readyLocked(name)
+	if err != nil {
+		return nil, err
 	}
 	if !mf.ExpireTime.After(m.now()) {
 		return nil, fmt.Errorf("%w: backup %s expired at %s and is about to be deleted", table.ErrPrecondition, name, mf.ExpireTime.UTC().Format(time.RFC3339))

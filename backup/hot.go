@@ -14,12 +14,9 @@ import (
 func (m *Manager) UpdateHotToStandard(name Name, at *time.Time) (*Manifest, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	mf := m.backups[name]
-	if mf == nil {
-		if m.creating[name] != nil {
-			return nil, fmt.Errorf("%w: backup %s is still being created", table.ErrPrecondition, name)
-		}
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
+	mf, err := m.readyLocked(name)
+	if err != nil {
+		return nil, err
 	}
 	now := m.now()
 	if !mf.Hot || (mf.HotToStandard != nil && !now.Before(*mf.HotToStandard)) {
