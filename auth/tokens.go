@@ -359,11 +359,15 @@ func (a *Authenticator) CheckToken(bearer string, need Role, what string) (Princ
 	return Principal{Token: t}, nil
 }
 
+// Limited says whether the principal's token covers only some instances,
+// so a call's instances must be looked at (AllowsInstance).
+func (p Principal) Limited() bool { return p.Token != nil && !p.Token.Unrestricted() }
+
 // AllowsInstance checks the instances a request names against the token.
 // A token limited to some instances may make only calls that name
 // instances, all of them its own.
 func (p Principal) AllowsInstance(method string, instances []string) error {
-	if p.Token == nil || p.Token.Unrestricted() {
+	if !p.Limited() {
 		return nil
 	}
 	if len(instances) == 0 {
