@@ -12,12 +12,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ebbtable/ebbtable/server"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 func newWatchCmd() *cobra.Command {
@@ -61,28 +59,18 @@ Without --until it follows the stream until interrupted.`,
 				return err
 			}
 			defer conn.Close()
-			req, err := structpb.NewStruct(map[string]any{
-				"project": cf.project, "instance": cf.instance, "table": args[0],
-				"since": since, "until": until, "token": token, "exclude_system": excludeSystem,
-			})
-			if err != nil {
-				return err
+			req := &ebbadminpb.WatchRequest{
+				Project: cf.project, Instance: cf.instance, Table: args[0],
+				Since: since, Until: until, Token: token, ExcludeSystem: excludeSystem,
 			}
-			st, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, server.MethodWatch)
+			st, err := ebbadminpb.NewEbbAdminClient(conn).Watch(ctx, req)
 			if err != nil {
 				return fmt.Errorf("watch %s: %w", args[0], err)
-			}
-			if err := st.SendMsg(req); err != nil {
-				return fmt.Errorf("watch %s: %w", args[0], err)
-			}
-			if err := st.CloseSend(); err != nil {
-				return err
 			}
 			w := bufio.NewWriter(cmd.OutOrStdout())
 			defer w.Flush()
 			for {
-				msg := new(structpb.Struct)
-				err := st.RecvMsg(msg)
+				msg, err := st.Recv()
 				if errors.Is(err, io.EOF) {
 					return nil
 				}
@@ -92,7 +80,7 @@ Without --until it follows the stream until interrupted.`,
 					}
 					return fmt.Errorf("watch %s: %w", args[0], err)
 				}
-				fmt.Fprintln(w, msg.GetFields()["line"].GetStringValue())
+				fmt.Fprintln(w, msg.GetLine())
 				if err := w.Flush(); err != nil {
 					return err
 				}

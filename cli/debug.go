@@ -1,9 +1,10 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 
-	"github.com/ebbtable/ebbtable/server"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/spf13/cobra"
 )
 
@@ -29,20 +30,22 @@ stream commit times) follows it. Timers keep the real pace.`,
 		Short: "Move a --debug-clock server's clock forward",
 		Args:  exactArgs(2, "set TIME or advance DURATION"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var req map[string]any
+			var req ebbadminpb.DebugClockRequest
 			switch args[0] {
 			case "set":
-				req = map[string]any{"set": args[1]}
+				req.Set = args[1]
 			case "advance":
-				req = map[string]any{"advance": args[1]}
+				req.Advance = args[1]
 			default:
 				return usagef("debug clock takes set TIME or advance DURATION, not %q", args[0])
 			}
-			resp, err := cf.callEbbAdmin(cmd.Context(), server.MethodDebugClock, req)
+			resp, err := callEbbAdmin(cmd.Context(), &cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.DebugClockResponse, error) {
+				return c.DebugClock(ctx, &req)
+			})
 			if err != nil {
 				return err
 			}
-			_, err = fmt.Fprintln(cmd.OutOrStdout(), resp.GetFields()["now"].GetStringValue())
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), resp.GetNow())
 			return err
 		},
 	}

@@ -2,40 +2,36 @@ package cli
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"github.com/spf13/cobra"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// callEbbAdmin invokes method (one of the server.Method* names of ebbtable's
-// own admin service) with fields plus --project and --instance, and returns
-// the response. RPC failures come back as *rpcError.
-func (f *connFlags) callEbbAdmin(ctx context.Context, method string, fields map[string]any) (*structpb.Struct, error) {
+// callEbbAdmin resolves --project and --instance, dials the server and
+// makes fn's call to ebbtable's own admin service (its requests read
+// f.project and f.instance). RPC failures come back as *rpcError.
+func callEbbAdmin[R any](ctx context.Context, f *connFlags, fn func(context.Context, ebbadminpb.EbbAdminClient) (R, error)) (R, error) {
+	var zero R
 	if err := f.resolve(); err != nil {
-		return nil, err
-	}
-	all := map[string]any{"project": f.project, "instance": f.instance}
-	for k, v := range fields {
-		all[k] = v
-	}
-	req, err := structpb.NewStruct(all)
-	if err != nil {
-		return nil, fmt.Errorf("build %s request: %w", method, err)
+		return zero, err
 	}
 	conn, err := f.dial(ctx)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
 	defer conn.Close()
-	resp := new(structpb.Struct)
-	if err := conn.Invoke(ctx, method, req, resp); err != nil {
-		return nil, &rpcError{err}
+	resp, err := fn(ctx, ebbadminpb.NewEbbAdminClient(conn))
+	if err != nil {
+		return zero, &rpcError{err}
 	}
 	return resp, nil
 }
@@ -51,33 +47,65 @@ func (e *rpcError) Error() string {
 
 func (e *rpcError) Unwrap() error { return e.err }
 
-// fields reads an admin response: numbers, strings and lists by name, zero
-// values for missing fields.
-type fields map[string]*structpb.Value
+// seconds is a *_seconds field of an answer as a duration.
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-func (f fields) int(k string) int64 { return int64(f[k].GetNumberValue()) }
-
-func (f fields) str(k string) string { return f[k].GetStringValue() }
-
-func (f fields) seconds(k string) time.Duration {
-	return time.Duration(f[k].GetNumberValue() * float64(time.Second))
+// printJSON writes an answer as indented JSON with sorted keys, fields by
+// their proto names: every field but an unset optional one, numbers as
+// JSON numbers, bytes in base64 ("<never>" stays as written, not
+// HTML-escaped).
+func printJSON(w io.Writer, m proto.Message) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(protoJSON(m.ProtoReflect()))
 }
 
-func (f fields) list(k string) []fields {
-	var out []fields
-	for _, v := range f[k].GetListValue().GetValues() {
-		out = append(out, v.GetStructValue().GetFields())
+// protoJSON is m as encoding/json values.
+func protoJSON(m protoreflect.Message) map[string]any {
+	out := map[string]any{}
+	fds := m.Descriptor().Fields()
+	for i := range fds.Len() {
+		fd := fds.Get(i)
+		if fd.HasPresence() && !m.Has(fd) {
+			continue
+		}
+		v := m.Get(fd)
+		switch {
+		case fd.IsList():
+			l := v.List()
+			list := make([]any, 0, l.Len())
+			for j := range l.Len() {
+				list = append(list, protoJSONValue(fd, l.Get(j)))
+			}
+			out[string(fd.Name())] = list
+		case fd.IsMap():
+			mv := map[string]any{}
+			v.Map().Range(func(k protoreflect.MapKey, e protoreflect.Value) bool {
+				mv[k.String()] = protoJSONValue(fd.MapValue(), e)
+				return true
+			})
+			out[string(fd.Name())] = mv
+		default:
+			out[string(fd.Name())] = protoJSONValue(fd, v)
+		}
 	}
 	return out
 }
 
-// printJSON writes s as indented JSON with sorted keys ("<never>" stays
-// as written, not HTML-escaped).
-func printJSON(w io.Writer, s *structpb.Struct) error {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	return enc.Encode(s.AsMap())
+func protoJSONValue(fd protoreflect.FieldDescriptor, v protoreflect.Value) any {
+	switch fd.Kind() {
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return protoJSON(v.Message())
+	case protoreflect.BytesKind:
+		return base64.StdEncoding.EncodeToString(v.Bytes())
+	case protoreflect.EnumKind:
+		if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
+			return string(ev.Name())
+		}
+		return int32(v.Enum())
+	}
+	return v.Interface() // bool, numbers, string
 }
 
 // humanBytes prints n bytes in binary units: "512 B", "1.5 KiB", "3.0 GiB".
@@ -115,18 +143,18 @@ func plural(n int64, one string) string {
 	return fmt.Sprintf("%d %ss", n, one)
 }
 
-// adminReport calls one of ebbtable's admin methods for cmd and prints the
-// answer: unchanged as JSON with --json, else laid out by print. Errors
-// are prefixed with what.
-func (f *connFlags) adminReport(cmd *cobra.Command, method string, req map[string]any, what string, asJSON bool, print func(io.Writer, fields) error) error {
+// adminReport makes one call of ebbtable's admin service for cmd and
+// prints the answer: unchanged as JSON with --json, else laid out by print.
+// Errors are prefixed with what.
+func adminReport[R proto.Message](cmd *cobra.Command, f *connFlags, call func(context.Context, ebbadminpb.EbbAdminClient) (R, error), what string, asJSON bool, print func(io.Writer, R) error) error {
 	ctx, cancel := f.context(cmd.Context())
 	defer cancel()
-	resp, err := f.callEbbAdmin(ctx, method, req)
+	resp, err := callEbbAdmin(ctx, f, call)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	if asJSON {
 		return printJSON(cmd.OutOrStdout(), resp)
 	}
-	return print(cmd.OutOrStdout(), fields(resp.GetFields()))
+	return print(cmd.OutOrStdout(), resp)
 }

@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 
-	"github.com/ebbtable/ebbtable/server"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 )
 
 // newFamilyCmd is `ebbtable family`: ebbtable's own per-family options, set
@@ -48,8 +50,9 @@ are unaffected.`,
 			tbl, fam := args[0], args[1]
 			ctx, cancel := cf.context(cmd.Context())
 			defer cancel()
-			if _, err := cf.callEbbAdmin(ctx, server.MethodSetFamilyOptions, map[string]any{
-				"table": tbl, "family": fam, "expiry_timestamps": on,
+			if _, err := callEbbAdmin(ctx, cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.SetFamilyOptionsResponse, error) {
+				return c.SetFamilyOptions(ctx, &ebbadminpb.SetFamilyOptionsRequest{Project: cf.project, Instance: cf.instance,
+					Table: tbl, Family: fam, ExpiryTimestamps: proto.Bool(on)})
 			}); err != nil {
 				return fmt.Errorf("family guard %s %s: %w", tbl, fam, err)
 			}

@@ -10,9 +10,8 @@ import (
 	"time"
 
 	"github.com/ebbtable/ebbtable/gcrule"
-	"github.com/ebbtable/ebbtable/server"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // newGCCmd is `ebbtable gc`: run, plan and status, each one call to the
@@ -71,13 +70,11 @@ stops the pass between two batches; what was collected stays collected.`,
 			}
 			ctx, cancel := cf.context(cmd.Context())
 			defer cancel()
-			req := map[string]any{}
-			if tableSet {
-				req["table"] = tbl
-			}
-			var resp *structpb.Struct
+			var resp *ebbadminpb.GcRunResponse
 			err := pf.track(ctx, cmd, cf, "gc run", func(ctx context.Context) (err error) {
-				resp, err = cf.callEbbAdmin(ctx, server.MethodGCRun, req)
+				resp, err = callEbbAdmin(ctx, cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.GcRunResponse, error) {
+					return c.GcRun(ctx, &ebbadminpb.GcRunRequest{Project: cf.project, Instance: cf.instance, Table: tbl})
+				})
 				return err
 			})
 			if err != nil {
@@ -86,29 +83,29 @@ stops the pass between two batches; what was collected stays collected.`,
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), resp)
 			}
-			r := fields(resp.GetFields())
+			r := resp
 			out := cmd.OutOrStdout()
 			if _, err := fmt.Fprintf(out, "%s: examined %s, collected %s (%s) in %s\n",
-				plural(r.int("tables"), "table"), plural(r.int("examined"), "cell"),
-				plural(r.int("collected"), "cell"), humanBytes(r.int("collected_bytes")),
-				humanDuration(r.seconds("duration_seconds"))); err != nil {
+				plural(r.GetTables(), "table"), plural(r.GetExamined(), "cell"),
+				plural(r.GetCollected(), "cell"), humanBytes(r.GetCollectedBytes()),
+				humanDuration(seconds(r.GetDurationSeconds()))); err != nil {
 				return err
 			}
-			if r.int("collected") == 0 {
+			if r.GetCollected() == 0 {
 				return nil
 			}
-			sweep := r.seconds("sweep_seconds")
+			sweep := seconds(r.GetSweepSeconds())
 			line := fmt.Sprintf("sweep %s (%s examined/s, %s collected/s)", humanDuration(sweep),
-				perSecond(r.int("examined"), sweep.Seconds()), perSecond(r.int("collected"), sweep.Seconds()))
-			if d := r.seconds("reclaim_seconds"); d > 0 || r.int("reclaimed_bytes") > 0 {
-				line += fmt.Sprintf("; reclaim %s, %s of disk freed", humanDuration(d), humanBytes(r.int("reclaimed_bytes")))
+				perSecond(r.GetExamined(), sweep.Seconds()), perSecond(r.GetCollected(), sweep.Seconds()))
+			if d := seconds(r.GetReclaimSeconds()); d > 0 || r.GetReclaimedBytes() > 0 {
+				line += fmt.Sprintf("; reclaim %s, %s of disk freed", humanDuration(d), humanBytes(r.GetReclaimedBytes()))
 			}
-			if n := r.int("reclaim_left_tables"); n > 0 {
+			if n := r.GetReclaimLeftTables(); n > 0 {
 				line += fmt.Sprintf("; %s pending in %s (deletions too few or too sparse to compact for): Pebble's compactions free that space",
-					humanBytes(r.int("reclaim_pending_bytes")), plural(n, "table"))
+					humanBytes(r.GetReclaimPendingBytes()), plural(n, "table"))
 			}
-			if n := r.int("incremental_tables"); n > 0 {
-				line += fmt.Sprintf("; %s incremental, %s visited", plural(n, "table"), plural(r.int("visited_rows"), "row"))
+			if n := r.GetIncrementalTables(); n > 0 {
+				line += fmt.Sprintf("; %s incremental, %s visited", plural(n, "table"), plural(r.GetVisitedRows(), "row"))
 			}
 			_, err = fmt.Fprintln(out, line)
 			return err
@@ -157,21 +154,23 @@ seeing if the rule were set now.`,
 			}
 			ctx, cancel := cf.context(cmd.Context())
 			defer cancel()
-			resp, err := cf.callEbbAdmin(ctx, server.MethodGCPlan, map[string]any{"table": tbl, "family": family, "rule": rule})
+			resp, err := callEbbAdmin(ctx, cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.GcPlanResponse, error) {
+				return c.GcPlan(ctx, &ebbadminpb.GcPlanRequest{Project: cf.project, Instance: cf.instance, Table: tbl, Family: family, Rule: rule})
+			})
 			if err != nil {
 				return fmt.Errorf("gc plan %s %s: %w", tbl, family, err)
 			}
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), resp)
 			}
-			r := fields(resp.GetFields())
+			r := resp
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			fmt.Fprintf(tw, "table\t%s\n", tbl)
 			fmt.Fprintf(tw, "family\t%s\n", family)
-			fmt.Fprintf(tw, "rule\t%s\n", r.str("rule"))
-			fmt.Fprintf(tw, "eligible under rule\t%s (%s)\n", plural(r.int("cells"), "cell"), humanBytes(r.int("bytes")))
-			fmt.Fprintf(tw, "eligible under current rule\t%s (%s)\n", plural(r.int("currently_cells"), "cell"), humanBytes(r.int("currently_bytes")))
-			fmt.Fprintf(tw, "examined\t%s\n", plural(r.int("examined"), "cell"))
+			fmt.Fprintf(tw, "rule\t%s\n", r.GetRule())
+			fmt.Fprintf(tw, "eligible under rule\t%s (%s)\n", plural(r.GetCells(), "cell"), humanBytes(r.GetBytes()))
+			fmt.Fprintf(tw, "eligible under current rule\t%s (%s)\n", plural(r.GetCurrentlyCells(), "cell"), humanBytes(r.GetCurrentlyBytes()))
+			fmt.Fprintf(tw, "examined\t%s\n", plural(r.GetExamined(), "cell"))
 			return tw.Flush()
 		},
 	}
@@ -202,7 +201,9 @@ found. "-" marks figures a table does not have yet.
 --json prints the server's answer unchanged, as JSON.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cf.adminReport(cmd, server.MethodGCStatus, nil, "gc status", asJSON, printGCStatus)
+			return adminReport(cmd, cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.GcStatusResponse, error) {
+				return c.GcStatus(ctx, &ebbadminpb.GcStatusRequest{Project: cf.project, Instance: cf.instance})
+			}, "gc status", asJSON, printGCStatus)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the server's answer as JSON")
@@ -211,8 +212,8 @@ found. "-" marks figures a table does not have yet.
 
 // ageCutoffOf is a family's age cutoff as status prints it: the cell time
 // below which this cluster's age collection has gone ("-": none yet).
-func ageCutoffOf(f fields) string {
-	if c := f.str("age_cutoff"); c != "" {
+func ageCutoffOf(f *ebbadminpb.GcFamilyStatus) string {
+	if c := f.GetAgeCutoff(); c != "" {
 		return c
 	}
 	return "-"
@@ -220,51 +221,51 @@ func ageCutoffOf(f fields) string {
 
 // printGCStatus lays out a GcStatus answer: a header, then one line per
 // column family, the table's figures on its first line.
-func printGCStatus(w io.Writer, r fields) error {
+func printGCStatus(w io.Writer, r *ebbadminpb.GcStatusResponse) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "interval\t%s\n", r.seconds("interval_seconds"))
-	fmt.Fprintf(tw, "visibility\t%s\n", r.str("visibility"))
+	fmt.Fprintf(tw, "interval\t%s\n", seconds(r.GetIntervalSeconds()))
+	fmt.Fprintf(tw, "visibility\t%s\n", r.GetVisibility())
 	last := "none yet"
-	if started := r.str("last_pass_started"); started != "" {
-		last = fmt.Sprintf("%s (took %s)", formatPassTime(started), humanDuration(r.seconds("last_pass_seconds")))
+	if started := r.GetLastPassStarted(); started != "" {
+		last = fmt.Sprintf("%s (took %s)", formatPassTime(started), humanDuration(seconds(r.GetLastPassSeconds())))
 	}
 	fmt.Fprintf(tw, "last background pass\t%s\n", last)
-	fmt.Fprintf(tw, "piles waiting\t%d\n", r.int("piles_waiting"))
+	fmt.Fprintf(tw, "piles waiting\t%d\n", r.GetPilesWaiting())
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 
-	tables := r.list("tables")
+	tables := slices.Clone(r.GetTables())
 	if len(tables) == 0 {
 		_, err := fmt.Fprintln(w, "\nno tables")
 		return err
 	}
-	slices.SortFunc(tables, func(a, b fields) int { return cmp.Compare(a.str("table"), b.str("table")) })
+	slices.SortFunc(tables, func(a, b *ebbadminpb.GcTableStatus) int { return cmp.Compare(a.GetTable(), b.GetTable()) })
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TABLE\tFAMILY\tRULE\tAGE CUTOFF\tLAST PASS\tEXAMINED\tCOLLECTED\tCOLLECTED BYTES\tDEBT CELLS\tDEBT BYTES\tDEBT OLDEST\tLOGICAL BYTES\tDISK BYTES\tRECLAIM\tPASS\tWAITING\tHIDDEN VERSIONS")
 	for _, t := range tables {
-		fams := t.list("families")
-		slices.SortFunc(fams, func(a, b fields) int { return cmp.Compare(a.str("name"), b.str("name")) })
+		fams := slices.Clone(t.GetFamilies())
+		slices.SortFunc(fams, func(a, b *ebbadminpb.GcFamilyStatus) int { return cmp.Compare(a.GetName(), b.GetName()) })
 		name, rule, cut := "-", "-", "-"
 		if len(fams) > 0 {
-			name, rule, cut = fams[0].str("name"), fams[0].str("rule"), ageCutoffOf(fams[0])
+			name, rule, cut = fams[0].GetName(), fams[0].GetRule(), ageCutoffOf(fams[0])
 		}
 		figures := "-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-"
-		if lp := t.str("last_pass"); lp != "" {
+		if lp := t.GetLastPass(); lp != "" {
 			oldest := "-"
-			if t.int("debt_cells") > 0 {
-				oldest = humanDuration(t.seconds("debt_oldest_seconds"))
+			if t.GetDebtCells() > 0 {
+				oldest = humanDuration(seconds(t.GetDebtOldestSeconds()))
 			}
 			figures = fmt.Sprintf("%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s",
-				formatPassTime(lp), t.int("examined"), t.int("collected"), humanBytes(t.int("collected_bytes")),
-				t.int("debt_cells"), humanBytes(t.int("debt_bytes")), oldest,
-				humanBytes(t.int("logical_bytes")), humanBytes(t.int("disk_bytes")), reclaimOf(t))
-			figures += fmt.Sprintf("\t%s\t%d now, %d later\t%d", passKind(t), t.int("agenda_due"), t.int("agenda_later"), t.int("hidden_versions"))
+				formatPassTime(lp), t.GetExamined(), t.GetCollected(), humanBytes(t.GetCollectedBytes()),
+				t.GetDebtCells(), humanBytes(t.GetDebtBytes()), oldest,
+				humanBytes(t.GetLogicalBytes()), humanBytes(t.GetDiskBytes()), reclaimOf(t))
+			figures += fmt.Sprintf("\t%s\t%d now, %d later\t%d", passKind(t), t.GetAgendaDue(), t.GetAgendaLater(), t.GetHiddenVersions())
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.str("table"), name, rule, cut, figures)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.GetTable(), name, rule, cut, figures)
 		for _, f := range fams[min(1, len(fams)):] {
-			fmt.Fprintf(tw, "\t%s\t%s\t%s\n", f.str("name"), f.str("rule"), ageCutoffOf(f))
+			fmt.Fprintf(tw, "\t%s\t%s\t%s\n", f.GetName(), f.GetRule(), ageCutoffOf(f))
 		}
 	}
 	return tw.Flush()
@@ -272,9 +273,9 @@ func printGCStatus(w io.Writer, r fields) error {
 
 // passKind says how the last pass went over a table: swept whole, or
 // incremental with the rows it visited.
-func passKind(t fields) string {
-	if b, ok := t["incremental"]; ok && b.GetBoolValue() {
-		return "incremental, " + plural(t.int("visited_rows"), "row")
+func passKind(t *ebbadminpb.GcTableStatus) string {
+	if t.GetIncremental() {
+		return "incremental, " + plural(t.GetVisitedRows(), "row")
 	}
 	return "whole"
 }
@@ -305,12 +306,12 @@ func perSecond(n int64, seconds float64) string {
 
 // reclaimOf says what became of the space the table's last pass collected:
 // freed by its compaction, pending (left to Pebble's compactions), or "-".
-func reclaimOf(t fields) string {
+func reclaimOf(t *ebbadminpb.GcTableStatus) string {
 	switch {
-	case t.int("reclaim_pending_bytes") > 0:
-		return humanBytes(t.int("reclaim_pending_bytes")) + " pending"
-	case t.int("reclaimed_bytes") > 0:
-		return humanBytes(t.int("reclaimed_bytes")) + " freed"
+	case t.GetReclaimPendingBytes() > 0:
+		return humanBytes(t.GetReclaimPendingBytes()) + " pending"
+	case t.GetReclaimedBytes() > 0:
+		return humanBytes(t.GetReclaimedBytes()) + " freed"
 	}
 	return "-"
 }

@@ -1,9 +1,10 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 
-	"github.com/ebbtable/ebbtable/server"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/spf13/cobra"
 )
 
@@ -28,17 +29,18 @@ every cluster has it and releases the holds: no cluster diverges. Every
 cluster must be reachable.`,
 		Args: exactArgs(3, "TABLE FAMILY RULE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := cf.callEbbAdmin(cmd.Context(), server.MethodGCRaise, map[string]any{
-				"table": args[0], "family": args[1], "rule": args[2], "coordinated": coordinated})
+			resp, err := callEbbAdmin(cmd.Context(), cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.GcRaiseResponse, error) {
+				return c.GcRaise(ctx, &ebbadminpb.GcRaiseRequest{Project: cf.project, Instance: cf.instance,
+					Table: args[0], Family: args[1], Rule: args[2], Coordinated: coordinated})
+			})
 			if err != nil {
 				return err
 			}
-			f := fields(resp.GetFields())
 			how := "set"
 			if coordinated {
-				how = fmt.Sprintf("set on %d clusters in step", f.int("clusters"))
+				how = fmt.Sprintf("set on %d clusters in step", resp.GetClusters())
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s (%s)\n", f.str("table"), f.str("family"), f.str("rule"), how)
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s (%s)\n", resp.GetTable(), resp.GetFamily(), resp.GetRule(), how)
 			return err
 		},
 	}

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/ebbtable/ebbtable/server"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Progress display modes (--progress).
@@ -123,16 +123,11 @@ type progressState struct {
 }
 
 func pollProgress(ctx context.Context, conn *grpc.ClientConn, id string) (progressState, bool) {
-	req, _ := structpb.NewStruct(map[string]any{"id": id})
-	resp := new(structpb.Struct)
-	if err := conn.Invoke(ctx, server.MethodProgress, req, resp); err != nil {
+	resp, err := ebbadminpb.NewEbbAdminClient(conn).Progress(ctx, &ebbadminpb.ProgressRequest{Id: id})
+	if err != nil || !resp.GetFound() {
 		return progressState{}, false
 	}
-	f := fields(resp.GetFields())
-	if !f["found"].GetBoolValue() {
-		return progressState{}, false
-	}
-	return progressState{phase: f.str("phase"), unit: f.str("unit"), done: f.int("done"), total: f.int("total"), finished: f["finished"].GetBoolValue()}, true
+	return progressState{phase: resp.GetPhase(), unit: resp.GetUnit(), done: resp.GetDone(), total: resp.GetTotal(), finished: resp.GetFinished()}, true
 }
 
 // progressRenderer draws successive states: one progressbar per phase

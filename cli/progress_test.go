@@ -13,6 +13,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/creack/pty"
 	"github.com/ebbtable/ebbtable/server"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -178,14 +179,18 @@ func TestProgressReported(t *testing.T) {
 	withID := func(id string) context.Context {
 		return metadata.AppendToOutgoingContext(ctx, server.MetaProgressID, id)
 	}
+	progressOf := func(ctx context.Context, id string) (*ebbadminpb.ProgressResponse, error) {
+		return callEbbAdmin(ctx, &cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.ProgressResponse, error) {
+			return c.Progress(ctx, &ebbadminpb.ProgressRequest{Id: id})
+		})
+	}
 	check := func(id, phase, unit string, done, total int64) {
 		t.Helper()
-		resp, err := cf.callEbbAdmin(ctx, server.MethodProgress, map[string]any{"id": id})
+		f, err := progressOf(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		f := fields(resp.GetFields())
-		got := fmt.Sprintf("%v %q %q %d %d %v", f["found"].GetBoolValue(), f.str("phase"), f.str("unit"), f.int("done"), f.int("total"), f["finished"].GetBoolValue())
+		got := fmt.Sprintf("%v %q %q %d %d %v", f.GetFound(), f.GetPhase(), f.GetUnit(), f.GetDone(), f.GetTotal(), f.GetFinished())
 		if want := fmt.Sprintf("true %q %q %d %d true", phase, unit, done, total); got != want {
 			t.Errorf("progress of %s: %s, want %s", id, got, want)
 		}
@@ -200,12 +205,16 @@ func TestProgressReported(t *testing.T) {
 	}
 	check("restore-1", "restore b1 to t2", "cells", progressCells, progressCells)
 
-	if _, err := cf.callEbbAdmin(ctx, server.MethodDDL, map[string]any{"statement": "ALTER TABLE t ADD ROW DELETION POLICY (OLDER_THAN(`cf:c0`, INTERVAL 1 DAY))"}); err != nil {
+	if _, err := callEbbAdmin(ctx, &cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.DdlResponse, error) {
+		return c.Ddl(ctx, &ebbadminpb.DdlRequest{Project: cf.project, Instance: cf.instance, Statement: "ALTER TABLE t ADD ROW DELETION POLICY (OLDER_THAN(`cf:c0`, INTERVAL 1 DAY))"})
+	}); err != nil {
 		t.Fatal(err)
 	}
 	// As for GC: the second run's total is the first's count.
 	for _, id := range []string{"ttl-1", "ttl-2"} {
-		if _, err := cf.callEbbAdmin(withID(id), server.MethodTTLRun, map[string]any{"table": "t"}); err != nil {
+		if _, err := callEbbAdmin(withID(id), &cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.TtlRunResponse, error) {
+			return c.TtlRun(ctx, &ebbadminpb.TtlRunRequest{Project: cf.project, Instance: cf.instance, Table: "t"})
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -215,18 +224,20 @@ func TestProgressReported(t *testing.T) {
 	// whole) counts cells, with no estimate of its size yet; the next visits
 	// only the rows the GC agenda names, none here, and counts rows.
 	for _, id := range []string{"gc-1", "gc-2"} {
-		if _, err := cf.callEbbAdmin(withID(id), server.MethodGCRun, map[string]any{"table": "t2"}); err != nil {
+		if _, err := callEbbAdmin(withID(id), &cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.GcRunResponse, error) {
+			return c.GcRun(ctx, &ebbadminpb.GcRunRequest{Project: cf.project, Instance: cf.instance, Table: "t2"})
+		}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	check("gc-1", "table t2 (1/1)", "cells", progressCells, -1)
 	check("gc-2", "table t2 (1/1)", "rows", 0, 0)
 
-	resp, err := cf.callEbbAdmin(ctx, server.MethodProgress, map[string]any{"id": "never-used"})
-	if err != nil || fields(resp.GetFields())["found"].GetBoolValue() {
+	resp, err := progressOf(ctx, "never-used")
+	if err != nil || resp.GetFound() {
 		t.Errorf("progress of an unknown id: %v %v, want found false", resp, err)
 	}
-	if _, err := cf.callEbbAdmin(ctx, server.MethodProgress, map[string]any{}); err == nil || !strings.Contains(err.Error(), "InvalidArgument") {
+	if _, err := progressOf(ctx, ""); err == nil || !strings.Contains(err.Error(), "InvalidArgument") {
 		t.Errorf("progress without an id: %v, want InvalidArgument", err)
 	}
 }
@@ -266,15 +277,18 @@ func TestProgressDiff(t *testing.T) {
 	ctx := metadata.AppendToOutgoingContext(context.Background(), server.MetaProgressID, "diff-1")
 	var diffErr error
 	waitFor(t, "a diff with b", func() (bool, string) {
-		_, diffErr = cf.callEbbAdmin(ctx, server.MethodDiff, map[string]any{"table": "t"})
+		_, diffErr = callEbbAdmin(ctx, &cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.ReplicationDiffResponse, error) {
+			return c.ReplicationDiff(ctx, &ebbadminpb.ReplicationDiffRequest{Project: cf.project, Instance: cf.instance, Table: "t"})
+		})
 		return diffErr == nil, fmt.Sprint(diffErr)
 	})
-	resp, err := cf.callEbbAdmin(context.Background(), server.MethodProgress, map[string]any{"id": "diff-1"})
+	f, err := callEbbAdmin(context.Background(), &cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.ProgressResponse, error) {
+		return c.Progress(ctx, &ebbadminpb.ProgressRequest{Id: "diff-1"})
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := fields(resp.GetFields())
-	if f.str("phase") != "peer b (1/1)" || f.str("unit") != "chunks" || f.int("total") < 2 || f.int("done") != f.int("total") || !f["finished"].GetBoolValue() {
-		t.Errorf("diff progress: %v", resp.AsMap())
+	if f.GetPhase() != "peer b (1/1)" || f.GetUnit() != "chunks" || f.GetTotal() < 2 || f.GetDone() != f.GetTotal() || !f.GetFinished() {
+		t.Errorf("diff progress: %v", f)
 	}
 }

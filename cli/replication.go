@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strconv"
 	"text/tabwriter"
 	"time"
 
-	"github.com/ebbtable/ebbtable/server"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 func newReplicationCmd() *cobra.Command {
@@ -34,7 +32,9 @@ func newReplicationCmd() *cobra.Command {
 		Short: "Show this cluster's peers and how far behind each it is",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cf.adminReport(cmd, server.MethodStatus, nil, "replication status", asJSON, printReplicationStatus)
+			return adminReport(cmd, &cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.ReplicationStatusResponse, error) {
+				return c.ReplicationStatus(ctx, &ebbadminpb.ReplicationStatusRequest{Project: cf.project, Instance: cf.instance})
+			}, "replication status", asJSON, printReplicationStatus)
 		},
 	}
 	status.Flags().BoolVar(&asJSON, "json", false, "print the server's answer as JSON")
@@ -44,12 +44,14 @@ func newReplicationCmd() *cobra.Command {
 			Short: short,
 			Args:  exactArgs(1, "the peer's cluster id"),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				resp, err := cf.callEbbAdmin(cmd.Context(), server.MethodLink, map[string]any{"peer": args[0], "paused": paused})
+				resp, err := callEbbAdmin(cmd.Context(), &cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.ReplicationLinkResponse, error) {
+					return c.ReplicationLink(ctx, &ebbadminpb.ReplicationLinkRequest{Project: cf.project, Instance: cf.instance, Peer: args[0], Paused: paused})
+				})
 				if err != nil {
 					return err
 				}
 				state := "resumed"
-				if resp.GetFields()["paused"].GetBoolValue() {
+				if resp.GetPaused() {
 					state = "paused"
 				}
 				_, err = fmt.Fprintf(cmd.OutOrStdout(), "link from %s %s\n", args[0], state)
@@ -88,15 +90,13 @@ unexpected ones are copied (with their replication stamp) to where they
 are missing or older; cells in flight are left to replication.`,
 		Args: exactArgs(1, "TABLE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := map[string]any{"table": args[0], "repair": repair}
-			if peer != "" {
-				req["peer"] = peer
-			}
 			ctx, cancel := cf.context(cmd.Context())
 			defer cancel()
-			var resp *structpb.Struct
+			var resp *ebbadminpb.ReplicationDiffResponse
 			err := pf.track(ctx, cmd, cf, "replication diff", func(ctx context.Context) (err error) {
-				resp, err = cf.callEbbAdmin(ctx, server.MethodDiff, req)
+				resp, err = callEbbAdmin(ctx, cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.ReplicationDiffResponse, error) {
+					return c.ReplicationDiff(ctx, &ebbadminpb.ReplicationDiffRequest{Project: cf.project, Instance: cf.instance, Table: args[0], Peer: peer, Repair: repair})
+				})
 				return err
 			})
 			if err != nil {
@@ -105,7 +105,7 @@ are missing or older; cells in flight are left to replication.`,
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), resp)
 			}
-			return printDiff(cmd.OutOrStdout(), fields(resp.GetFields()))
+			return printDiff(cmd.OutOrStdout(), resp)
 		},
 	}
 	pf.register(cmd)
@@ -115,12 +115,12 @@ are missing or older; cells in flight are left to replication.`,
 	return cmd
 }
 
-func printDiff(w io.Writer, r fields) error {
-	for _, p := range r.list("peers") {
-		cells := p.list("cells")
-		fmt.Fprintf(w, "%s vs %s: %d chunks, %d differ, %d one-sided cells", r.str("cluster"), p.str("peer"), p.int("chunks"), p.int("differing_chunks"), len(cells))
-		if _, ok := p["repaired"]; ok {
-			fmt.Fprintf(w, ", %d repaired", p.int("repaired"))
+func printDiff(w io.Writer, r *ebbadminpb.ReplicationDiffResponse) error {
+	for _, p := range r.GetPeers() {
+		cells := p.GetCells()
+		fmt.Fprintf(w, "%s vs %s: %d chunks, %d differ, %d one-sided cells", r.GetCluster(), p.GetPeer(), p.GetChunks(), p.GetDifferingChunks(), len(cells))
+		if p.Repaired != nil {
+			fmt.Fprintf(w, ", %d repaired", p.GetRepaired())
 		}
 		fmt.Fprintln(w)
 		if len(cells) == 0 {
@@ -129,7 +129,7 @@ func printDiff(w io.Writer, r fields) error {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "ROW\tCOLUMN\tTIMESTAMP\tON\tMISSING ON\tCLASS")
 		for _, c := range cells {
-			fmt.Fprintf(tw, "%s\t%s:%s\t%s\t%s\t%s\t%s\n", c.str("row"), c.str("family"), c.str("qualifier"), formatMicros(c.str("timestamp")), c.str("on"), c.str("lacking"), c.str("class"))
+			fmt.Fprintf(tw, "%s\t%s:%s\t%s\t%s\t%s\t%s\n", c.GetRow(), c.GetFamily(), c.GetQualifier(), formatMicros(c.GetTimestamp()), c.GetOn(), c.GetLacking(), c.GetClass())
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -138,18 +138,14 @@ func printDiff(w io.Writer, r fields) error {
 	return nil
 }
 
-// formatMicros prints a decimal microsecond timestamp as RFC 3339.
-func formatMicros(s string) string {
-	us, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return s
-	}
+// formatMicros prints a microsecond timestamp as RFC 3339.
+func formatMicros(us int64) string {
 	return time.UnixMicro(us).UTC().Format(time.RFC3339Nano)
 }
 
-func printReplicationStatus(w io.Writer, r fields) error {
-	fmt.Fprintf(w, "cluster %s\n", r.str("cluster"))
-	peers := r.list("peers")
+func printReplicationStatus(w io.Writer, r *ebbadminpb.ReplicationStatusResponse) error {
+	fmt.Fprintf(w, "cluster %s\n", r.GetCluster())
+	peers := r.GetPeers()
 	if len(peers) == 0 {
 		_, err := fmt.Fprintln(w, "no peers: this cluster replicates with nobody")
 		return err
@@ -158,10 +154,10 @@ func printReplicationStatus(w io.Writer, r fields) error {
 	fmt.Fprintln(tw, "PEER\tADDRESS\tREADY\tHEALTHY\tPAUSED\tMAX DELAY")
 	for _, p := range peers {
 		delay := "-"
-		if v, ok := p["max_delay_seconds"]; ok {
-			delay = humanDuration(time.Duration(v.GetNumberValue() * float64(time.Second)))
+		if p.MaxDelaySeconds != nil {
+			delay = humanDuration(seconds(p.GetMaxDelaySeconds()))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%v\t%v\t%s\n", p.str("id"), p.str("addr"), p["ready"].GetBoolValue(), p["healthy"].GetBoolValue(), p["paused"].GetBoolValue(), delay)
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%v\t%v\t%s\n", p.GetId(), p.GetAddr(), p.GetReady(), p.GetHealthy(), p.GetPaused(), delay)
 	}
 	return tw.Flush()
 }

@@ -9,9 +9,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/ebbtable/ebbtable/rowttl"
-	"github.com/ebbtable/ebbtable/server"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // newDDLCmd is `ebbtable ddl 'STATEMENT'`: one schema statement for row
@@ -57,15 +56,16 @@ policy that is not there, fail with FailedPrecondition.`,
 			}
 			ctx, cancel := cf.context(cmd.Context())
 			defer cancel()
-			resp, err := cf.callEbbAdmin(ctx, server.MethodDDL, map[string]any{"statement": args[0]})
+			resp, err := callEbbAdmin(ctx, &cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.DdlResponse, error) {
+				return c.Ddl(ctx, &ebbadminpb.DdlRequest{Project: cf.project, Instance: cf.instance, Statement: args[0]})
+			})
 			if err != nil {
 				return fmt.Errorf("ddl: %w", err)
 			}
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), resp)
 			}
-			r := fields(resp.GetFields())
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", r.str("table"), r.str("done"))
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", resp.GetTable(), resp.GetDone())
 			return err
 		},
 	}
@@ -118,13 +118,11 @@ runs never overlap.`,
 			}
 			ctx, cancel := cf.context(cmd.Context())
 			defer cancel()
-			req := map[string]any{}
-			if tbl != "" {
-				req["table"] = tbl
-			}
-			var resp *structpb.Struct
+			var resp *ebbadminpb.TtlRunResponse
 			err := pf.track(ctx, cmd, cf, "ttl run", func(ctx context.Context) (err error) {
-				resp, err = cf.callEbbAdmin(ctx, server.MethodTTLRun, req)
+				resp, err = callEbbAdmin(ctx, cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.TtlRunResponse, error) {
+					return c.TtlRun(ctx, &ebbadminpb.TtlRunRequest{Project: cf.project, Instance: cf.instance, Table: tbl})
+				})
 				return err
 			})
 			if err != nil {
@@ -133,10 +131,10 @@ runs never overlap.`,
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), resp)
 			}
-			r := fields(resp.GetFields())
+			r := resp
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: scanned %s, deleted %s (%d interleaved), %d undeletable, %d batches in %s\n",
-				plural(r.int("tables"), "table"), plural(r.int("scanned"), "row"), plural(r.int("deleted"), "row"),
-				r.int("children"), r.int("undeletable"), r.int("batches"), humanDuration(r.seconds("duration_seconds")))
+				plural(r.GetTables(), "table"), plural(r.GetScanned(), "row"), plural(r.GetDeleted(), "row"),
+				r.GetChildren(), r.GetUndeletable(), r.GetBatches(), humanDuration(seconds(r.GetDurationSeconds())))
 			return err
 		},
 	}
@@ -168,22 +166,24 @@ whose value is not a timestamp (undeletable). POLICY is either dialect:
 			}
 			ctx, cancel := cf.context(cmd.Context())
 			defer cancel()
-			resp, err := cf.callEbbAdmin(ctx, server.MethodTTLPlan, map[string]any{"table": args[0], "policy": args[1]})
+			resp, err := callEbbAdmin(ctx, cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.TtlPlanResponse, error) {
+				return c.TtlPlan(ctx, &ebbadminpb.TtlPlanRequest{Project: cf.project, Instance: cf.instance, Table: args[0], Policy: args[1]})
+			})
 			if err != nil {
 				return fmt.Errorf("ttl plan %s: %w", args[0], err)
 			}
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), resp)
 			}
-			r := fields(resp.GetFields())
+			r := resp
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			fmt.Fprintf(tw, "table\t%s\n", args[0])
-			fmt.Fprintf(tw, "policy\t%s\n", r.str("expression"))
-			fmt.Fprintf(tw, "would delete\t%s\n", plural(r.int("rows"), "row"))
-			fmt.Fprintf(tw, "interleaved children with them\t%s\n", plural(r.int("children"), "row"))
-			fmt.Fprintf(tw, "no timestamp (kept)\t%s\n", plural(r.int("null"), "row"))
-			fmt.Fprintf(tw, "undeletable\t%s\n", plural(r.int("undeletable"), "row"))
-			fmt.Fprintf(tw, "scanned\t%s\n", plural(r.int("scanned"), "row"))
+			fmt.Fprintf(tw, "policy\t%s\n", r.GetExpression())
+			fmt.Fprintf(tw, "would delete\t%s\n", plural(r.GetRows(), "row"))
+			fmt.Fprintf(tw, "interleaved children with them\t%s\n", plural(r.GetChildren(), "row"))
+			fmt.Fprintf(tw, "no timestamp (kept)\t%s\n", plural(r.GetNull(), "row"))
+			fmt.Fprintf(tw, "undeletable\t%s\n", plural(r.GetUndeletable(), "row"))
+			fmt.Fprintf(tw, "scanned\t%s\n", plural(r.GetScanned(), "row"))
 			return tw.Flush()
 		},
 	}
@@ -202,12 +202,13 @@ them. "ebbtable ttl plan TABLE 'POLICY'" tells beforehand how many rows that is.
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := cf.context(cmd.Context())
 			defer cancel()
-			resp, err := cf.callEbbAdmin(ctx, server.MethodTTLResume, map[string]any{"table": args[0]})
+			resp, err := callEbbAdmin(ctx, cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.TtlResumeResponse, error) {
+				return c.TtlResume(ctx, &ebbadminpb.TtlResumeRequest{Project: cf.project, Instance: cf.instance, Table: args[0]})
+			})
 			if err != nil {
 				return fmt.Errorf("ttl resume: %w", err)
 			}
-			r := fields(resp.GetFields())
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "resumed %s: %s\n", r.str("table"), r.str("expression"))
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "resumed %s: %s\n", resp.GetTable(), resp.GetExpression())
 			return err
 		},
 	}
@@ -226,26 +227,28 @@ been deleted) and its age, the rows the last run deleted, the undeletable
 rows and the smallest undeletable timestamp. "-" marks what is not known yet.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cf.adminReport(cmd, server.MethodTTLStatus, nil, "ttl status", asJSON, printTTLStatus)
+			return adminReport(cmd, cf, func(ctx context.Context, c ebbadminpb.EbbAdminClient) (*ebbadminpb.TtlStatusResponse, error) {
+				return c.TtlStatus(ctx, &ebbadminpb.TtlStatusRequest{Project: cf.project, Instance: cf.instance})
+			}, "ttl status", asJSON, printTTLStatus)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the server's answer as JSON")
 	return cmd
 }
 
-func printTTLStatus(w io.Writer, r fields) error {
+func printTTLStatus(w io.Writer, r *ebbadminpb.TtlStatusResponse) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "interval\t%s\n", r.seconds("interval_seconds"))
-	fmt.Fprintf(tw, "visibility\t%s\n", r.str("visibility"))
+	fmt.Fprintf(tw, "interval\t%s\n", seconds(r.GetIntervalSeconds()))
+	fmt.Fprintf(tw, "visibility\t%s\n", r.GetVisibility())
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	tables := r.list("tables")
+	tables := slices.Clone(r.GetTables())
 	if len(tables) == 0 {
 		_, err := fmt.Fprintln(w, "\nno table has a row deletion policy")
 		return err
 	}
-	slices.SortFunc(tables, func(a, b fields) int { return cmp.Compare(a.str("table"), b.str("table")) })
+	slices.SortFunc(tables, func(a, b *ebbadminpb.TtlTableStatus) int { return cmp.Compare(a.GetTable(), b.GetTable()) })
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TABLE\tPOLICY\tSEPARATOR\tWATERMARK\tWATERMARK AGE\tDELETED\tUNDELETABLE\tSMALLEST UNDELETABLE")
@@ -257,23 +260,23 @@ func printTTLStatus(w io.Writer, r fields) error {
 	}
 	for _, t := range tables {
 		wm, age, deleted, undel := "-", "-", "-", "-"
-		if s := t.str("watermark"); s != "" {
-			wm, age = formatPassTime(s), humanDuration(t.seconds("watermark_age_seconds"))
-			deleted, undel = fmt.Sprint(t.int("deleted")), fmt.Sprint(t.int("undeletable"))
+		if s := t.GetWatermark(); s != "" {
+			wm, age = formatPassTime(s), humanDuration(seconds(t.GetWatermarkAgeSeconds()))
+			deleted, undel = fmt.Sprint(t.GetDeleted()), fmt.Sprint(t.GetUndeletable())
 		}
-		sep := t.str("separator")
+		sep := t.GetSeparator()
 		if sep != "" {
 			sep = fmt.Sprintf("%q", sep)
 		}
-		smallest := t.str("smallest_undeletable")
+		smallest := t.GetSmallestUndeletable()
 		if smallest != "" {
 			smallest = formatPassTime(smallest)
 		}
-		expr := t.str("expression")
-		if v, ok := t["paused"]; ok && v.GetBoolValue() {
+		expr := t.GetExpression()
+		if t.GetPaused() {
 			expr += " (paused)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.str("table"), expr, dash(sep), wm, age, deleted, undel, dash(smallest))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.GetTable(), expr, dash(sep), wm, age, deleted, undel, dash(smallest))
 	}
 	return tw.Flush()
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"strconv"
 	"strings"
 	"time"
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -53,28 +53,22 @@ func decodeToken(tok string) (map[string]int64, error) {
 func (s *Server) peerStatus(ctx context.Context, id string, ref tableRef) (closed int64, applied map[string]int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
 	defer cancel()
-	out, err := s.callPeer(ctx, id, MethodStatus, tableFields(ref.instance, ref.table, nil))
+	c, err := s.peerClient(id)
+	if err != nil {
+		s.peers.contact(id, err)
+		return 0, nil, err
+	}
+	proj, inst, _ := splitInstance(ref.instance)
+	out, err := c.ReplicationStatus(ctx, &ebbadminpb.ReplicationStatusRequest{Project: proj, Instance: inst, Table: ref.table})
 	s.peers.contact(id, err)
 	if err != nil {
 		return 0, nil, err
 	}
-	closed, _ = strconv.ParseInt(out.GetFields()["closed"].GetStringValue(), 10, 64)
-	applied = map[string]int64{}
-	for k, v := range out.GetFields()["applied"].GetStructValue().GetFields() {
-		applied[k], _ = strconv.ParseInt(v.GetStringValue(), 10, 64)
+	applied = out.GetApplied()
+	if applied == nil {
+		applied = map[string]int64{}
 	}
-	return closed, applied, nil
-}
-
-// tableFields is the request of an EbbAdmin call about a table: project,
-// instance and table (from the instance's resource name) plus extra.
-func tableFields(instance, tableName string, extra map[string]any) map[string]any {
-	proj, inst, _ := splitInstance(instance)
-	out := map[string]any{"project": proj, "instance": inst, "table": tableName}
-	for k, v := range extra {
-		out[k] = v
-	}
-	return out
+	return out.GetClosed(), applied, nil
 }
 
 func splitInstance(inst string) (project, instance string, ok bool) {

@@ -5,71 +5,51 @@ import (
 	"time"
 
 	"github.com/ebbtable/ebbtable/rowttl"
-	"google.golang.org/protobuf/types/known/structpb"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 )
 
 // Methods of EbbAdminService for row deletion policies (package rowttl).
 const (
-	// MethodDDL: {project, instance, statement} → {table, done, expression}.
-	MethodDDL = "/" + EbbAdminService + "/Ddl"
-	// MethodTTLRun: {project, instance, table?} → {tables, scanned,
-	// deleted, children, undeletable, batches, duration_seconds}.
-	MethodTTLRun = "/" + EbbAdminService + "/TtlRun"
-	// MethodTTLStatus: {project, instance} → {interval_seconds,
-	// visibility, tables: [{table, expression, separator, watermark,
-	// watermark_age_seconds, last_run, scanned, deleted, children,
-	// undeletable, smallest_undeletable}]} (times RFC 3339, "" if none).
-	MethodTTLStatus = "/" + EbbAdminService + "/TtlStatus"
-	// MethodTTLPlan: {project, instance, table, policy} → {expression,
-	// rows, children, null, undeletable, scanned}.
-	MethodTTLPlan = "/" + EbbAdminService + "/TtlPlan"
-	// MethodTTLResume: {project, instance, table} → {table, expression}:
-	// resumes a policy a restore left paused.
-	MethodTTLResume = "/" + EbbAdminService + "/TtlResume"
+	MethodDDL       = ebbadminpb.EbbAdmin_Ddl_FullMethodName
+	MethodTTLRun    = ebbadminpb.EbbAdmin_TtlRun_FullMethodName
+	MethodTTLStatus = ebbadminpb.EbbAdmin_TtlStatus_FullMethodName
+	MethodTTLPlan   = ebbadminpb.EbbAdmin_TtlPlan_FullMethodName
+	// MethodTTLResume resumes a policy a restore left paused.
+	MethodTTLResume = ebbadminpb.EbbAdmin_TtlResume_FullMethodName
 )
 
-func init() {
-	ebbAdminDesc.Methods = append(ebbAdminDesc.Methods,
-		unaryStruct("Ddl", (*ebbAdmin).ddl),
-		unaryStruct("TtlRun", (*ebbAdmin).ttlRun),
-		unaryStruct("TtlStatus", (*ebbAdmin).ttlStatus),
-		unaryStruct("TtlPlan", (*ebbAdmin).ttlPlan),
-		unaryStruct("TtlResume", (*ebbAdmin).ttlResume),
-	)
-}
-
-func (a *ebbAdmin) ddl(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+func (a *ebbAdmin) Ddl(ctx context.Context, in *ebbadminpb.DdlRequest) (*ebbadminpb.DdlResponse, error) {
 	inst, err := instanceOf(in)
 	if err != nil {
 		return nil, err
 	}
-	res, err := rowttl.Exec(a.s.engine, inst, str(in, "statement"))
+	res, err := rowttl.Exec(a.s.engine, inst, in.GetStatement())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return structpb.NewStruct(map[string]any{"table": res.Table, "done": res.Done, "expression": res.Expression})
+	return &ebbadminpb.DdlResponse{Table: res.Table, Done: res.Done, Expression: res.Expression}, nil
 }
 
-func (a *ebbAdmin) ttlRun(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+func (a *ebbAdmin) TtlRun(ctx context.Context, in *ebbadminpb.TtlRunRequest) (*ebbadminpb.TtlRunResponse, error) {
 	inst, err := instanceOf(in)
 	if err != nil {
 		return nil, err
 	}
 	ctx, op := a.s.trackProgress(ctx)
 	defer op.Finish()
-	st, err := a.s.ttl.Run(ctx, rowttl.Selector{Instance: inst, Table: str(in, "table")})
+	st, err := a.s.ttl.Run(ctx, rowttl.Selector{Instance: inst, Table: in.GetTable()})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return structpb.NewStruct(map[string]any{
-		"tables":           st.Tables,
-		"scanned":          st.Scanned,
-		"deleted":          st.Deleted,
-		"children":         st.Children,
-		"undeletable":      st.Undeletable,
-		"batches":          st.Batches,
-		"duration_seconds": st.Duration.Seconds(),
-	})
+	return &ebbadminpb.TtlRunResponse{
+		Tables:          int64(st.Tables),
+		Scanned:         int64(st.Scanned),
+		Deleted:         int64(st.Deleted),
+		Children:        int64(st.Children),
+		Undeletable:     int64(st.Undeletable),
+		Batches:         int64(st.Batches),
+		DurationSeconds: st.Duration.Seconds(),
+	}, nil
 }
 
 func rfc3339(t time.Time) string {
@@ -79,71 +59,67 @@ func rfc3339(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-func (a *ebbAdmin) ttlStatus(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+func (a *ebbAdmin) TtlStatus(ctx context.Context, in *ebbadminpb.TtlStatusRequest) (*ebbadminpb.TtlStatusResponse, error) {
 	inst, err := instanceOf(in)
 	if err != nil {
 		return nil, err
 	}
 	now := a.s.opts.Clock.Now()
-	tables := []any{}
+	out := &ebbadminpb.TtlStatusResponse{IntervalSeconds: a.s.ttl.Interval().Seconds(), Visibility: a.s.engine.Visibility().String()}
 	for _, st := range a.s.ttl.Status(inst) {
 		age := 0.0
 		if !st.Watermark.IsZero() {
 			age = max(now.Sub(st.Watermark), 0).Seconds()
 		}
-		tables = append(tables, map[string]any{
-			"table":                 st.Table,
-			"expression":            st.Expression,
-			"separator":             st.Separator,
-			"watermark":             rfc3339(st.Watermark),
-			"watermark_age_seconds": age,
-			"last_run":              rfc3339(st.LastRun),
-			"scanned":               st.Scanned,
-			"deleted":               st.Deleted,
-			"children":              st.Children,
-			"undeletable":           st.Undeletable,
-			"smallest_undeletable":  rfc3339(st.SmallestUndeletable),
-			"paused":                st.Paused,
+		out.Tables = append(out.Tables, &ebbadminpb.TtlTableStatus{
+			Table:               st.Table,
+			Expression:          st.Expression,
+			Separator:           st.Separator,
+			Watermark:           rfc3339(st.Watermark),
+			WatermarkAgeSeconds: age,
+			LastRun:             rfc3339(st.LastRun),
+			Scanned:             int64(st.Scanned),
+			Deleted:             int64(st.Deleted),
+			Children:            int64(st.Children),
+			Undeletable:         int64(st.Undeletable),
+			SmallestUndeletable: rfc3339(st.SmallestUndeletable),
+			Paused:              st.Paused,
 		})
 	}
-	return structpb.NewStruct(map[string]any{
-		"interval_seconds": a.s.ttl.Interval().Seconds(),
-		"visibility":       a.s.engine.Visibility().String(),
-		"tables":           tables,
-	})
+	return out, nil
 }
 
-func (a *ebbAdmin) ttlResume(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+func (a *ebbAdmin) TtlResume(ctx context.Context, in *ebbadminpb.TtlResumeRequest) (*ebbadminpb.TtlResumeResponse, error) {
 	inst, err := instanceOf(in)
 	if err != nil {
 		return nil, err
 	}
-	m, err := a.s.engine.ResumeRowPolicy(inst, str(in, "table"))
+	m, err := a.s.engine.ResumeRowPolicy(inst, in.GetTable())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return structpb.NewStruct(map[string]any{"table": m.Name, "expression": rowttl.FromTable(*m.RowPolicy).Expression()})
+	return &ebbadminpb.TtlResumeResponse{Table: m.Name, Expression: rowttl.FromTable(*m.RowPolicy).Expression()}, nil
 }
 
-func (a *ebbAdmin) ttlPlan(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+func (a *ebbAdmin) TtlPlan(ctx context.Context, in *ebbadminpb.TtlPlanRequest) (*ebbadminpb.TtlPlanResponse, error) {
 	inst, err := instanceOf(in)
 	if err != nil {
 		return nil, err
 	}
-	pol, err := rowttl.ParsePolicy(str(in, "policy"))
+	pol, err := rowttl.ParsePolicy(in.GetPolicy())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	pr, err := a.s.ttl.Plan(ctx, inst, str(in, "table"), pol)
+	pr, err := a.s.ttl.Plan(ctx, inst, in.GetTable(), pol)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return structpb.NewStruct(map[string]any{
-		"expression":  pr.Expression,
-		"rows":        pr.Rows,
-		"children":    pr.Children,
-		"null":        pr.Null,
-		"undeletable": pr.Undeletable,
-		"scanned":     pr.Scanned,
-	})
+	return &ebbadminpb.TtlPlanResponse{
+		Expression:  pr.Expression,
+		Rows:        int64(pr.Rows),
+		Children:    int64(pr.Children),
+		Null:        int64(pr.Null),
+		Undeletable: int64(pr.Undeletable),
+		Scanned:     int64(pr.Scanned),
+	}, nil
 }

@@ -3,19 +3,16 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/ebbtable/ebbtable/progress"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // Comparing clusters: ebbtable replication diff TABLE. The cluster asked
@@ -37,10 +34,10 @@ import (
 // MethodTableChunks, MethodTableCells, MethodRepairCells and MethodDiff are
 // the diff's RPCs (EbbAdminService).
 const (
-	MethodTableChunks = "/" + EbbAdminService + "/TableChunks"
-	MethodTableCells  = "/" + EbbAdminService + "/TableCells"
-	MethodRepairCells = "/" + EbbAdminService + "/RepairCells"
-	MethodDiff        = "/" + EbbAdminService + "/ReplicationDiff"
+	MethodTableChunks = ebbadminpb.EbbAdmin_TableChunks_FullMethodName
+	MethodTableCells  = ebbadminpb.EbbAdmin_TableCells_FullMethodName
+	MethodRepairCells = ebbadminpb.EbbAdmin_RepairCells_FullMethodName
+	MethodDiff        = ebbadminpb.EbbAdmin_ReplicationDiff_FullMethodName
 )
 
 const diffChunkRows = 500
@@ -52,14 +49,18 @@ const (
 	classUnexpected = "unexpected"
 )
 
-func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+// tableRequest is a request about a table.
+type tableRequest interface {
+	instanceRequest
+	GetTable() string
+}
 
-func (a *ebbAdmin) tableOfRequest(in *structpb.Struct) (*table.Meta, error) {
+func (a *ebbAdmin) tableOfRequest(in tableRequest) (*table.Meta, error) {
 	inst, err := instanceOf(in)
 	if err != nil {
 		return nil, err
 	}
-	m, err := a.s.engine.Table(inst, str(in, "table"))
+	m, err := a.s.engine.Table(inst, in.GetTable())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -78,95 +79,71 @@ func chunkRanges(bounds [][]byte) [][2][]byte {
 	return append(out, [2][]byte{start, nil})
 }
 
-// tableChunks: {project, instance, table, bounds: [base64 row keys]} →
-// {chunks: [{hash, count}], cutoffs: {family: micros}}.
-func (a *ebbAdmin) tableChunks(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+// TableChunks digests the table's chunks split at the request's bounds and
+// tells the families' age cutoffs here.
+func (a *ebbAdmin) TableChunks(ctx context.Context, in *ebbadminpb.TableChunksRequest) (*ebbadminpb.TableChunksResponse, error) {
 	m, err := a.tableOfRequest(in)
 	if err != nil {
 		return nil, err
 	}
-	var bounds [][]byte
-	for _, v := range in.GetFields()["bounds"].GetListValue().GetValues() {
-		b, err := base64.StdEncoding.DecodeString(v.GetStringValue())
-		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: bound: %v", err)
-		}
-		bounds = append(bounds, b)
-	}
-	var chunks []any
-	for _, r := range chunkRanges(bounds) {
+	out := &ebbadminpb.TableChunksResponse{Cutoffs: a.s.ageCutoffs(m)}
+	for _, r := range chunkRanges(in.GetBounds()) {
 		h, n, err := a.s.engine.ChunkHash(m, r[0], r[1])
 		if err != nil {
 			return nil, toStatus(err)
 		}
-		chunks = append(chunks, map[string]any{"hash": hex.EncodeToString(h), "count": float64(n)})
+		out.Chunks = append(out.Chunks, &ebbadminpb.Chunk{Hash: h, Count: int64(n)})
 	}
-	cutoffs := map[string]any{}
-	for fam, c := range a.s.ageCutoffs(m) {
-		cutoffs[fam] = strconv.FormatInt(c, 10)
-	}
-	return structpb.NewStruct(map[string]any{"chunks": chunks, "cutoffs": cutoffs})
+	return out, nil
 }
 
-// tableCells: {project, instance, table, start?, end?} → {cells: [JSON of
-// table.RawCell]}.
-func (a *ebbAdmin) tableCells(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+// TableCells lists the stored cells of rows [start, end) (no end: to the
+// end of the table).
+func (a *ebbAdmin) TableCells(ctx context.Context, in *ebbadminpb.TableCellsRequest) (*ebbadminpb.TableCellsResponse, error) {
 	m, err := a.tableOfRequest(in)
 	if err != nil {
 		return nil, err
 	}
-	start, err1 := base64.StdEncoding.DecodeString(str(in, "start"))
 	var end []byte
-	var err2 error
-	if e, ok := in.GetFields()["end"]; ok {
-		end, err2 = base64.StdEncoding.DecodeString(e.GetStringValue())
+	if in.End != nil {
+		// A set end is a bound even when empty: no rows.
+		end = append([]byte{}, in.GetEnd()...)
 	}
-	if err1 != nil || err2 != nil {
-		return nil, status.Error(codes.InvalidArgument, "ebbtable: start and end are base64 row keys")
-	}
-	var cells []any
-	err = a.s.engine.RawCells(m, start, end, func(c table.RawCell) error {
-		js, err := json.Marshal(c)
-		cells = append(cells, string(js))
-		return err
+	out := &ebbadminpb.TableCellsResponse{}
+	err = a.s.engine.RawCells(m, in.GetStart(), end, func(c table.RawCell) error {
+		out.Cells = append(out.Cells, rawCellPB(c))
+		return nil
 	})
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return structpb.NewStruct(map[string]any{"cells": cells})
+	return out, nil
 }
 
-// repairCells: {project, instance, table, put: [cell JSON], delete: [cell
-// JSON]} → {put, deleted}.
-func (a *ebbAdmin) repairCells(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+// RepairCells writes the put cells (with their stamps, where newer) and
+// deletes the delete cells.
+func (a *ebbAdmin) RepairCells(ctx context.Context, in *ebbadminpb.RepairCellsRequest) (*ebbadminpb.RepairCellsResponse, error) {
 	m, err := a.tableOfRequest(in)
 	if err != nil {
 		return nil, err
 	}
-	put, deleted := 0, 0
-	for _, kind := range []string{"put", "delete"} {
-		for _, v := range in.GetFields()[kind].GetListValue().GetValues() {
-			var c table.RawCell
-			if err := json.Unmarshal([]byte(v.GetStringValue()), &c); err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "ebbtable: cell: %v", err)
-			}
-			if kind == "put" {
-				ok, err := a.s.engine.RepairCell(m, c)
-				if err != nil {
-					return nil, toStatus(err)
-				}
-				if ok {
-					put++
-				}
-				continue
-			}
-			if err := a.s.engine.DeleteRawCell(m, c); err != nil {
-				return nil, toStatus(err)
-			}
-			deleted++
+	out := &ebbadminpb.RepairCellsResponse{}
+	for _, c := range in.GetPut() {
+		ok, err := a.s.engine.RepairCell(m, rawCellOf(c))
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		if ok {
+			out.Put++
 		}
 	}
-	return structpb.NewStruct(map[string]any{"put": float64(put), "deleted": float64(deleted)})
+	for _, c := range in.GetDelete() {
+		if err := a.s.engine.DeleteRawCell(m, rawCellOf(c)); err != nil {
+			return nil, toStatus(err)
+		}
+		out.Deleted++
+	}
+	return out, nil
 }
 
 // diffSide is what the diff knows of one cluster.
@@ -184,18 +161,17 @@ type oneSided struct {
 	class   string
 }
 
-// replicationDiff: {project, instance, table, peer?, repair (bool)} →
-// {peers: [{peer, chunks, differing_chunks, cells: [{row, family,
-// qualifier, timestamp, on, class}], repaired}]}.
-func (a *ebbAdmin) replicationDiff(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+// ReplicationDiff compares the table here with each peer's copy (or the
+// request's peer's), and with repair settles the differences.
+func (a *ebbAdmin) ReplicationDiff(ctx context.Context, in *ebbadminpb.ReplicationDiffRequest) (*ebbadminpb.ReplicationDiffResponse, error) {
 	s := a.s
 	m, err := a.tableOfRequest(in)
 	if err != nil {
 		return nil, err
 	}
-	repair := in.GetFields()["repair"].GetBoolValue()
+	repair := in.GetRepair()
 	peers := s.peers.list()
-	if p := str(in, "peer"); p != "" {
+	if p := in.GetPeer(); p != "" {
 		pi, ok := s.peers.get(p)
 		if !ok {
 			return nil, status.Errorf(codes.NotFound, "ebbtable: cluster %q is not a peer of %q", p, s.opts.ClusterID)
@@ -210,10 +186,6 @@ func (a *ebbAdmin) replicationDiff(ctx context.Context, in *structpb.Struct) (*s
 		return nil, toStatus(err)
 	}
 	ranges := chunkRanges(bounds)
-	var boundVals []any
-	for _, b := range bounds {
-		boundVals = append(boundVals, b64(b))
-	}
 	local := diffSide{id: s.opts.ClusterID, cutoffs: s.ageCutoffs(m), applied: map[string]int64{}}
 	for _, p := range s.peers.list() {
 		if pos, ok, err := s.engine.Checkpoint(m, p.ID); err == nil && ok {
@@ -222,35 +194,40 @@ func (a *ebbAdmin) replicationDiff(ctx context.Context, in *structpb.Struct) (*s
 	}
 	ctx, op := s.trackProgress(ctx)
 	defer op.Finish()
-	var results []any
+	out := &ebbadminpb.ReplicationDiffResponse{Cluster: s.opts.ClusterID, Table: m.Name}
 	for i, p := range peers {
 		op.Phase(fmt.Sprintf("peer %s (%d/%d)", p.ID, i+1, len(peers)), "chunks", int64(len(ranges)))
 		callCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		res, err := a.diffPeer(callCtx, m, p.ID, local, ranges, boundVals, repair)
+		res, err := a.diffPeer(callCtx, m, p.ID, local, ranges, bounds, repair)
 		cancel()
 		if err != nil {
 			return nil, err
 		}
-		results = append(results, res)
+		out.Peers = append(out.Peers, res)
 	}
-	return structpb.NewStruct(map[string]any{"cluster": s.opts.ClusterID, "table": m.Name, "peers": results})
+	return out, nil
 }
 
-func (a *ebbAdmin) diffPeer(ctx context.Context, m *table.Meta, peer string, local diffSide, ranges [][2][]byte, bounds []any, repair bool) (map[string]any, error) {
+func (a *ebbAdmin) diffPeer(ctx context.Context, m *table.Meta, peer string, local diffSide, ranges [][2][]byte, bounds [][]byte, repair bool) (*ebbadminpb.DiffPeer, error) {
 	s := a.s
-	out, err := s.callPeer(ctx, peer, MethodTableChunks, tableFields(m.Instance, m.Name, map[string]any{"bounds": bounds}))
+	c, err := s.peerClient(peer)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "ebbtable: cluster %s: %v", peer, err)
 	}
-	remote := diffSide{id: peer, cutoffs: map[string]int64{}}
-	for fam, v := range out.GetFields()["cutoffs"].GetStructValue().GetFields() {
-		remote.cutoffs[fam], _ = strconv.ParseInt(v.GetStringValue(), 10, 64)
+	proj, inst, _ := splitInstance(m.Instance)
+	out, err := c.TableChunks(ctx, &ebbadminpb.TableChunksRequest{Project: proj, Instance: inst, Table: m.Name, Bounds: bounds})
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "ebbtable: cluster %s: %v", peer, err)
+	}
+	remote := diffSide{id: peer, cutoffs: out.GetCutoffs()}
+	if remote.cutoffs == nil {
+		remote.cutoffs = map[string]int64{}
 	}
 	_, remote.applied, err = s.peerStatus(ctx, peer, tableRef{instance: m.Instance, table: m.Name})
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "ebbtable: cluster %s: %v", peer, err)
 	}
-	chunks := out.GetFields()["chunks"].GetListValue().GetValues()
+	chunks := out.GetChunks()
 	if len(chunks) != len(ranges) {
 		return nil, status.Errorf(codes.Internal, "ebbtable: cluster %s answered %d chunks for %d", peer, len(chunks), len(ranges))
 	}
@@ -263,24 +240,21 @@ func (a *ebbAdmin) diffPeer(ctx context.Context, m *table.Meta, peer string, loc
 		if err != nil {
 			return nil, toStatus(err)
 		}
-		if hex.EncodeToString(h) == chunks[i].GetStructValue().GetFields()["hash"].GetStringValue() {
+		if bytes.Equal(h, chunks[i].GetHash()) {
 			continue
 		}
 		differing++
-		req := map[string]any{"start": b64(r[0])}
+		req := &ebbadminpb.TableCellsRequest{Project: proj, Instance: inst, Table: m.Name, Start: r[0]}
 		if r[1] != nil {
-			req["end"] = b64(r[1])
+			req.End = r[1]
 		}
-		cellsOut, err := s.callPeer(ctx, peer, MethodTableCells, tableFields(m.Instance, m.Name, req))
+		cellsOut, err := c.TableCells(ctx, req)
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "ebbtable: cluster %s: %v", peer, err)
 		}
 		theirs := map[string]table.RawCell{}
-		for _, v := range cellsOut.GetFields()["cells"].GetListValue().GetValues() {
-			var c table.RawCell
-			if err := json.Unmarshal([]byte(v.GetStringValue()), &c); err != nil {
-				return nil, err
-			}
+		for _, pc := range cellsOut.GetCells() {
+			c := rawCellOf(pc)
 			theirs[c.Coord()] = c
 		}
 		mine := map[string]table.RawCell{}
@@ -311,20 +285,19 @@ func (a *ebbAdmin) diffPeer(ctx context.Context, m *table.Meta, peer string, loc
 		found[i].class = classify(m, found[i], sides)
 	}
 	sort.Slice(found, func(i, j int) bool { return found[i].cell.Coord() < found[j].cell.Coord() })
-	var cells []any
+	res := &ebbadminpb.DiffPeer{Peer: peer, Chunks: int64(len(ranges)), DifferingChunks: int64(differing)}
 	for _, f := range found {
-		cells = append(cells, map[string]any{
-			"row": string(f.cell.Row), "family": f.cell.Family, "qualifier": string(f.cell.Qualifier),
-			"timestamp": strconv.FormatInt(f.cell.Timestamp, 10), "on": f.on, "lacking": f.lacking, "class": f.class,
+		res.Cells = append(res.Cells, &ebbadminpb.DiffCell{
+			Row: f.cell.Row, Family: f.cell.Family, Qualifier: f.cell.Qualifier,
+			Timestamp: f.cell.Timestamp, On: f.on, Lacking: f.lacking, Class: f.class,
 		})
 	}
-	res := map[string]any{"peer": peer, "chunks": float64(len(ranges)), "differing_chunks": float64(differing), "cells": cells}
 	if repair {
 		n, err := a.repair(ctx, m, peer, found)
 		if err != nil {
 			return nil, err
 		}
-		res["repaired"] = float64(n)
+		res.Repaired = proto.Int64(n)
 	}
 	return res, nil
 }
@@ -347,15 +320,11 @@ func classify(m *table.Meta, f oneSided, sides map[string]diffSide) string {
 
 // repair settles the one-sided cells: expected ones are deleted where they
 // remain, unexpected ones copied to where they lack.
-func (a *ebbAdmin) repair(ctx context.Context, m *table.Meta, peer string, found []oneSided) (int, error) {
+func (a *ebbAdmin) repair(ctx context.Context, m *table.Meta, peer string, found []oneSided) (int64, error) {
 	s := a.s
-	n := 0
-	var remotePut, remoteDel []any
+	var n int64
+	var remotePut, remoteDel []*ebbadminpb.RawCell
 	for _, f := range found {
-		js, err := json.Marshal(f.cell)
-		if err != nil {
-			return 0, err
-		}
 		switch {
 		case f.class == classExpected && f.on == s.opts.ClusterID:
 			if err := s.engine.DeleteRawCell(m, f.cell); err != nil {
@@ -363,9 +332,9 @@ func (a *ebbAdmin) repair(ctx context.Context, m *table.Meta, peer string, found
 			}
 			n++
 		case f.class == classExpected:
-			remoteDel = append(remoteDel, string(js))
+			remoteDel = append(remoteDel, rawCellPB(f.cell))
 		case f.class == classUnexpected && f.on == s.opts.ClusterID:
-			remotePut = append(remotePut, string(js))
+			remotePut = append(remotePut, rawCellPB(f.cell))
 		case f.class == classUnexpected:
 			ok, err := s.engine.RepairCell(m, f.cell)
 			if err != nil {
@@ -377,11 +346,16 @@ func (a *ebbAdmin) repair(ctx context.Context, m *table.Meta, peer string, found
 		}
 	}
 	if len(remotePut)+len(remoteDel) > 0 {
-		out, err := s.callPeer(ctx, peer, MethodRepairCells, tableFields(m.Instance, m.Name, map[string]any{"put": remotePut, "delete": remoteDel}))
+		c, err := s.peerClient(peer)
 		if err != nil {
 			return 0, status.Errorf(codes.Unavailable, "ebbtable: repairing on cluster %s: %v", peer, err)
 		}
-		n += int(out.GetFields()["put"].GetNumberValue() + out.GetFields()["deleted"].GetNumberValue())
+		proj, inst, _ := splitInstance(m.Instance)
+		out, err := c.RepairCells(ctx, &ebbadminpb.RepairCellsRequest{Project: proj, Instance: inst, Table: m.Name, Put: remotePut, Delete: remoteDel})
+		if err != nil {
+			return 0, status.Errorf(codes.Unavailable, "ebbtable: repairing on cluster %s: %v", peer, err)
+		}
+		n += out.GetPut() + out.GetDeleted()
 	}
 	return n, nil
 }

@@ -11,6 +11,7 @@ import (
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/collector"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -207,16 +208,15 @@ func TestReplicatedMaxAgeRaiseLimitThroughTheAdminAPI(t *testing.T) {
 	wantCode(t, b.admin.SetGCPolicy(ctx, "t", "f", bigtable.NoGcPolicy()), codes.FailedPrecondition)
 
 	b.gcPass(t)
-	st, err := invokeStruct(ctx, dialPeer(t, b.srv.Addr()), MethodGCStatus, map[string]any{"project": testProject, "instance": testInstance})
+	st, err := ebbadminpb.NewEbbAdminClient(dialPeer(t, b.srv.Addr())).GcStatus(ctx, &ebbadminpb.GcStatusRequest{Project: testProject, Instance: testInstance})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tbls := st.GetFields()["tables"].GetListValue().GetValues()
+	tbls := st.GetTables()
 	if len(tbls) != 1 {
 		t.Fatalf("GcStatus tables %v", st)
 	}
-	fams := tbls[0].GetStructValue().GetFields()["families"].GetListValue().GetValues()
-	cut := fams[0].GetStructValue().GetFields()["age_cutoff"].GetStringValue()
+	cut := tbls[0].GetFamilies()[0].GetAgeCutoff()
 	ts, err := time.Parse(time.RFC3339Nano, cut)
 	if err != nil || time.Since(ts) < 100*day || time.Since(ts) > 100*day+time.Minute {
 		t.Errorf("age_cutoff %q (%v), want about 100 days ago", cut, err)

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // IAM enforcement (docs/security.md, "IAM policies"): with authentication
@@ -68,15 +67,14 @@ func resourcesOf(req any) []string {
 	if !ok {
 		return nil
 	}
-	if st, ok := m.(*structpb.Struct); ok {
-		f := st.GetFields()
-		p, in := f["project"].GetStringValue(), f["instance"].GetStringValue()
-		if p == "" || in == "" {
+	if isAdminMessage(m) {
+		r, ok := m.(instanceRequest)
+		if !ok || r.GetProject() == "" || r.GetInstance() == "" {
 			return nil
 		}
-		name := "projects/" + p + "/instances/" + in
-		if t := f["table"].GetStringValue(); t != "" {
-			name += "/tables/" + t
+		name := "projects/" + r.GetProject() + "/instances/" + r.GetInstance()
+		if t, ok := m.(tableRequest); ok && t.GetTable() != "" {
+			name += "/tables/" + t.GetTable()
 		}
 		return []string{name}
 	}

@@ -5,10 +5,10 @@ import (
 	"sync"
 
 	"github.com/ebbtable/ebbtable/progress"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // MetaProgressID is the request metadata by which a client names a long
@@ -17,14 +17,9 @@ import (
 // the client's choice: 1 to 128 characters.
 const MetaProgressID = "x-ebbtable-progress-id"
 
-// MethodProgress: {id} → {found (bool), phase, unit, done, total (-1:
-// unknown), finished (bool)}. The server remembers the last
-// progress.DefaultRegistrySize operations.
-const MethodProgress = "/" + EbbAdminService + "/Progress"
-
-func init() {
-	ebbAdminDesc.Methods = append(ebbAdminDesc.Methods, unaryStruct("Progress", (*ebbAdmin).progress))
-}
+// MethodProgress reports a named call's progress. The server remembers the
+// last progress.DefaultRegistrySize operations.
+const MethodProgress = ebbadminpb.EbbAdmin_Progress_FullMethodName
 
 // lazyProgress is a Server's progress registry, made on first use.
 type lazyProgress struct {
@@ -68,17 +63,17 @@ func (s *Server) attachProgress(ctx context.Context, op *progress.Op) {
 	}
 }
 
-func (a *ebbAdmin) progress(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
-	id := str(in, "id")
+func (a *ebbAdmin) Progress(ctx context.Context, in *ebbadminpb.ProgressRequest) (*ebbadminpb.ProgressResponse, error) {
+	id := in.GetId()
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "ebbtable: progress needs an id")
 	}
 	snap, ok := a.s.progressRegistry().Get(id)
 	if !ok {
-		return structpb.NewStruct(map[string]any{"found": false})
+		return &ebbadminpb.ProgressResponse{Found: false}, nil
 	}
-	return structpb.NewStruct(map[string]any{
-		"found": true, "phase": snap.Phase, "unit": snap.Unit,
-		"done": snap.Done, "total": snap.Total, "finished": snap.Finished,
-	})
+	return &ebbadminpb.ProgressResponse{
+		Found: true, Phase: snap.Phase, Unit: snap.Unit,
+		Done: int64(snap.Done), Total: int64(snap.Total), Finished: snap.Finished,
+	}, nil
 }

@@ -2,14 +2,14 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/ebbtable/ebbtable/gcrule"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // Raising a max age on a replicated table. Plain raises replicate like any
@@ -22,55 +22,53 @@ import (
 
 // Method names (EbbAdminService).
 const (
-	MethodGCRaise = "/" + EbbAdminService + "/GcRaise"
-	MethodGCHold  = "/" + EbbAdminService + "/GcHold"
+	MethodGCRaise = ebbadminpb.EbbAdmin_GcRaise_FullMethodName
+	MethodGCHold  = ebbadminpb.EbbAdmin_GcHold_FullMethodName
 )
 
 // raiseWait bounds how long a coordinated raise waits for every cluster to
 // have the new rule.
 const raiseWait = 30 * time.Second
 
-// gcRaise: {project, instance, table, family, rule, coordinated (bool)} →
-// {table, family, rule, coordinated, clusters}.
-func (a *ebbAdmin) gcRaise(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+// GcRaise sets a family's rule, on every cluster in step when coordinated.
+func (a *ebbAdmin) GcRaise(ctx context.Context, in *ebbadminpb.GcRaiseRequest) (*ebbadminpb.GcRaiseResponse, error) {
 	s := a.s
 	m, err := a.tableOfRequest(in)
 	if err != nil {
 		return nil, err
 	}
-	fam := str(in, "family")
+	fam := in.GetFamily()
 	if _, ok := m.Family(fam); !ok {
 		return nil, status.Errorf(codes.NotFound, "ebbtable: column family %q not found in table %s", fam, m.Name)
 	}
-	rule, err := gcrule.Parse(str(in, "rule"))
+	rule, err := gcrule.Parse(in.GetRule())
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: %v", err)
 	}
 	mods := []table.FamilyMod{{Name: fam, Update: true, GC: rule}}
 	collectedMods := []table.FamilyMod{{Name: fam, Update: true, GC: rule, Collected: true}}
-	if !in.GetFields()["coordinated"].GetBoolValue() {
+	if !in.GetCoordinated() {
 		if _, err := s.engine.ModifyFamilies(m.Instance, m.Name, mods); err != nil {
 			return nil, toStatus(err)
 		}
-		return structpb.NewStruct(map[string]any{"table": m.Name, "family": fam, "rule": rule.String(), "coordinated": false, "clusters": float64(1)})
+		return &ebbadminpb.GcRaiseResponse{Table: m.Name, Family: fam, Rule: rule.String(), Coordinated: false, Clusters: 1}, nil
 	}
 	peers := s.peers.list()
-	req := func(extra map[string]any) map[string]any {
-		extra["family"] = fam
-		return tableFields(m.Instance, m.Name, extra)
+	proj, inst, _ := splitInstance(m.Instance)
+	req := func(hold bool, collectAt *int64) *ebbadminpb.GcHoldRequest {
+		return &ebbadminpb.GcHoldRequest{Project: proj, Instance: inst, Table: m.Name, Family: fam, Hold: hold, CollectAtNanos: collectAt}
 	}
-	local := &ebbAdmin{s: s}
-	call := func(ctx context.Context, id string, fields map[string]any) (*structpb.Struct, error) {
+	call := func(ctx context.Context, id string, req *ebbadminpb.GcHoldRequest) (*ebbadminpb.GcHoldResponse, error) {
 		if id == s.opts.ClusterID {
-			in, err := structpb.NewStruct(fields)
-			if err != nil {
-				return nil, err
-			}
-			return local.gcHold(ctx, in)
+			return a.GcHold(ctx, req)
+		}
+		c, err := s.peerClient(id)
+		if err != nil {
+			return nil, err
 		}
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		return s.callPeer(cctx, id, MethodGCHold, fields)
+		return c.GcHold(cctx, req)
 	}
 	clusters := []string{s.opts.ClusterID}
 	for _, p := range peers {
@@ -79,22 +77,22 @@ func (a *ebbAdmin) gcRaise(ctx context.Context, in *structpb.Struct) (*structpb.
 	var held []string
 	defer func() {
 		for _, id := range held {
-			if _, err := call(context.Background(), id, req(map[string]any{"hold": false})); err != nil {
+			if _, err := call(context.Background(), id, req(false, nil)); err != nil {
 				s.log.Warn("coordinated raise: cannot release the hold", "cluster", id, "err", err)
 			}
 		}
 	}()
 	// 1. Hold the family's age sweeps everywhere.
 	for _, id := range clusters {
-		if _, err := call(ctx, id, req(map[string]any{"hold": true})); err != nil {
+		if _, err := call(ctx, id, req(true, nil)); err != nil {
 			return nil, status.Errorf(codes.Unavailable, "ebbtable: coordinated raise: cluster %s cannot hold its age sweeps: %v", id, err)
 		}
 		held = append(held, id)
 	}
 	// 2. Collect under the old rule as of one instant, everywhere.
-	at := s.opts.Clock.Now().UTC().Format(time.RFC3339Nano)
+	at := s.opts.Clock.Now().UnixNano()
 	for _, id := range clusters {
-		if _, err := call(ctx, id, req(map[string]any{"hold": true, "collect_at": at})); err != nil {
+		if _, err := call(ctx, id, req(true, &at)); err != nil {
 			return nil, status.Errorf(codes.Unavailable, "ebbtable: coordinated raise: cluster %s cannot collect: %v", id, err)
 		}
 	}
@@ -106,8 +104,8 @@ func (a *ebbAdmin) gcRaise(ctx context.Context, in *structpb.Struct) (*structpb.
 	deadline := time.Now().Add(raiseWait)
 	for _, id := range clusters[1:] {
 		for {
-			out, err := call(ctx, id, req(map[string]any{"hold": true}))
-			if err == nil && out.GetFields()["rule"].GetStringValue() == rule.String() {
+			out, err := call(ctx, id, req(true, nil))
+			if err == nil && out.GetRule() == rule.String() {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -121,38 +119,36 @@ func (a *ebbAdmin) gcRaise(ctx context.Context, in *structpb.Struct) (*structpb.
 		}
 	}
 	// 5. The deferred release lets the sweeps go on under the new rule.
-	return structpb.NewStruct(map[string]any{"table": m.Name, "family": fam, "rule": rule.String(), "coordinated": true, "clusters": float64(len(clusters))})
+	return &ebbadminpb.GcRaiseResponse{Table: m.Name, Family: fam, Rule: rule.String(), Coordinated: true, Clusters: int64(len(clusters))}, nil
 }
 
-// gcHold: {project, instance, table, family, hold (bool), collect_at?
-// (RFC 3339)} → {rule, held, cutoff}: holds or releases the family's age
-// sweeps here, and with collect_at first collects the family as a pass at
-// that instant would (under the rule it has now).
-func (a *ebbAdmin) gcHold(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+// GcHold holds or releases the family's age sweeps here, and with
+// collect_at_nanos first collects the family as a pass at that instant
+// would (under the rule it has now).
+func (a *ebbAdmin) GcHold(ctx context.Context, in *ebbadminpb.GcHoldRequest) (*ebbadminpb.GcHoldResponse, error) {
 	s := a.s
 	m, err := a.tableOfRequest(in)
 	if err != nil {
 		return nil, err
 	}
-	fam := str(in, "family")
+	fam := in.GetFamily()
 	f, ok := m.Family(fam)
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "ebbtable: column family %q not found in table %s", fam, m.Name)
 	}
-	hold := in.GetFields()["hold"].GetBoolValue()
+	if in.CollectAtNanos != nil && in.GetCollectAtNanos() <= 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: collect_at_nanos %d is not a time after 1970", in.GetCollectAtNanos())
+	}
+	hold := in.GetHold()
 	s.collector.HoldAge(m.Instance, m.Name, fam, hold)
-	if v := str(in, "collect_at"); v != "" {
-		at, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: collect_at %q is not an RFC 3339 time", v)
-		}
-		if err := s.collector.CollectFamilyAt(ctx, m, fam, at); err != nil {
+	if in.CollectAtNanos != nil {
+		if err := s.collector.CollectFamilyAt(ctx, m, fam, time.Unix(0, in.GetCollectAtNanos()).UTC()); err != nil {
 			return nil, toStatus(err)
 		}
 	}
-	out := map[string]any{"rule": f.GC.String(), "held": hold}
+	out := &ebbadminpb.GcHoldResponse{Rule: f.GC.String(), Held: hold}
 	if c, ok := s.ageCutoffs(m)[fam]; ok {
-		out["cutoff"] = fmt.Sprint(c)
+		out.Cutoff = proto.Int64(c)
 	}
-	return structpb.NewStruct(out)
+	return out, nil
 }

@@ -2,20 +2,18 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"math"
-	"strconv"
 	"time"
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"github.com/ebbtable/ebbtable/replication"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/proto"
 )
 
 // Replication between clusters (docs/replication.md): the EbbAdmin side.
@@ -26,16 +24,16 @@ import (
 // the seed's data (EbbAdmin/Snapshot) before it serves, then says
 // EbbAdmin/Ready. This file keeps the handlers of those calls, the
 // replication status and link calls, and the dialling; replpeer.go the
-// gRPC replication.Peer and the Struct encoding of pulls.
+// gRPC replication.Peer and the encoding of pulls and snapshots.
 
 // Method names of the replication RPCs (EbbAdminService).
 const (
-	MethodJoin     = "/" + EbbAdminService + "/Join"
-	MethodReady    = "/" + EbbAdminService + "/Ready"
-	MethodPull     = "/" + EbbAdminService + "/Pull"
-	MethodSnapshot = "/" + EbbAdminService + "/Snapshot"
-	MethodStatus   = "/" + EbbAdminService + "/ReplicationStatus"
-	MethodLink     = "/" + EbbAdminService + "/ReplicationLink"
+	MethodJoin     = ebbadminpb.EbbAdmin_Join_FullMethodName
+	MethodReady    = ebbadminpb.EbbAdmin_Ready_FullMethodName
+	MethodPull     = ebbadminpb.EbbAdmin_Pull_FullMethodName
+	MethodSnapshot = ebbadminpb.EbbAdmin_Snapshot_FullMethodName
+	MethodStatus   = ebbadminpb.EbbAdmin_ReplicationStatus_FullMethodName
+	MethodLink     = ebbadminpb.EbbAdmin_ReplicationLink_FullMethodName
 )
 
 // stopCtx is a context cancelled when the server stops.
@@ -51,25 +49,14 @@ func (s *Server) stopCtx(d time.Duration) (context.Context, context.CancelFunc) 
 	return ctx, cancel
 }
 
-// call invokes a unary EbbAdmin method on a peer.
-func (s *Server) callPeer(ctx context.Context, id, method string, in map[string]any) (*structpb.Struct, error) {
+// peerClient is an EbbAdmin client of a registered peer, over the peer
+// set's shared connection.
+func (s *Server) peerClient(id string) (ebbadminpb.EbbAdminClient, error) {
 	conn, err := s.peers.conn(id)
 	if err != nil {
 		return nil, err
 	}
-	return invokeStruct(ctx, conn, method, in)
-}
-
-func invokeStruct(ctx context.Context, conn *grpc.ClientConn, method string, in map[string]any) (*structpb.Struct, error) {
-	req, err := structpb.NewStruct(in)
-	if err != nil {
-		return nil, err
-	}
-	out := new(structpb.Struct)
-	if err := conn.Invoke(ctx, method, req, out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return ebbadminpb.NewEbbAdminClient(conn), nil
 }
 
 // clusterStates is GetTable's replication view: this cluster is READY; a
@@ -94,9 +81,9 @@ func (s *Server) clusterStates() map[string]*adminpb.Table_ClusterState {
 
 // pull answers a peer's long poll (replication.Replicator.Answer; the
 // encoding is in replpeer.go).
-func (a *ebbAdmin) pull(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+func (a *ebbAdmin) Pull(ctx context.Context, in *ebbadminpb.PullRequest) (*ebbadminpb.PullResponse, error) {
 	s := a.s
-	caller := str(in, "cluster")
+	caller := in.GetCluster()
 	if caller == "" || caller == s.opts.ClusterID {
 		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: pull needs the calling cluster's id (got %q)", caller)
 	}
@@ -106,7 +93,7 @@ func (a *ebbAdmin) pull(ctx context.Context, in *structpb.Struct) (*structpb.Str
 		// (deleted) must join again.
 		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: cluster %q has not joined cluster %q", caller, s.opts.ClusterID)
 	}
-	if addr := str(in, "addr"); addr != "" && addr != p.Addr {
+	if addr := in.GetAddr(); addr != "" && addr != p.Addr {
 		// The peer restarted on another address.
 		p.Addr = addr
 		if err := s.peers.add(p); err != nil {
@@ -121,15 +108,14 @@ func (a *ebbAdmin) pull(ctx context.Context, in *structpb.Struct) (*structpb.Str
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return encodePullResponse(out)
+	return encodePullResponse(out), nil
 }
 
-// join registers a cluster joining through this one: {cluster, addr} →
-// {cluster, addr, peers}. The joining cluster then copies this one's data
-// (Snapshot) and says Ready.
-func (a *ebbAdmin) join(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+// Join registers a cluster joining through this one. The joining cluster
+// then copies this one's data (Snapshot) and says Ready.
+func (a *ebbAdmin) Join(ctx context.Context, in *ebbadminpb.JoinRequest) (*ebbadminpb.JoinResponse, error) {
 	s := a.s
-	id, addr := str(in, "cluster"), str(in, "addr")
+	id, addr := in.GetCluster(), in.GetAddr()
 	if id == "" || addr == "" {
 		return nil, status.Error(codes.InvalidArgument, "ebbtable: join needs the joining cluster's id and address")
 	}
@@ -143,73 +129,39 @@ func (a *ebbAdmin) join(ctx context.Context, in *structpb.Struct) (*structpb.Str
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	var peers []any
-	for _, p := range out.Peers {
-		peers = append(peers, map[string]any{"id": p.ID, "addr": p.Addr, "ready": p.Ready})
-	}
-	return structpb.NewStruct(map[string]any{"cluster": out.Cluster, "addr": out.Addr, "peers": peers})
+	return &ebbadminpb.JoinResponse{Cluster: out.Cluster, Addr: out.Addr, Peers: peersPB(out.Peers)}, nil
 }
 
-// ready marks a joined cluster as having copied the data: {cluster} → {}.
-func (a *ebbAdmin) ready(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
-	if err := a.s.repl.MarkReady(str(in, "cluster")); err != nil {
+// Ready marks a joined cluster as having copied the data.
+func (a *ebbAdmin) Ready(ctx context.Context, in *ebbadminpb.ReadyRequest) (*ebbadminpb.ReadyResponse, error) {
+	if err := a.s.repl.MarkReady(in.GetCluster()); err != nil {
 		if errors.Is(err, replication.ErrNotJoined) {
-			return nil, status.Errorf(codes.NotFound, "ebbtable: cluster %q has not joined", str(in, "cluster"))
+			return nil, status.Errorf(codes.NotFound, "ebbtable: cluster %q has not joined", in.GetCluster())
 		}
 		return nil, toStatus(err)
 	}
-	return &structpb.Struct{}, nil
+	return &ebbadminpb.ReadyResponse{}, nil
 }
 
-// snapshot streams a consistent copy of every table to a joining cluster:
-// messages {kind: table, schema} | {kind: cells|tombstones, instance, table,
-// pairs: [base64 key, base64 value, …]} | {kind: checkpoint, instance,
-// table, origin, token}, then {kind: end, closed}.
-func (a *ebbAdmin) snapshot(in *structpb.Struct, stream grpc.ServerStream) error {
-	send := func(m map[string]any) error {
-		msg, err := structpb.NewStruct(m)
-		if err != nil {
-			return err
-		}
-		return stream.SendMsg(msg)
-	}
+// Snapshot streams a consistent copy of every table to a joining cluster
+// (snapshotMessage in replpeer.go).
+func (a *ebbAdmin) Snapshot(_ *ebbadminpb.SnapshotRequest, stream grpc.ServerStreamingServer[ebbadminpb.SnapshotMessage]) error {
 	err := a.s.repl.Snapshot(func(it replication.SnapshotItem) error {
-		m := it.Meta
-		switch it.Kind {
-		case replication.SnapshotTable:
-			js, err := json.Marshal(m)
-			if err != nil {
-				return err
-			}
-			return send(map[string]any{"kind": "table", "schema": string(js)})
-		case replication.SnapshotCells, replication.SnapshotTombstones:
-			kind := "cells"
-			if it.Kind == replication.SnapshotTombstones {
-				kind = "tombstones"
-			}
-			pairs := make([]any, 0, 2*len(it.Pairs))
-			for _, p := range it.Pairs {
-				pairs = append(pairs, base64.StdEncoding.EncodeToString(p[0]), base64.StdEncoding.EncodeToString(p[1]))
-			}
-			return send(map[string]any{"kind": kind, "instance": m.Instance, "table": m.Name, "pairs": pairs})
-		case replication.SnapshotCheckpoint:
-			return send(map[string]any{"kind": "checkpoint", "instance": m.Instance, "table": m.Name, "origin": it.Origin, "token": it.Position.Token()})
-		case replication.SnapshotEnd:
-			return send(map[string]any{"kind": "end", "closed": strconv.FormatInt(it.Closed, 10)})
+		if msg := snapshotMessage(it); msg != nil {
+			return stream.Send(msg)
 		}
 		return nil
 	})
 	return toStatus(err)
 }
 
-// replicationStatus: {instance?, table?} → {cluster, closed, applied: {origin:
-// commit time through which that origin's records of the table (of every
-// table, without one) are applied here}, peers: [{id, addr, ready, healthy,
-// max_delay_seconds}]}.
-func (a *ebbAdmin) replicationStatus(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
+// ReplicationStatus: the commit time through which each origin's records
+// of the table (of every table, without one) are applied here, and the
+// peers' states.
+func (a *ebbAdmin) ReplicationStatus(ctx context.Context, in *ebbadminpb.ReplicationStatusRequest) (*ebbadminpb.ReplicationStatusResponse, error) {
 	s := a.s
 	var metas []*table.Meta
-	if t := str(in, "table"); t != "" {
+	if t := in.GetTable(); t != "" {
 		inst, err := instanceOf(in)
 		if err != nil {
 			return nil, err
@@ -222,8 +174,7 @@ func (a *ebbAdmin) replicationStatus(ctx context.Context, in *structpb.Struct) (
 	} else {
 		metas = s.engine.Tables("")
 	}
-	applied := map[string]any{}
-	var peers []any
+	out := &ebbadminpb.ReplicationStatusResponse{Cluster: s.opts.ClusterID, Closed: s.engine.ClosedTimestamp(), Applied: map[string]int64{}}
 	for _, p := range s.peers.list() {
 		low := int64(math.MaxInt64)
 		for _, m := range metas {
@@ -239,33 +190,30 @@ func (a *ebbAdmin) replicationStatus(ctx context.Context, in *structpb.Struct) (
 		if len(metas) == 0 {
 			low = s.repl.Through(p.ID)
 		}
-		applied[p.ID] = strconv.FormatInt(low, 10)
-		entry := map[string]any{"id": p.ID, "addr": p.Addr, "ready": p.Ready, "healthy": s.peers.healthy(p.ID), "paused": s.repl.Paused(p.ID)}
+		out.Applied[p.ID] = low
+		entry := &ebbadminpb.PeerStatus{Id: p.ID, Addr: p.Addr, Ready: p.Ready, Healthy: s.peers.healthy(p.ID), Paused: s.repl.Paused(p.ID)}
 		if d, ok := s.repl.MaxDelay(p.ID); ok {
-			entry["max_delay_seconds"] = d.Seconds()
+			entry.MaxDelaySeconds = proto.Float64(d.Seconds())
 		}
-		peers = append(peers, entry)
+		out.Peers = append(out.Peers, entry)
 	}
-	return structpb.NewStruct(map[string]any{
-		"cluster": s.opts.ClusterID, "closed": strconv.FormatInt(s.engine.ClosedTimestamp(), 10),
-		"applied": applied, "peers": peers,
-	})
+	return out, nil
 }
 
 // replicationLink pauses or resumes pulling from a peer (an operator's and
-// the tests' control): {peer, paused (bool)} → {peer, paused}.
-func (a *ebbAdmin) replicationLink(ctx context.Context, in *structpb.Struct) (*structpb.Struct, error) {
-	id := str(in, "peer")
+// the tests' control).
+func (a *ebbAdmin) ReplicationLink(ctx context.Context, in *ebbadminpb.ReplicationLinkRequest) (*ebbadminpb.ReplicationLinkResponse, error) {
+	id := in.GetPeer()
 	if _, ok := a.s.peers.get(id); !ok {
 		return nil, status.Errorf(codes.NotFound, "ebbtable: cluster %q is not a peer of %q", id, a.s.opts.ClusterID)
 	}
-	on := in.GetFields()["paused"].GetBoolValue()
+	on := in.GetPaused()
 	if on {
 		a.s.repl.Pause(id)
 	} else {
 		a.s.repl.Resume(id)
 	}
-	return structpb.NewStruct(map[string]any{"peer": id, "paused": on})
+	return &ebbadminpb.ReplicationLinkResponse{Peer: id, Paused: on}, nil
 }
 
 // ---- joining ----

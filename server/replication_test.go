@@ -12,13 +12,13 @@ import (
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/internal/testkit"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // cluster is one in-process ebbtable cluster of a replication test, with
@@ -324,28 +324,17 @@ func TestAppProfilesTravel(t *testing.T) {
 }
 
 // diffOf runs ReplicationDiff on c against its peers.
-func diffOf(t *testing.T, c *cluster, tbl string, repair bool) []map[string]any {
+func diffOf(t *testing.T, c *cluster, tbl string, repair bool) []*ebbadminpb.DiffCell {
 	t.Helper()
-	out, err := (&ebbAdmin{s: c.srv}).replicationDiff(context.Background(), mustStruct(t, map[string]any{"project": testProject, "instance": testInstance, "table": tbl, "repair": repair}))
+	out, err := (&ebbAdmin{s: c.srv}).ReplicationDiff(context.Background(), &ebbadminpb.ReplicationDiffRequest{Project: testProject, Instance: testInstance, Table: tbl, Repair: repair})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cells []map[string]any
-	for _, p := range out.AsMap()["peers"].([]any) {
-		for _, c := range p.(map[string]any)["cells"].([]any) {
-			cells = append(cells, c.(map[string]any))
-		}
+	var cells []*ebbadminpb.DiffCell
+	for _, p := range out.GetPeers() {
+		cells = append(cells, p.GetCells()...)
 	}
 	return cells
-}
-
-func mustStruct(t *testing.T, m map[string]any) *structpb.Struct {
-	t.Helper()
-	s, err := structpb.NewStruct(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // TestReplicationDiff: a write not yet pulled is in flight; a cell lost on
@@ -367,7 +356,7 @@ func TestReplicationDiff(t *testing.T) {
 	b.srv.repl.Pause("a")
 	apply(t, a, "t", "r0600", "f", "new", 2000, "w")
 	d := diffOf(t, a, "t", false)
-	if len(d) != 1 || d[0]["class"] != classInFlight || d[0]["on"] != "a" || d[0]["qualifier"] != "new" {
+	if len(d) != 1 || d[0].GetClass() != classInFlight || d[0].GetOn() != "a" || string(d[0].GetQualifier()) != "new" {
 		t.Fatalf("paused link: %v", d)
 	}
 	b.srv.repl.Resume("a")
@@ -382,7 +371,7 @@ func TestReplicationDiff(t *testing.T) {
 		t.Fatal(err)
 	}
 	d = diffOf(t, a, "t", true)
-	if len(d) != 1 || d[0]["class"] != classUnexpected || d[0]["row"] != "r1100" || d[0]["lacking"] != "b" {
+	if len(d) != 1 || d[0].GetClass() != classUnexpected || string(d[0].GetRow()) != "r1100" || d[0].GetLacking() != "b" {
 		t.Fatalf("lost cell: %v", d)
 	}
 	if d := diffOf(t, a, "t", false); len(d) != 0 {

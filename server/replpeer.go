@@ -2,25 +2,23 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"time"
 
 	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/replication"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // The gRPC side of package replication: a Peer that calls another
 // process's EbbAdmin, the peer registry as a replication.Directory, and the
-// Struct encoding of pulls (shared with the Pull handler).
+// encoding of pulls and snapshots in ebbadminpb's messages (shared with the
+// handlers).
 
 // grpcPeer is a replication.Peer reached through EbbAdmin: a registered
 // peer by id (over the peer set's shared connection) or, while joining,
@@ -31,91 +29,66 @@ type grpcPeer struct {
 	conn *grpc.ClientConn
 }
 
-func (p grpcPeer) call(ctx context.Context, method string, in map[string]any) (*structpb.Struct, error) {
+func (p grpcPeer) client() (ebbadminpb.EbbAdminClient, error) {
 	if p.conn != nil {
-		return invokeStruct(ctx, p.conn, method, in)
+		return ebbadminpb.NewEbbAdminClient(p.conn), nil
 	}
-	return p.s.callPeer(ctx, p.id, method, in)
+	return p.s.peerClient(p.id)
 }
 
 func (p grpcPeer) Pull(ctx context.Context, req replication.PullRequest) (*replication.PullResponse, error) {
-	out, err := p.call(ctx, MethodPull, encodePullRequest(req))
+	c, err := p.client()
+	if err != nil {
+		return nil, err
+	}
+	out, err := c.Pull(ctx, encodePullRequest(req))
 	if err != nil {
 		return nil, err
 	}
 	return decodePullResponse(out)
 }
 
-// Snapshot reads the Snapshot stream: messages {kind: table, schema} |
-// {kind: cells|tombstones, instance, table, pairs: [base64 key, base64
-// value, …]} | {kind: checkpoint, instance, table, origin, token}, then
-// {kind: end, closed}.
+// Snapshot reads the Snapshot stream: each table's schema, runs of its
+// cells and tombstones, its checkpoints, then the end.
 func (p grpcPeer) Snapshot(ctx context.Context, fn func(replication.SnapshotItem) error) error {
-	conn := p.conn
-	if conn == nil {
-		var err error
-		if conn, err = p.s.peers.conn(p.id); err != nil {
-			return err
-		}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	st, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, MethodSnapshot)
+	c, err := p.client()
 	if err != nil {
 		return err
 	}
-	if err := st.SendMsg(&structpb.Struct{}); err != nil {
-		return err
-	}
-	if err := st.CloseSend(); err != nil {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := c.Snapshot(ctx, &ebbadminpb.SnapshotRequest{})
+	if err != nil {
 		return err
 	}
 	for {
-		msg := new(structpb.Struct)
-		err := st.RecvMsg(msg)
+		msg, err := st.Recv()
 		if errors.Is(err, io.EOF) {
 			return nil // the importer says whether the end came
 		}
 		if err != nil {
 			return err
 		}
-		f := msg.GetFields()
-		names := &table.Meta{Instance: f["instance"].GetStringValue(), Name: f["table"].GetStringValue()}
 		var it replication.SnapshotItem
-		switch f["kind"].GetStringValue() {
-		case "table":
-			var pm table.Meta
-			if err := json.Unmarshal([]byte(f["schema"].GetStringValue()), &pm); err != nil {
-				return err
-			}
-			it = replication.SnapshotItem{Kind: replication.SnapshotTable, Meta: &pm}
-		case "cells", "tombstones":
-			it = replication.SnapshotItem{Kind: replication.SnapshotCells, Meta: names}
-			if f["kind"].GetStringValue() == "tombstones" {
-				it.Kind = replication.SnapshotTombstones
-			}
-			vals := f["pairs"].GetListValue().GetValues()
-			it.Pairs = make([][2][]byte, 0, len(vals)/2)
-			for i := 0; i+1 < len(vals); i += 2 {
-				k, err1 := base64.StdEncoding.DecodeString(vals[i].GetStringValue())
-				v, err2 := base64.StdEncoding.DecodeString(vals[i+1].GetStringValue())
-				if err := errors.Join(err1, err2); err != nil {
-					return err
-				}
-				it.Pairs = append(it.Pairs, [2][]byte{k, v})
-			}
-		case "checkpoint":
-			pos, err := changestream.ParseToken(f["token"].GetStringValue())
+		switch item := msg.GetItem().(type) {
+		case *ebbadminpb.SnapshotMessage_Table:
+			m, err := metaOf(item.Table)
 			if err != nil {
 				return err
 			}
-			it = replication.SnapshotItem{Kind: replication.SnapshotCheckpoint, Meta: names, Origin: f["origin"].GetStringValue(), Position: pos}
-		case "end":
-			closed, err := strconv.ParseInt(f["closed"].GetStringValue(), 10, 64)
-			if err != nil {
-				return err
+			it = replication.SnapshotItem{Kind: replication.SnapshotTable, Meta: m}
+		case *ebbadminpb.SnapshotMessage_Cells:
+			it = snapshotPairsOf(replication.SnapshotCells, item.Cells)
+		case *ebbadminpb.SnapshotMessage_Tombstones:
+			it = snapshotPairsOf(replication.SnapshotTombstones, item.Tombstones)
+		case *ebbadminpb.SnapshotMessage_Checkpoint:
+			cp := item.Checkpoint
+			it = replication.SnapshotItem{
+				Kind: replication.SnapshotCheckpoint, Meta: &table.Meta{Instance: cp.GetInstance(), Name: cp.GetTable()},
+				Origin: cp.GetOrigin(), Position: positionOf(cp.GetPosition()),
 			}
-			return fn(replication.SnapshotItem{Kind: replication.SnapshotEnd, Closed: closed})
+		case *ebbadminpb.SnapshotMessage_End:
+			return fn(replication.SnapshotItem{Kind: replication.SnapshotEnd, Closed: item.End.GetClosed()})
 		default:
 			continue
 		}
@@ -125,17 +98,57 @@ func (p grpcPeer) Snapshot(ctx context.Context, fn func(replication.SnapshotItem
 	}
 }
 
+func snapshotPairsOf(kind replication.SnapshotKind, ps *ebbadminpb.SnapshotPairs) replication.SnapshotItem {
+	it := replication.SnapshotItem{Kind: kind, Meta: &table.Meta{Instance: ps.GetInstance(), Name: ps.GetTable()}}
+	it.Pairs = make([][2][]byte, 0, len(ps.GetPairs()))
+	for _, kv := range ps.GetPairs() {
+		it.Pairs = append(it.Pairs, [2][]byte{kv.GetKey(), kv.GetValue()})
+	}
+	return it
+}
+
+// snapshotMessage is a snapshot item as the Snapshot stream sends it.
+func snapshotMessage(it replication.SnapshotItem) *ebbadminpb.SnapshotMessage {
+	m := it.Meta
+	switch it.Kind {
+	case replication.SnapshotTable:
+		return &ebbadminpb.SnapshotMessage{Item: &ebbadminpb.SnapshotMessage_Table{Table: metaPB(m)}}
+	case replication.SnapshotCells, replication.SnapshotTombstones:
+		ps := &ebbadminpb.SnapshotPairs{Instance: m.Instance, Table: m.Name, Pairs: make([]*ebbadminpb.KeyValue, 0, len(it.Pairs))}
+		for _, p := range it.Pairs {
+			ps.Pairs = append(ps.Pairs, &ebbadminpb.KeyValue{Key: p[0], Value: p[1]})
+		}
+		if it.Kind == replication.SnapshotTombstones {
+			return &ebbadminpb.SnapshotMessage{Item: &ebbadminpb.SnapshotMessage_Tombstones{Tombstones: ps}}
+		}
+		return &ebbadminpb.SnapshotMessage{Item: &ebbadminpb.SnapshotMessage_Cells{Cells: ps}}
+	case replication.SnapshotCheckpoint:
+		return &ebbadminpb.SnapshotMessage{Item: &ebbadminpb.SnapshotMessage_Checkpoint{Checkpoint: &ebbadminpb.SnapshotCheckpoint{
+			Instance: m.Instance, Table: m.Name, Origin: it.Origin, Position: positionPB(it.Position)}}}
+	case replication.SnapshotEnd:
+		return &ebbadminpb.SnapshotMessage{Item: &ebbadminpb.SnapshotMessage_End{End: &ebbadminpb.SnapshotEnd{Closed: it.Closed}}}
+	}
+	return nil
+}
+
 func (p grpcPeer) Join(ctx context.Context, req replication.JoinRequest) (*replication.JoinResponse, error) {
-	out, err := p.call(ctx, MethodJoin, map[string]any{"cluster": req.Cluster, "addr": req.Addr})
+	c, err := p.client()
 	if err != nil {
 		return nil, err
 	}
-	f := out.GetFields()
-	return &replication.JoinResponse{Cluster: f["cluster"].GetStringValue(), Addr: f["addr"].GetStringValue(), Peers: decodePeers(f["peers"].GetListValue())}, nil
+	out, err := c.Join(ctx, &ebbadminpb.JoinRequest{Cluster: req.Cluster, Addr: req.Addr})
+	if err != nil {
+		return nil, err
+	}
+	return &replication.JoinResponse{Cluster: out.GetCluster(), Addr: out.GetAddr(), Peers: peersOf(out.GetPeers())}, nil
 }
 
 func (p grpcPeer) Ready(ctx context.Context, cluster string) error {
-	_, err := p.call(ctx, MethodReady, map[string]any{"cluster": cluster})
+	c, err := p.client()
+	if err != nil {
+		return err
+	}
+	_, err = c.Ready(ctx, &ebbadminpb.ReadyRequest{Cluster: cluster})
 	return err
 }
 
@@ -199,149 +212,91 @@ func (s *Server) localMeta() ([]replication.MetaEntry, error) {
 	return meta, nil
 }
 
-// Pull: {cluster, addr, wait_ms, limit, positions: {"instance\x00table":
-// token}} → {cluster, closed, peers, catalog, dropped, instance_meta,
-// age_cutoffs, tables: [{instance, table, records, positions, through,
-// full}]}. Records are base64 of the binary record encoding, each with its
-// position token; schemas are JSON strings.
+// The encoding of pulls (ebbadminpb.PullRequest and PullResponse); records
+// travel in changestream's binary encoding, each with its position.
 
-func encodePullRequest(req replication.PullRequest) map[string]any {
-	positions := map[string]any{}
+func encodePullRequest(req replication.PullRequest) *ebbadminpb.PullRequest {
+	positions := make(map[string]*ebbadminpb.Position, len(req.Positions))
 	for k, p := range req.Positions {
-		positions[k] = p.Token()
+		positions[k] = positionPB(p)
 	}
-	return map[string]any{
-		"cluster": req.Cluster, "addr": req.Addr, "wait_ms": float64(req.Wait.Milliseconds()), "limit": float64(req.Limit), "positions": positions,
-	}
+	return &ebbadminpb.PullRequest{Cluster: req.Cluster, Addr: req.Addr, WaitMs: req.Wait.Milliseconds(), Limit: int64(req.Limit), Positions: positions}
 }
 
-func decodePullRequest(in *structpb.Struct) (replication.PullRequest, error) {
-	f := in.GetFields()
+func decodePullRequest(in *ebbadminpb.PullRequest) (replication.PullRequest, error) {
 	req := replication.PullRequest{
-		Cluster: f["cluster"].GetStringValue(), Addr: f["addr"].GetStringValue(),
-		Limit:     int(f["limit"].GetNumberValue()),
-		Wait:      time.Duration(f["wait_ms"].GetNumberValue()) * time.Millisecond,
+		Cluster: in.GetCluster(), Addr: in.GetAddr(),
+		Limit:     int(in.GetLimit()),
+		Wait:      time.Duration(in.GetWaitMs()) * time.Millisecond,
 		Positions: map[string]changestream.Position{},
 	}
-	for k, v := range f["positions"].GetStructValue().GetFields() {
-		p, err := changestream.ParseToken(v.GetStringValue())
-		if err != nil {
-			return req, fmt.Errorf("%w: position of %q: %v", errInvalid, k, err)
+	if in.GetLimit() < 0 || in.GetWaitMs() < 0 {
+		return req, fmt.Errorf("%w: pull limit %d and wait_ms %d must not be negative", errInvalid, in.GetLimit(), in.GetWaitMs())
+	}
+	for k, p := range in.GetPositions() {
+		if p.GetCommit() < 0 {
+			return req, fmt.Errorf("%w: position of %q: negative commit time %d", errInvalid, k, p.GetCommit())
 		}
-		req.Positions[k] = p
+		req.Positions[k] = positionOf(p)
 	}
 	return req, nil
 }
 
-func encodePullResponse(out *replication.PullResponse) (*structpb.Struct, error) {
-	var tables, catalog, dropped, peers, meta, cutoffs []any
+func encodePullResponse(out *replication.PullResponse) *ebbadminpb.PullResponse {
+	resp := &ebbadminpb.PullResponse{Cluster: out.Cluster, Closed: out.Closed, Peers: peersPB(out.Peers)}
 	for _, pt := range out.Tables {
-		recs := make([]any, 0, len(pt.Records))
-		toks := make([]any, 0, len(pt.Records))
+		t := &ebbadminpb.PulledTable{Instance: pt.Instance, Table: pt.Table, Through: positionPB(pt.Through), Full: pt.Full,
+			Records: make([]*ebbadminpb.PulledRecord, 0, len(pt.Records))}
 		for _, rec := range pt.Records {
-			recs = append(recs, base64.StdEncoding.EncodeToString(rec.Encode()))
-			toks = append(toks, rec.Position.Token())
+			t.Records = append(t.Records, &ebbadminpb.PulledRecord{Record: rec.Encode(), Position: positionPB(rec.Position)})
 		}
-		tables = append(tables, map[string]any{
-			"instance": pt.Instance, "table": pt.Table, "records": recs, "positions": toks,
-			"through": pt.Through.Token(), "full": pt.Full,
-		})
+		resp.Tables = append(resp.Tables, t)
 	}
 	for _, ts := range out.Catalog {
-		js, err := json.Marshal(ts)
-		if err != nil {
-			return nil, err
-		}
-		catalog = append(catalog, string(js))
+		resp.Catalog = append(resp.Catalog, schemaPB(ts))
 	}
 	for _, d := range out.Dropped {
-		js, err := json.Marshal(d)
-		if err != nil {
-			return nil, err
-		}
-		dropped = append(dropped, string(js))
-	}
-	for _, p := range out.Peers {
-		peers = append(peers, map[string]any{"id": p.ID, "addr": p.Addr, "ready": p.Ready})
+		resp.Dropped = append(resp.Dropped, &ebbadminpb.DroppedTable{Instance: d.Instance, Name: d.Name, Stamp: stampPB(d.Stamp)})
 	}
 	for k, c := range out.AgeCutoffs {
-		cutoffs = append(cutoffs, map[string]any{"instance": k.Instance, "table": k.Table, "family": k.Family, "cutoff": strconv.FormatInt(c, 10)})
+		resp.AgeCutoffs = append(resp.AgeCutoffs, &ebbadminpb.AgeCutoff{Instance: k.Instance, Table: k.Table, Family: k.Family, Cutoff: c})
 	}
 	for _, e := range out.InstanceMeta {
-		meta = append(meta, map[string]any{"kind": e.Kind, "instance": e.Instance, "name": e.Name, "value": e.Value})
+		resp.InstanceMeta = append(resp.InstanceMeta, &ebbadminpb.MetaEntry{Kind: e.Kind, Instance: e.Instance, Name: e.Name, Value: []byte(e.Value)})
 	}
-	return structpb.NewStruct(map[string]any{
-		"cluster": out.Cluster, "closed": strconv.FormatInt(out.Closed, 10),
-		"tables": tables, "catalog": catalog, "dropped": dropped, "peers": peers, "instance_meta": meta,
-		"age_cutoffs": cutoffs,
-	})
+	return resp
 }
 
-func decodePullResponse(in *structpb.Struct) (*replication.PullResponse, error) {
-	f := in.GetFields()
-	out := &replication.PullResponse{Cluster: f["cluster"].GetStringValue(), Peers: decodePeers(f["peers"].GetListValue()), AgeCutoffs: map[replication.FamilyKey]int64{}}
-	out.Closed, _ = strconv.ParseInt(f["closed"].GetStringValue(), 10, 64)
-	for _, v := range f["dropped"].GetListValue().GetValues() {
-		var d table.DroppedTable
-		if err := json.Unmarshal([]byte(v.GetStringValue()), &d); err != nil {
-			return nil, err
-		}
-		out.Dropped = append(out.Dropped, d)
+func decodePullResponse(in *ebbadminpb.PullResponse) (*replication.PullResponse, error) {
+	out := &replication.PullResponse{Cluster: in.GetCluster(), Closed: in.GetClosed(), Peers: peersOf(in.GetPeers()), AgeCutoffs: map[replication.FamilyKey]int64{}}
+	for _, d := range in.GetDropped() {
+		out.Dropped = append(out.Dropped, table.DroppedTable{Instance: d.GetInstance(), Name: d.GetName(), Stamp: stampOf(d.GetStamp())})
 	}
-	for _, v := range f["catalog"].GetListValue().GetValues() {
-		var ts replication.TableSchema
-		if err := json.Unmarshal([]byte(v.GetStringValue()), &ts); err != nil {
+	for _, ps := range in.GetCatalog() {
+		ts, err := schemaOf(ps)
+		if err != nil {
 			return nil, err
 		}
 		out.Catalog = append(out.Catalog, ts)
 	}
-	for _, v := range f["instance_meta"].GetListValue().GetValues() {
-		mf := v.GetStructValue().GetFields()
-		out.InstanceMeta = append(out.InstanceMeta, replication.MetaEntry{Kind: mf["kind"].GetStringValue(), Instance: mf["instance"].GetStringValue(), Name: mf["name"].GetStringValue(), Value: mf["value"].GetStringValue()})
+	for _, e := range in.GetInstanceMeta() {
+		out.InstanceMeta = append(out.InstanceMeta, replication.MetaEntry{Kind: e.GetKind(), Instance: e.GetInstance(), Name: e.GetName(), Value: string(e.GetValue())})
 	}
-	for _, v := range f["age_cutoffs"].GetListValue().GetValues() {
-		cf := v.GetStructValue().GetFields()
-		c, err := strconv.ParseInt(cf["cutoff"].GetStringValue(), 10, 64)
-		if err != nil {
-			return nil, err
-		}
-		out.AgeCutoffs[replication.FamilyKey{Instance: cf["instance"].GetStringValue(), Table: cf["table"].GetStringValue(), Family: cf["family"].GetStringValue()}] = c
+	for _, c := range in.GetAgeCutoffs() {
+		out.AgeCutoffs[replication.FamilyKey{Instance: c.GetInstance(), Table: c.GetTable(), Family: c.GetFamily()}] = c.GetCutoff()
 	}
-	for _, tv := range f["tables"].GetListValue().GetValues() {
-		tf := tv.GetStructValue().GetFields()
-		pt := replication.PulledTable{Instance: tf["instance"].GetStringValue(), Table: tf["table"].GetStringValue(), Full: tf["full"].GetBoolValue()}
-		var err error
-		if pt.Through, err = changestream.ParseToken(tf["through"].GetStringValue()); err != nil {
-			return nil, err
-		}
-		toks := tf["positions"].GetListValue().GetValues()
-		for i, rv := range tf["records"].GetListValue().GetValues() {
-			b, err := base64.StdEncoding.DecodeString(rv.GetStringValue())
+	for _, t := range in.GetTables() {
+		pt := replication.PulledTable{Instance: t.GetInstance(), Table: t.GetTable(), Full: t.GetFull(), Through: positionOf(t.GetThrough())}
+		for _, r := range t.GetRecords() {
+			rec, err := changestream.Decode(r.GetRecord())
 			if err != nil {
 				return nil, err
 			}
-			rec, err := changestream.Decode(b)
-			if err != nil {
-				return nil, err
-			}
-			if i < len(toks) {
-				if rec.Position, err = changestream.ParseToken(toks[i].GetStringValue()); err != nil {
-					return nil, err
-				}
-			}
+			rec.Position = positionOf(r.GetPosition())
 			pt.Records = append(pt.Records, rec)
 		}
 		out.Shipped += len(pt.Records)
 		out.Tables = append(out.Tables, pt)
 	}
 	return out, nil
-}
-
-func decodePeers(list *structpb.ListValue) []replication.PeerInfo {
-	var out []replication.PeerInfo
-	for _, v := range list.GetValues() {
-		f := v.GetStructValue().GetFields()
-		out = append(out, replication.PeerInfo{ID: f["id"].GetStringValue(), Addr: f["addr"].GetStringValue(), Ready: f["ready"].GetBoolValue()})
-	}
-	return out
 }

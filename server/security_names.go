@@ -5,7 +5,6 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // instancesOf lists the instances a request names, for tokens limited to
@@ -21,9 +20,9 @@ func instancesOf(req any) []string {
 	if !ok {
 		return nil
 	}
-	if st, ok := m.(*structpb.Struct); ok {
-		if in := st.GetFields()["instance"].GetStringValue(); in != "" {
-			return []string{in}
+	if isAdminMessage(m) {
+		if r, ok := m.(instanceRequest); ok && r.GetInstance() != "" {
+			return []string{r.GetInstance()}
 		}
 		return nil
 	}

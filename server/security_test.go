@@ -19,6 +19,7 @@ import (
 	"github.com/ebbtable/ebbtable/auth"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/internal/testkit"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"golang.org/x/oauth2"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
@@ -28,7 +29,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Tokens of the test token file, one per role, and one limited to another
@@ -453,8 +453,7 @@ func TestTLSCertificateReload(t *testing.T) {
 func TestJoinRefusedOutsidePeerAllow(t *testing.T) {
 	srv := startSecure(t, SecurityOptions{})
 	conn := plainConn(t, srv.Addr())
-	in, _ := structpb.NewStruct(map[string]any{"cluster": "evil", "addr": "192.0.2.1:8086"})
-	err := conn.Invoke(context.Background(), MethodJoin, in, new(structpb.Struct))
+	_, err := ebbadminpb.NewEbbAdminClient(conn).Join(context.Background(), &ebbadminpb.JoinRequest{Cluster: "evil", Addr: "192.0.2.1:8086"})
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "--peer-allow") {
 		t.Fatalf("Join to a non-loopback address: %v", err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/ebbtable/ebbtable/replication"
 	"github.com/ebbtable/ebbtable/rowttl"
 	"github.com/ebbtable/ebbtable/schedule"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/prometheus/client_golang/prometheus"
@@ -245,7 +246,7 @@ func New(opts Options) (*Server, error) {
 	adminpb.RegisterBigtableInstanceAdminServer(s.grpc, s.inst)
 	longrunningpb.RegisterOperationsServer(s.grpc, s.ops)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
-	s.grpc.RegisterService(&ebbAdminDesc, &ebbAdmin{s: s})
+	ebbadminpb.RegisterEbbAdminServer(s.grpc, &ebbAdmin{s: s})
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := eng.Err(); err != nil {

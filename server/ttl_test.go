@@ -9,11 +9,12 @@ import (
 
 	"cloud.google.com/go/bigtable"
 	"github.com/ebbtable/ebbtable/collector"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/proto"
 )
 
 func withTTL(ctx context.Context, ttl string) context.Context {
@@ -164,8 +165,8 @@ func TestExpiryTimestampGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	req, _ := structpb.NewStruct(map[string]any{"project": testProject, "instance": testInstance, "table": "t", "family": "exp", "expiry_timestamps": true})
-	if err := conn.Invoke(ctx, MethodSetFamilyOptions, req, &structpb.Struct{}); err != nil {
+	req := &ebbadminpb.SetFamilyOptionsRequest{Project: testProject, Instance: testInstance, Table: "t", Family: "exp", ExpiryTimestamps: proto.Bool(true)}
+	if _, err := ebbadminpb.NewEbbAdminClient(conn).SetFamilyOptions(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	m := bigtable.NewMutation()
@@ -214,8 +215,8 @@ func TestReadModifyWriteKeepsTheCellTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	req, _ := structpb.NewStruct(map[string]any{"project": testProject, "instance": testInstance, "table": "t", "family": "cf", "expiry_timestamps": true})
-	if err := conn.Invoke(ctx, MethodSetFamilyOptions, req, &structpb.Struct{}); err != nil {
+	req := &ebbadminpb.SetFamilyOptionsRequest{Project: testProject, Instance: testInstance, Table: "t", Family: "cf", ExpiryTimestamps: proto.Bool(true)}
+	if _, err := ebbadminpb.NewEbbAdminClient(conn).SetFamilyOptions(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	_, err = tbl.ApplyReadModifyWrite(ctx, "r", rmw)

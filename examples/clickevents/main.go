@@ -30,11 +30,11 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/server"
+	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/types/known/structpb"
 )
 
 const (
@@ -383,13 +383,9 @@ func (c *clients) close() {
 // gcRun runs a garbage-collection pass now through ebbtable's admin service
 // and returns how many cells it deleted.
 func (c *clients) gcRun(ctx context.Context) (int64, error) {
-	req, err := structpb.NewStruct(map[string]any{"project": project, "instance": instance, "table": tableName})
+	resp, err := ebbadminpb.NewEbbAdminClient(c.ebb).GcRun(ctx, &ebbadminpb.GcRunRequest{Project: project, Instance: instance, Table: tableName})
 	if err != nil {
-		return 0, err
-	}
-	resp := new(structpb.Struct)
-	if err := c.ebb.Invoke(ctx, server.MethodGCRun, req, resp); err != nil {
 		return 0, fmt.Errorf("gc run: %w", err)
 	}
-	return int64(resp.GetFields()["collected"].GetNumberValue()), nil
+	return resp.GetCollected(), nil
 }
