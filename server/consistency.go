@@ -2,52 +2,25 @@ package server
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
+	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/replication"
 	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// Consistency tokens. A token lists, for this cluster and every peer that
-// answered, the cluster's closed commit timestamp when the token was made:
-// every write acknowledged there before the token is at or below it.
-// CheckConsistency is true once every cluster of the instance has applied
-// every other listed cluster's records of the table through its timestamp.
-
-const tokenPrefix = "ebb1."
+// Consistency tokens: the GenerateConsistencyToken and CheckConsistency
+// handlers. What a token holds and when a table is consistent is
+// replication.TableState; here are the peers' status calls and the codes.
 
 // peerCallTimeout bounds one status call to a peer.
 const peerCallTimeout = 2 * time.Second
-
-func encodeToken(marks map[string]int64) (string, error) {
-	b, err := json.Marshal(marks)
-	if err != nil {
-		return "", err
-	}
-	return tokenPrefix + base64.RawURLEncoding.EncodeToString(b), nil
-}
-
-func decodeToken(tok string) (map[string]int64, error) {
-	rest, ok := strings.CutPrefix(tok, tokenPrefix)
-	if !ok {
-		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: %q is not a consistency token from this instance", tok)
-	}
-	b, err := base64.RawURLEncoding.DecodeString(rest)
-	var marks map[string]int64
-	if err == nil {
-		err = json.Unmarshal(b, &marks)
-	}
-	if err != nil || len(marks) == 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: consistency token %q does not decode", tok)
-	}
-	return marks, nil
-}
 
 // peerStatus asks a peer how far it applied each origin's records of a table.
 func (s *Server) peerStatus(ctx context.Context, id string, ref tableRef) (closed int64, applied map[string]int64, err error) {
@@ -79,20 +52,47 @@ func splitInstance(inst string) (project, instance string, ok bool) {
 	return p[1], p[3], true
 }
 
+func encodeToken(marks replication.Marks) (string, error) { return marks.Token() }
+
+// decodeToken parses a client's token, InvalidArgument when it is bad.
+func decodeToken(tok string) (replication.Marks, error) {
+	marks, err := replication.ParseToken(tok)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: %v", err)
+	}
+	return marks, nil
+}
+
+// peerApplied is replication.Applied over EbbAdmin/ReplicationStatus.
+type peerApplied struct{ s *Server }
+
+func (p peerApplied) Applied(ctx context.Context, peer, instance, tbl string) (int64, map[string]int64, error) {
+	return p.s.peerStatus(ctx, peer, tableRef{instance: instance, table: tbl})
+}
+
+// tableState is what a consistency check needs of a table.
+func (s *Server) tableState(ref tableRef, m *table.Meta) replication.TableState {
+	ts := replication.TableState{
+		Self: s.opts.ClusterID, Instance: ref.instance, Table: ref.table, Status: peerApplied{s},
+		Checkpoint: func(origin string) (int64, bool, error) {
+			p, ok, err := s.engine.Checkpoint(m, origin)
+			return p.Commit, ok, err
+		},
+	}
+	for _, p := range s.peers.list() {
+		ts.Peers = append(ts.Peers, p.ID)
+	}
+	return ts
+}
+
 // GenerateConsistencyToken marks what every reachable cluster has
 // committed so far.
 func (a *adminServer) GenerateConsistencyToken(ctx context.Context, req *adminpb.GenerateConsistencyTokenRequest) (*adminpb.GenerateConsistencyTokenResponse, error) {
-	ref, _, err := a.s.tableByName(req.GetName())
+	ref, m, err := a.s.tableByName(req.GetName())
 	if err != nil {
 		return nil, err
 	}
-	marks := map[string]int64{a.s.opts.ClusterID: a.s.engine.ClosedTimestamp()}
-	for _, p := range a.s.peers.list() {
-		if closed, _, err := a.s.peerStatus(ctx, p.ID, ref); err == nil {
-			marks[p.ID] = closed
-		}
-	}
-	tok, err := encodeToken(marks)
+	tok, err := encodeToken(a.s.tableState(ref, m).MakeMarks(ctx, a.s.engine.ClosedTimestamp()))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -100,7 +100,8 @@ func (a *adminServer) GenerateConsistencyToken(ctx context.Context, req *adminpb
 }
 
 // CheckConsistency reports whether every cluster has applied the writes
-// the token covers. A cluster that cannot be asked is not consistent.
+// the token covers, waiting a little for replication to catch up. A
+// cluster that cannot be asked is not consistent.
 func (a *adminServer) CheckConsistency(ctx context.Context, req *adminpb.CheckConsistencyRequest) (*adminpb.CheckConsistencyResponse, error) {
 	ref, m, err := a.s.tableByName(req.GetName())
 	if err != nil {
@@ -110,60 +111,20 @@ func (a *adminServer) CheckConsistency(ctx context.Context, req *adminpb.CheckCo
 	if err != nil {
 		return nil, err
 	}
-	// Replication usually catches up within moments, and clients poll
-	// slowly (the official client every 10 s), so wait a little before
-	// answering no.
-	deadline := time.Now().Add(checkConsistencyWait)
-	for {
-		ok, err := a.s.consistent(ctx, ref, m, marks)
-		if err != nil {
-			return nil, toStatus(err)
+	// Peers answer in real time.
+	ok, err := a.s.tableState(ref, m).WaitConsistent(ctx, marks, clock.Real{}, checkConsistencyWait, 20*time.Millisecond, a.s.stopping)
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil, status.FromContextError(err).Err()
 		}
-		if ok || time.Now().After(deadline) {
-			return &adminpb.CheckConsistencyResponse{Consistent: ok}, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, status.FromContextError(ctx.Err()).Err()
-		case <-a.s.stopping:
-			return &adminpb.CheckConsistencyResponse{Consistent: false}, nil
-		case <-time.After(20 * time.Millisecond):
-		}
+		return nil, toStatus(err)
 	}
+	return &adminpb.CheckConsistencyResponse{Consistent: ok}, nil
 }
 
 // checkConsistencyWait is how long CheckConsistency waits for replication
 // to catch up before it answers false.
 const checkConsistencyWait = 3 * time.Second
-
-func (s *Server) consistent(ctx context.Context, ref tableRef, m *table.Meta, marks map[string]int64) (bool, error) {
-	// Here: each other cluster's records applied through its mark.
-	for origin, mark := range marks {
-		if origin == s.opts.ClusterID {
-			continue
-		}
-		p, ok, err := s.engine.Checkpoint(m, origin)
-		if err != nil {
-			return false, err
-		}
-		if !ok || p.Commit < mark {
-			return false, nil
-		}
-	}
-	// At each peer: the same.
-	for _, p := range s.peers.list() {
-		_, applied, err := s.peerStatus(ctx, p.ID, ref)
-		if err != nil {
-			return false, nil
-		}
-		for origin, mark := range marks {
-			if origin != p.ID && applied[origin] < mark {
-				return false, nil
-			}
-		}
-	}
-	return true, nil
-}
 
 // tableByName resolves a table resource name to the table, as a status
 // error when it is malformed or missing.

@@ -2,9 +2,12 @@ package server
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/gcrule"
+	"github.com/ebbtable/ebbtable/replication"
 	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/grpc/codes"
@@ -12,13 +15,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Raising a max age on a replicated table. Plain raises replicate like any
-// schema change and may leave clusters out of sync for the span between
-// their age cutoffs (docs/replication.md, "GC across clusters"). A coordinated raise
-// avoids that: it holds the family's age sweeps on every cluster, has each
-// collect the family under the old rule as of one common instant, changes
-// the rule, waits until every cluster has it, then releases the holds — so
-// every cluster's age cutoff for the family is the same.
+// Raising a max age on a replicated table: the GcRaise and GcHold handlers.
+// The coordinated raise's steps are replication.Raise; here are its
+// transport (raiseHolder) and the status codes of its failures.
 
 // Method names (EbbAdminService).
 const (
@@ -53,73 +52,67 @@ func (a *ebbAdmin) GcRaise(ctx context.Context, in *ebbadminpb.GcRaiseRequest) (
 		}
 		return &ebbadminpb.GcRaiseResponse{Table: m.Name, Family: fam, Rule: rule.String(), Coordinated: false, Clusters: 1}, nil
 	}
-	peers := s.peers.list()
-	proj, inst, _ := splitInstance(m.Instance)
-	req := func(hold bool, collectAt *int64) *ebbadminpb.GcHoldRequest {
-		return &ebbadminpb.GcHoldRequest{Project: proj, Instance: inst, Table: m.Name, Family: fam, Hold: hold, CollectAtNanos: collectAt}
-	}
-	call := func(ctx context.Context, id string, req *ebbadminpb.GcHoldRequest) (*ebbadminpb.GcHoldResponse, error) {
-		if id == s.opts.ClusterID {
-			return a.GcHold(ctx, req)
-		}
-		c, err := s.peerClient(id)
-		if err != nil {
-			return nil, err
-		}
-		cctx, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		return c.GcHold(cctx, req)
-	}
 	clusters := []string{s.opts.ClusterID}
-	for _, p := range peers {
+	for _, p := range s.peers.list() {
 		clusters = append(clusters, p.ID)
 	}
-	var held []string
-	defer func() {
-		for _, id := range held {
-			if _, err := call(context.Background(), id, req(false, nil)); err != nil {
-				s.log.Warn("coordinated raise: cannot release the hold", "cluster", id, "err", err)
-			}
-		}
-	}()
-	// 1. Hold the family's age sweeps everywhere.
-	for _, id := range clusters {
-		if _, err := call(ctx, id, req(true, nil)); err != nil {
-			return nil, status.Errorf(codes.Unavailable, "ebbtable: coordinated raise: cluster %s cannot hold its age sweeps: %v", id, err)
-		}
-		held = append(held, id)
+	raise := replication.Raise{
+		Clusters: clusters,
+		Holder:   raiseHolder{a: a, m: m, family: fam},
+		Change: func() error {
+			_, err := s.engine.ModifyFamilies(m.Instance, m.Name, collectedMods)
+			return err
+		},
+		Rule:  rule.String(),
+		Clock: s.opts.Clock,
+		// The clusters answer in real time.
+		Pace: clock.Real{},
+		Wait: raiseWait,
+		Poll: 50 * time.Millisecond,
+		Log:  s.log,
 	}
-	// 2. Collect under the old rule as of one instant, everywhere.
-	at := s.opts.Clock.Now().UnixNano()
-	for _, id := range clusters {
-		if _, err := call(ctx, id, req(true, &at)); err != nil {
-			return nil, status.Errorf(codes.Unavailable, "ebbtable: coordinated raise: cluster %s cannot collect: %v", id, err)
+	if err := raise.Run(ctx); err != nil {
+		var re *replication.RaiseError
+		switch {
+		case errors.As(err, &re) && re.Late:
+			return nil, status.Error(codes.DeadlineExceeded, "ebbtable: "+re.Error())
+		case errors.As(err, &re):
+			return nil, status.Error(codes.Unavailable, "ebbtable: "+re.Error())
+		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			return nil, status.FromContextError(err).Err()
 		}
-	}
-	// 3. Change the rule (the collection already happened: no sweep first).
-	if _, err := s.engine.ModifyFamilies(m.Instance, m.Name, collectedMods); err != nil {
 		return nil, toStatus(err)
 	}
-	// 4. Wait until every cluster has the new rule.
-	deadline := time.Now().Add(raiseWait)
-	for _, id := range clusters[1:] {
-		for {
-			out, err := call(ctx, id, req(true, nil))
-			if err == nil && out.GetRule() == rule.String() {
-				break
-			}
-			if time.Now().After(deadline) {
-				return nil, status.Errorf(codes.DeadlineExceeded, "ebbtable: coordinated raise: cluster %s did not receive the new rule within %v (holds released; the rule is changed)", id, raiseWait)
-			}
-			select {
-			case <-ctx.Done():
-				return nil, status.FromContextError(ctx.Err()).Err()
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}
-	// 5. The deferred release lets the sweeps go on under the new rule.
 	return &ebbadminpb.GcRaiseResponse{Table: m.Name, Family: fam, Rule: rule.String(), Coordinated: true, Clusters: int64(len(clusters))}, nil
+}
+
+// raiseHolder is a coordinated raise's GcHold: this cluster's directly,
+// a peer's over EbbAdmin.
+type raiseHolder struct {
+	a      *ebbAdmin
+	m      *table.Meta
+	family string
+}
+
+func (h raiseHolder) Hold(ctx context.Context, cluster string, hold bool, collectAt *time.Time) (string, error) {
+	s := h.a.s
+	proj, inst, _ := splitInstance(h.m.Instance)
+	req := &ebbadminpb.GcHoldRequest{Project: proj, Instance: inst, Table: h.m.Name, Family: h.family, Hold: hold}
+	if collectAt != nil {
+		req.CollectAtNanos = proto.Int64(collectAt.UnixNano())
+	}
+	if cluster == s.opts.ClusterID {
+		out, err := h.a.GcHold(ctx, req)
+		return out.GetRule(), err
+	}
+	c, err := s.peerClient(cluster)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	out, err := c.GcHold(ctx, req)
+	return out.GetRule(), err
 }
 
 // GcHold holds or releases the family's age sweeps here, and with
