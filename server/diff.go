@@ -1,13 +1,12 @@
 package server
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"sort"
 	"time"
 
-	"github.com/ebbtable/ebbtable/progress"
+	"github.com/ebbtable/ebbtable/replication"
 	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/grpc/codes"
@@ -15,21 +14,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Comparing clusters: ebbtable replication diff TABLE. The cluster asked
-// splits the table into chunks of about diffChunkRows rows, asks each peer
-// for a digest of the same chunks (EbbAdmin/TableChunks), fetches the cells
-// of the chunks that differ from both sides and lists the cells one side
-// has and the other lacks (or holds with another value), each classed as:
-//   - expected: its family's age rule has collected it on the side that
-//     lacks it and not yet on the other (a raise window: the clusters' age
-//     cutoffs differ, see ebbtable_replication_gc_divergence_seconds);
-//   - in flight: the side that lacks it has not yet applied the origin's
-//     records that far;
-//   - unexpected: anything else.
-// --repair settles them: an expected cell is deleted where it remains
-// (where its age has passed on another cluster), an unexpected one is
-// copied, with its stamp, to the side that lacks it (or that holds the
-// older write); cells in flight are left to replication.
+// Comparing clusters: ebbtable replication diff TABLE. The comparison,
+// its classes and the repair are replication.Diff; here are the handlers of
+// the diff's RPCs and the gRPC replication.DiffPeer.
 
 // MethodTableChunks, MethodTableCells, MethodRepairCells and MethodDiff are
 // the diff's RPCs (EbbAdminService).
@@ -44,9 +31,9 @@ const diffChunkRows = 500
 
 // Diff classes.
 const (
-	classExpected   = "expected"
-	classInFlight   = "in flight"
-	classUnexpected = "unexpected"
+	classExpected   = replication.ClassExpected
+	classInFlight   = replication.ClassInFlight
+	classUnexpected = replication.ClassUnexpected
 )
 
 // tableRequest is a request about a table.
@@ -67,18 +54,6 @@ func (a *ebbAdmin) tableOfRequest(in tableRequest) (*table.Meta, error) {
 	return m, nil
 }
 
-// chunkRanges turns boundaries into [start, end) row ranges covering the
-// whole table (nil end: to the end).
-func chunkRanges(bounds [][]byte) [][2][]byte {
-	var out [][2][]byte
-	var start []byte
-	for _, b := range bounds {
-		out = append(out, [2][]byte{start, b})
-		start = b
-	}
-	return append(out, [2][]byte{start, nil})
-}
-
 // TableChunks digests the table's chunks split at the request's bounds and
 // tells the families' age cutoffs here.
 func (a *ebbAdmin) TableChunks(ctx context.Context, in *ebbadminpb.TableChunksRequest) (*ebbadminpb.TableChunksResponse, error) {
@@ -87,7 +62,7 @@ func (a *ebbAdmin) TableChunks(ctx context.Context, in *ebbadminpb.TableChunksRe
 		return nil, err
 	}
 	out := &ebbadminpb.TableChunksResponse{Cutoffs: a.s.ageCutoffs(m)}
-	for _, r := range chunkRanges(in.GetBounds()) {
+	for _, r := range replication.ChunkRanges(in.GetBounds()) {
 		h, n, err := a.s.engine.ChunkHash(m, r[0], r[1])
 		if err != nil {
 			return nil, toStatus(err)
@@ -146,21 +121,6 @@ func (a *ebbAdmin) RepairCells(ctx context.Context, in *ebbadminpb.RepairCellsRe
 	return out, nil
 }
 
-// diffSide is what the diff knows of one cluster.
-type diffSide struct {
-	id      string
-	cutoffs map[string]int64 // family → age cutoff
-	applied map[string]int64 // origin → commit time applied through
-}
-
-// oneSided is a cell one side has and the other lacks or holds otherwise.
-type oneSided struct {
-	cell    table.RawCell
-	on      string // the cluster that has it
-	lacking string
-	class   string
-}
-
 // ReplicationDiff compares the table here with each peer's copy (or the
 // request's peer's), and with repair settles the differences.
 func (a *ebbAdmin) ReplicationDiff(ctx context.Context, in *ebbadminpb.ReplicationDiffRequest) (*ebbadminpb.ReplicationDiffResponse, error) {
@@ -185,177 +145,106 @@ func (a *ebbAdmin) ReplicationDiff(ctx context.Context, in *ebbadminpb.Replicati
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	ranges := chunkRanges(bounds)
-	local := diffSide{id: s.opts.ClusterID, cutoffs: s.ageCutoffs(m), applied: map[string]int64{}}
+	d := replication.Diff{Engine: s.engine, Meta: m, Bounds: bounds,
+		Local: replication.DiffSide{ID: s.opts.ClusterID, Cutoffs: s.ageCutoffs(m), Applied: map[string]int64{}}}
 	for _, p := range s.peers.list() {
 		if pos, ok, err := s.engine.Checkpoint(m, p.ID); err == nil && ok {
-			local.applied[p.ID] = pos.Commit
+			d.Local.Applied[p.ID] = pos.Commit
 		}
 	}
 	ctx, op := s.trackProgress(ctx)
 	defer op.Finish()
 	out := &ebbadminpb.ReplicationDiffResponse{Cluster: s.opts.ClusterID, Table: m.Name}
 	for i, p := range peers {
-		op.Phase(fmt.Sprintf("peer %s (%d/%d)", p.ID, i+1, len(peers)), "chunks", int64(len(ranges)))
+		op.Phase(fmt.Sprintf("peer %s (%d/%d)", p.ID, i+1, len(peers)), "chunks", int64(len(bounds)+1))
 		callCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		res, err := a.diffPeer(callCtx, m, p.ID, local, ranges, bounds, repair)
+		res, err := d.Peer(callCtx, p.ID, diffPeer{s: s, id: p.ID}, peerApplied{s}, repair)
 		cancel()
 		if err != nil {
-			return nil, err
+			var pe *replication.PeerError
+			if errors.As(err, &pe) {
+				return nil, status.Error(codes.Unavailable, "ebbtable: "+pe.Error())
+			}
+			return nil, toStatus(err)
 		}
-		out.Peers = append(out.Peers, res)
+		dp := &ebbadminpb.DiffPeer{Peer: res.Peer, Chunks: int64(res.Chunks), DifferingChunks: int64(res.Differing)}
+		for _, f := range res.Cells {
+			dp.Cells = append(dp.Cells, &ebbadminpb.DiffCell{
+				Row: f.Cell.Row, Family: f.Cell.Family, Qualifier: f.Cell.Qualifier,
+				Timestamp: f.Cell.Timestamp, On: f.On, Lacking: f.Lacking, Class: f.Class,
+			})
+		}
+		if repair {
+			dp.Repaired = proto.Int64(res.Repaired)
+		}
+		out.Peers = append(out.Peers, dp)
 	}
 	return out, nil
 }
 
-func (a *ebbAdmin) diffPeer(ctx context.Context, m *table.Meta, peer string, local diffSide, ranges [][2][]byte, bounds [][]byte, repair bool) (*ebbadminpb.DiffPeer, error) {
-	s := a.s
-	c, err := s.peerClient(peer)
+// diffPeer is replication.DiffPeer over EbbAdmin.
+type diffPeer struct {
+	s  *Server
+	id string
+}
+
+func (p diffPeer) request(m *table.Meta) (proj, inst string, c ebbadminpb.EbbAdminClient, err error) {
+	proj, inst, _ = splitInstance(m.Instance)
+	c, err = p.s.peerClient(p.id)
+	return proj, inst, c, err
+}
+
+func (p diffPeer) Chunks(ctx context.Context, m *table.Meta, bounds [][]byte) ([][]byte, map[string]int64, error) {
+	proj, inst, c, err := p.request(m)
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "ebbtable: cluster %s: %v", peer, err)
+		return nil, nil, err
 	}
-	proj, inst, _ := splitInstance(m.Instance)
 	out, err := c.TableChunks(ctx, &ebbadminpb.TableChunksRequest{Project: proj, Instance: inst, Table: m.Name, Bounds: bounds})
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "ebbtable: cluster %s: %v", peer, err)
+		return nil, nil, err
 	}
-	remote := diffSide{id: peer, cutoffs: out.GetCutoffs()}
-	if remote.cutoffs == nil {
-		remote.cutoffs = map[string]int64{}
+	hashes := make([][]byte, 0, len(out.GetChunks()))
+	for _, ch := range out.GetChunks() {
+		hashes = append(hashes, ch.GetHash())
 	}
-	_, remote.applied, err = s.peerStatus(ctx, peer, tableRef{instance: m.Instance, table: m.Name})
+	return hashes, out.GetCutoffs(), nil
+}
+
+func (p diffPeer) Cells(ctx context.Context, m *table.Meta, start, end []byte) ([]table.RawCell, error) {
+	proj, inst, c, err := p.request(m)
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "ebbtable: cluster %s: %v", peer, err)
+		return nil, err
 	}
-	chunks := out.GetChunks()
-	if len(chunks) != len(ranges) {
-		return nil, status.Errorf(codes.Internal, "ebbtable: cluster %s answered %d chunks for %d", peer, len(chunks), len(ranges))
+	req := &ebbadminpb.TableCellsRequest{Project: proj, Instance: inst, Table: m.Name, Start: start}
+	if end != nil {
+		req.End = end
 	}
-	var found []oneSided
-	differing := 0
-	op := progress.FromContext(ctx)
-	for i, r := range ranges {
-		op.Add(1)
-		h, _, err := s.engine.ChunkHash(m, r[0], r[1])
-		if err != nil {
-			return nil, toStatus(err)
-		}
-		if bytes.Equal(h, chunks[i].GetHash()) {
-			continue
-		}
-		differing++
-		req := &ebbadminpb.TableCellsRequest{Project: proj, Instance: inst, Table: m.Name, Start: r[0]}
-		if r[1] != nil {
-			req.End = r[1]
-		}
-		cellsOut, err := c.TableCells(ctx, req)
-		if err != nil {
-			return nil, status.Errorf(codes.Unavailable, "ebbtable: cluster %s: %v", peer, err)
-		}
-		theirs := map[string]table.RawCell{}
-		for _, pc := range cellsOut.GetCells() {
-			c := rawCellOf(pc)
-			theirs[c.Coord()] = c
-		}
-		mine := map[string]table.RawCell{}
-		if err := s.engine.RawCells(m, r[0], r[1], func(c table.RawCell) error { mine[c.Coord()] = c; return nil }); err != nil {
-			return nil, toStatus(err)
-		}
-		for k, c := range mine {
-			t, ok := theirs[k]
-			switch {
-			case !ok:
-				found = append(found, oneSided{cell: c, on: local.id, lacking: peer})
-			case !bytes.Equal(t.Value, c.Value) || t.ExpireAt != c.ExpireAt:
-				if t.Stamp.Less(c.Stamp) {
-					found = append(found, oneSided{cell: c, on: local.id, lacking: peer})
-				} else {
-					found = append(found, oneSided{cell: t, on: peer, lacking: local.id})
-				}
-			}
-		}
-		for k, t := range theirs {
-			if _, ok := mine[k]; !ok {
-				found = append(found, oneSided{cell: t, on: peer, lacking: local.id})
-			}
-		}
+	out, err := c.TableCells(ctx, req)
+	if err != nil {
+		return nil, err
 	}
-	sides := map[string]diffSide{local.id: local, peer: remote}
-	for i := range found {
-		found[i].class = classify(m, found[i], sides)
+	cells := make([]table.RawCell, 0, len(out.GetCells()))
+	for _, pc := range out.GetCells() {
+		cells = append(cells, rawCellOf(pc))
 	}
-	sort.Slice(found, func(i, j int) bool { return found[i].cell.Coord() < found[j].cell.Coord() })
-	res := &ebbadminpb.DiffPeer{Peer: peer, Chunks: int64(len(ranges)), DifferingChunks: int64(differing)}
-	for _, f := range found {
-		res.Cells = append(res.Cells, &ebbadminpb.DiffCell{
-			Row: f.cell.Row, Family: f.cell.Family, Qualifier: f.cell.Qualifier,
-			Timestamp: f.cell.Timestamp, On: f.on, Lacking: f.lacking, Class: f.class,
-		})
-	}
-	if repair {
-		n, err := a.repair(ctx, m, peer, found)
-		if err != nil {
-			return nil, err
-		}
-		res.Repaired = proto.Int64(n)
-	}
-	return res, nil
+	return cells, nil
 }
 
-// classify tells why a cell is one-sided.
-func classify(m *table.Meta, f oneSided, sides map[string]diffSide) string {
-	on, lacking := sides[f.on], sides[f.lacking]
-	c := f.cell
-	if cut, ok := lacking.cutoffs[c.Family]; ok && c.Timestamp < cut {
-		if have, ok := on.cutoffs[c.Family]; !ok || c.Timestamp >= have {
-			return classExpected
-		}
+func (p diffPeer) Repair(ctx context.Context, m *table.Meta, put, del []table.RawCell) (int64, error) {
+	proj, inst, c, err := p.request(m)
+	if err != nil {
+		return 0, err
 	}
-	origin := c.Stamp.Cluster
-	if origin != "" && origin != lacking.id && lacking.applied[origin] < c.Stamp.Commit {
-		return classInFlight
+	req := &ebbadminpb.RepairCellsRequest{Project: proj, Instance: inst, Table: m.Name}
+	for _, cell := range put {
+		req.Put = append(req.Put, rawCellPB(cell))
 	}
-	return classUnexpected
-}
-
-// repair settles the one-sided cells: expected ones are deleted where they
-// remain, unexpected ones copied to where they lack.
-func (a *ebbAdmin) repair(ctx context.Context, m *table.Meta, peer string, found []oneSided) (int64, error) {
-	s := a.s
-	var n int64
-	var remotePut, remoteDel []*ebbadminpb.RawCell
-	for _, f := range found {
-		switch {
-		case f.class == classExpected && f.on == s.opts.ClusterID:
-			if err := s.engine.DeleteRawCell(m, f.cell); err != nil {
-				return 0, toStatus(err)
-			}
-			n++
-		case f.class == classExpected:
-			remoteDel = append(remoteDel, rawCellPB(f.cell))
-		case f.class == classUnexpected && f.on == s.opts.ClusterID:
-			remotePut = append(remotePut, rawCellPB(f.cell))
-		case f.class == classUnexpected:
-			ok, err := s.engine.RepairCell(m, f.cell)
-			if err != nil {
-				return 0, toStatus(err)
-			}
-			if ok {
-				n++
-			}
-		}
+	for _, cell := range del {
+		req.Delete = append(req.Delete, rawCellPB(cell))
 	}
-	if len(remotePut)+len(remoteDel) > 0 {
-		c, err := s.peerClient(peer)
-		if err != nil {
-			return 0, status.Errorf(codes.Unavailable, "ebbtable: repairing on cluster %s: %v", peer, err)
-		}
-		proj, inst, _ := splitInstance(m.Instance)
-		out, err := c.RepairCells(ctx, &ebbadminpb.RepairCellsRequest{Project: proj, Instance: inst, Table: m.Name, Put: remotePut, Delete: remoteDel})
-		if err != nil {
-			return 0, status.Errorf(codes.Unavailable, "ebbtable: repairing on cluster %s: %v", peer, err)
-		}
-		n += out.GetPut() + out.GetDeleted()
+	out, err := c.RepairCells(ctx, req)
+	if err != nil {
+		return 0, err
 	}
-	return n, nil
+	return out.GetPut() + out.GetDeleted(), nil
 }
