@@ -445,58 +445,26 @@ func (a *instanceServer) peerReady(id string) {
 	delete(a.creating, id)
 }
 
-// adoptPeerMeta takes a peer's clusters and app profiles this cluster
-// lacks, and the peer's app profiles that changed later than this
-// cluster's copy (by etag, the time of the change). App-profile deletions
-// travel as tombstones (kindAppProfileGone): the later of a profile's
-// change and its deletion wins on every cluster.
+// adoptPeerMeta takes what replication.MergeMeta picks of a peer's
+// clusters, app profiles and profile tombstones: those this cluster lacks
+// or holds older (the later of a profile's change and its deletion wins on
+// every cluster).
 func (a *instanceServer) adoptPeerMeta(list []replication.MetaEntry) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	// What this cluster has, read once (every pull carries the peer's list).
-	local := map[string][]byte{}
-	for _, kind := range []string{kindCluster, kindAppProfile, kindAppProfileGone} {
-		if err := a.s.engine.InstanceMeta(kind, "", func(inst, name string, v []byte) error {
-			local[kind+"\x00"+inst+"\x00"+name] = append([]byte(nil), v...)
-			return nil
-		}); err != nil {
-			return err
-		}
+	local, err := a.s.localMeta()
+	if err != nil {
+		return err
 	}
-	// changed is when a local profile or tombstone was last changed, and
-	// whether there is either.
-	changed := func(inst, name string) (t int64, ok bool) {
-		if v := local[kindAppProfileGone+"\x00"+inst+"\x00"+name]; v != nil {
-			t, _ = strconv.ParseInt(string(v), 10, 64)
-			ok = true
-		}
-		if v := local[kindAppProfile+"\x00"+inst+"\x00"+name]; v != nil {
-			t, ok = max(t, profileEtag(v)), true
-		}
-		return t, ok
-	}
-	for _, e := range list {
-		kind, inst, name, val := e.Kind, e.Instance, e.Name, e.Value
+	kinds := replication.MetaKinds{Cluster: kindCluster, Profile: kindAppProfile, ProfileGone: kindAppProfileGone}
+	etag := func(v string) int64 { return profileEtag([]byte(v)) }
+	for _, c := range replication.MergeMeta(a.s.opts.ClusterID, local, list, kinds, etag) {
 		var err error
-		switch kind {
-		case kindCluster:
-			if name == a.s.opts.ClusterID || local[kind+"\x00"+inst+"\x00"+name] != nil {
-				continue
-			}
-			err = a.s.engine.PutInstanceMeta(kind, inst, name, []byte(val))
-		case kindAppProfile:
-			if mine, ok := changed(inst, name); ok && profileEtag([]byte(val)) <= mine {
-				continue
-			}
-			err = a.s.engine.ReplaceInstanceMeta(kindAppProfileGone, kindAppProfile, inst, name, []byte(val))
-		case kindAppProfileGone:
-			t, _ := strconv.ParseInt(val, 10, 64)
-			if mine, ok := changed(inst, name); ok && t <= mine {
-				continue
-			}
-			err = a.s.engine.ReplaceInstanceMeta(kindAppProfile, kindAppProfileGone, inst, name, []byte(val))
-		default:
-			continue
+		if c.Replace == "" {
+			err = a.s.engine.PutInstanceMeta(c.Kind, c.Instance, c.Name, []byte(c.Value))
+		} else {
+			err = a.s.engine.ReplaceInstanceMeta(c.Replace, c.Kind, c.Instance, c.Name, []byte(c.Value))
 		}
 		if err != nil {
 			return err
