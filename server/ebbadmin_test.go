@@ -18,6 +18,9 @@ import (
 // TestEbbAdminBadRequests: the typed admin protocol's bad requests answer
 // INVALID_ARGUMENT with a message naming what is wrong, and change nothing.
 func TestEbbAdminBadRequests(t *testing.T) {
+	if EbbAdminService != ebbadminpb.EbbAdmin_ServiceDesc.ServiceName {
+		t.Fatalf("EbbAdminService %q, the generated service %q", EbbAdminService, ebbadminpb.EbbAdmin_ServiceDesc.ServiceName)
+	}
 	env := newTestEnv(t)
 	ctx := context.Background()
 	env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.MaxAgePolicy(time.Hour)})
