@@ -109,8 +109,12 @@ func appendWrapper[T string | []byte](b []byte, num protowire.Number, v T) []byt
 
 // add appends the chunk to the response, as its field 1.
 func (w *chunkWriter) add(c *chunk) {
+	size := c.size()
+	if w.buf == nil { // room for a small row at once, not grown from 8 bytes
+		w.buf = make([]byte, 0, max(512, 2+protowire.SizeVarint(uint64(size))+size))
+	}
 	b := protowire.AppendTag(w.buf, responseChunks, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(c.size()))
+	b = protowire.AppendVarint(b, uint64(size))
 	if len(c.rowKey) > 0 {
 		b = protowire.AppendTag(b, chunkRowKey, protowire.BytesType)
 		b = protowire.AppendBytes(b, c.rowKey)
@@ -144,20 +148,25 @@ func (w *chunkWriter) add(c *chunk) {
 	w.buf = b
 }
 
-// flush sends the chunks gathered so far as one response.
+// flush sends the chunks gathered so far as the last response: its
+// buffer goes to gRPC as it is.
 func (w *chunkWriter) flush() error {
 	if len(w.buf) == 0 {
 		return nil
 	}
-	err := w.stream.SendMsg(&wireMessage{b: w.buf})
-	w.buf = w.buf[:0]
+	err := w.stream.SendMsg(&wireMessage{b: w.buf, handOver: true})
+	w.buf = nil
 	return err
 }
 
+// row adds a row's chunks, and sends them once the response is full; the
+// next response reuses the buffer (the codec copies it).
 func (w *chunkWriter) row(r cell.Row) error {
 	w.cells(r)
 	if len(w.buf) >= maxResponseBytes {
-		return w.flush()
+		err := w.stream.SendMsg(&wireMessage{b: w.buf})
+		w.buf = w.buf[:0]
+		return err
 	}
 	return nil
 }
@@ -206,14 +215,21 @@ func (w *chunkWriter) cells(r cell.Row) {
 }
 
 // wireMessage is a message already in the protobuf wire format, sent by
-// the server's codec as it is (meteredCodec.Marshal). b is the caller's:
-// the codec copies it before SendMsg returns.
-type wireMessage struct{ b []byte }
+// the server's codec as it is (meteredCodec.Marshal). Unless handOver is
+// set, b stays the caller's: the codec copies it before SendMsg returns.
+// With handOver the caller gives b up to gRPC.
+type wireMessage struct {
+	b        []byte
+	handOver bool
+}
 
-// marshalWire hands gRPC a copy of an encoded message, in a buffer from
-// gRPC's pool when it is large enough to be worth pooling (gRPC frees it
-// once written).
+// marshalWire hands gRPC an encoded message: b itself when it is handed
+// over, else a copy, in a buffer from gRPC's pool when it is large enough
+// to be worth pooling (gRPC frees it once written).
 func marshalWire(m *wireMessage) mem.BufferSlice {
+	if m.handOver {
+		return mem.BufferSlice{mem.SliceBuffer(m.b)}
+	}
 	if mem.IsBelowBufferPoolingThreshold(len(m.b)) {
 		return mem.BufferSlice{mem.SliceBuffer(append([]byte(nil), m.b...))}
 	}
