@@ -34,6 +34,15 @@ func newMeteredCodec(sec *security) meteredCodec {
 	return meteredCodec{CodecV2: encoding.GetCodecV2(proto.Name), sec: sec}
 }
 
+// Marshal encodes a response; a wireMessage (ReadRows' chunks, see
+// chunkWriter) is already encoded.
+func (c meteredCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if m, ok := v.(*wireMessage); ok {
+		return marshalWire(m), nil
+	}
+	return c.CodecV2.Marshal(v)
+}
+
 func (c meteredCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	n := int64(data.Len())
 	if err := c.sec.acquire(n); err != nil {

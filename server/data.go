@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // dataServer serves the Bigtable Data API v2.
@@ -141,94 +140,6 @@ func (d *dataServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_Re
 			RequestLatencyStats: &btpb.RequestLatencyStats{FrontendServerLatency: durationpb.New(time.Since(start))},
 		}},
 	}})
-}
-
-// chunkWriter turns rows into ReadRows chunks and batches them into responses.
-type chunkWriter struct {
-	stream btpb.Bigtable_ReadRowsServer
-	resp   btpb.ReadRowsResponse
-	size   int
-}
-
-// add appends a chunk. Responses are flushed only between rows: the
-// official Go client checks after every response that no row is left open,
-// so a row never spans responses (values are still split into value_size
-// chunks within one).
-func (w *chunkWriter) add(c *btpb.ReadRowsResponse_CellChunk, n int) error {
-	w.resp.Chunks = append(w.resp.Chunks, c)
-	w.size += n + 32
-	return nil
-}
-
-func (w *chunkWriter) flush() error {
-	if len(w.resp.Chunks) == 0 {
-		return nil
-	}
-	err := w.stream.Send(&w.resp)
-	w.resp = btpb.ReadRowsResponse{}
-	w.size = 0
-	return err
-}
-
-func (w *chunkWriter) row(r cell.Row) error {
-	if err := w.cells(r); err != nil {
-		return err
-	}
-	if w.size >= maxResponseBytes {
-		return w.flush()
-	}
-	return nil
-}
-
-func (w *chunkWriter) cells(r cell.Row) error {
-	var lastFam string
-	var lastQual []byte
-	for i, c := range r.Cells {
-		first := &btpb.ReadRowsResponse_CellChunk{
-			TimestampMicros: c.Timestamp,
-			Labels:          c.Labels,
-		}
-		if i == 0 {
-			first.RowKey = r.Key
-		}
-		if i == 0 || c.Family != lastFam {
-			first.FamilyName = wrapperspb.String(c.Family)
-			first.Qualifier = wrapperspb.Bytes(c.Qualifier)
-		} else if string(c.Qualifier) != string(lastQual) {
-			first.Qualifier = wrapperspb.Bytes(c.Qualifier)
-		}
-		lastFam, lastQual = c.Family, c.Qualifier
-		last := i == len(r.Cells)-1
-		v := c.Value
-		if len(v) <= maxChunkValue {
-			first.Value = v
-			if last {
-				first.RowStatus = &btpb.ReadRowsResponse_CellChunk_CommitRow{CommitRow: true}
-			}
-			if err := w.add(first, len(v)); err != nil {
-				return err
-			}
-			continue
-		}
-		first.Value = v[:maxChunkValue]
-		first.ValueSize = int32(len(v))
-		if err := w.add(first, maxChunkValue); err != nil {
-			return err
-		}
-		for off := maxChunkValue; off < len(v); off += maxChunkValue {
-			end := min(off+maxChunkValue, len(v))
-			ch := &btpb.ReadRowsResponse_CellChunk{Value: v[off:end]}
-			if end < len(v) {
-				ch.ValueSize = int32(len(v))
-			} else if last {
-				ch.RowStatus = &btpb.ReadRowsResponse_CellChunk_CommitRow{CommitRow: true}
-			}
-			if err := w.add(ch, end-off); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // SampleRowKeys returns the table's split points.

@@ -432,14 +432,14 @@ func (sec *security) authError(err error) error {
 // credentialsOf reads the bearer token and the peer credential from the
 // call's metadata.
 func credentialsOf(ctx context.Context, method string) auth.Call {
-	md, _ := metadata.FromIncomingContext(ctx)
+	// Read by key: FromIncomingContext would copy the whole header map.
 	c := auth.Call{Method: method}
-	for _, v := range md.Get("authorization") {
+	for _, v := range metadata.ValueFromIncomingContext(ctx, "authorization") {
 		if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
 			c.Bearer = strings.TrimSpace(v[7:])
 		}
 	}
-	if v := md.Get(auth.PeerHeader); len(v) > 0 {
+	if v := metadata.ValueFromIncomingContext(ctx, auth.PeerHeader); len(v) > 0 {
 		c.Peer = v[0]
 	}
 	return c

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -56,6 +57,11 @@ func appendEscapedOpen(dst, b []byte) []byte {
 // readEscaped decodes an escaped string at the start of b and returns it and
 // the rest of b.
 func readEscaped(b []byte) (out, rest []byte, err error) {
+	// Most strings hold no zero byte but their terminator's: those are
+	// copied at once, in one allocation of their size.
+	if i := bytes.IndexByte(b, 0); i >= 0 && i+1 < len(b) && b[i+1] == 1 {
+		return append(make([]byte, 0, i), b[:i]...), b[i+2:], nil
+	}
 	for i := 0; i < len(b); i++ {
 		if b[i] != 0 {
 			out = append(out, b[i])
