@@ -356,10 +356,49 @@ func (e *Engine) ExportSpan(ctx context.Context, instance, name string, startRow
 	}
 	x.stats.AgendaEntries = len(x.agenda)
 
+	err = e.scanSpan(ctx, x, lo, hi, e.store.Shared())
+	if errors.Is(err, pebble.ErrInvalidSkipSharedIteration) {
+		// Lower-level SSTables written before shared storage was on
+		// stay local until compacted again: copy the span whole.
+		x.Release()
+		x.handles, x.shared = nil, nil
+		x.stats = SpanStats{AgendaEntries: len(x.agenda)}
+		err = e.scanSpan(ctx, x, lo, hi, false)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ebbtable: export span of %s: %w", name, err)
+	}
+	// The encoded length goes into the header it is part of: settle it by
+	// encoding until it stops changing (a digit more at most).
+	for i := 0; i < 3; i++ {
+		enc, err := x.encode()
+		if err != nil {
+			return nil, err
+		}
+		if int64(len(enc)) == x.stats.Encoded {
+			x.encoded = enc
+			break
+		}
+		x.stats.Encoded = int64(len(enc))
+	}
+	if x.encoded == nil {
+		return nil, errors.New("ebbtable: export span: encoded size does not settle")
+	}
+	e.moves.exports.Add(1)
+	e.moves.bytes.Add(x.stats.Encoded)
+	e.moves.keys.Add(x.stats.LocalKeys)
+	e.moves.shared.Add(int64(x.stats.SharedSSTs))
+	ok = true
+	return x, nil
+}
+
+// scanSpan reads keys [lo, hi) into x: shared SSTables as references (when
+// shared), every other key into x.local.
+func (e *Engine) scanSpan(ctx context.Context, x *SpanExport, lo, hi []byte, shared bool) error {
 	mem := vfs.NewMem()
 	f, err := mem.Create("local.sst", vfs.WriteCategoryUnspecified)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), e.store.SSTWriterOptions())
 	wclosed := false
@@ -369,7 +408,7 @@ func (e *Engine) ExportSpan(ctx context.Context, instance, name string, startRow
 		}
 	}()
 	var visitShared func(*pebble.SharedSSTMeta) error
-	if e.store.Shared() {
+	if shared {
 		visitShared = func(s *pebble.SharedSSTMeta) error {
 			b, err := s.Backing.Get()
 			if err != nil {
@@ -407,53 +446,33 @@ func (e *Engine) ExportSpan(ctx context.Context, instance, name string, startRow
 				}
 				return w.Merge(k.UserKey, val)
 			}
-			return fmt.Errorf("ebbtable: export span: unexpected key kind %s", k.Kind())
+			return fmt.Errorf("unexpected key kind %s", k.Kind())
 		},
 		func(start, end []byte, _ pebble.SeqNum) error {
 			x.stats.LocalKeys++
 			return w.DeleteRange(clampKey(start, lo, hi), clampKey(end, lo, hi))
 		},
 		func(_, _ []byte, _ []rangekey.Key) error {
-			return errors.New("ebbtable: export span: range keys are not expected")
+			return errors.New("range keys are not expected")
 		},
 		visitShared, nil)
 	if err != nil {
-		return nil, fmt.Errorf("ebbtable: export span of %s: %w", name, err)
+		return err
 	}
 	wclosed = true
 	if err := w.Close(); err != nil {
-		return nil, err
+		return err
 	}
+	x.local, x.stats.LocalBytes = nil, 0
 	if x.stats.LocalKeys > 0 {
 		local, err := readMemFile(mem, "local.sst")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		x.local = local
 		x.stats.LocalBytes = int64(len(local))
 	}
-	// The encoded length goes into the header it is part of: settle it by
-	// encoding until it stops changing (a digit more at most).
-	for i := 0; i < 3; i++ {
-		enc, err := x.encode()
-		if err != nil {
-			return nil, err
-		}
-		if int64(len(enc)) == x.stats.Encoded {
-			x.encoded = enc
-			break
-		}
-		x.stats.Encoded = int64(len(enc))
-	}
-	if x.encoded == nil {
-		return nil, errors.New("ebbtable: export span: encoded size does not settle")
-	}
-	e.moves.exports.Add(1)
-	e.moves.bytes.Add(x.stats.Encoded)
-	e.moves.keys.Add(x.stats.LocalKeys)
-	e.moves.shared.Add(int64(x.stats.SharedSSTs))
-	ok = true
-	return x, nil
+	return nil
 }
 
 func clampKey(k, lo, hi []byte) []byte {

@@ -544,3 +544,67 @@ func TestSpanSplitKey(t *testing.T) {
 		t.Errorf("sizes: all %d, first half %d", all, part)
 	}
 }
+
+// TestSpanMoveUnshared: spans move between engines without shared storage,
+// and from an engine whose lower levels were written before it had shared
+// storage: every key is copied then, and the target reads what the source
+// read.
+func TestSpanMoveUnshared(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	clk := clock.NewFake(spanStart)
+	open := func(dir string, shared storage.ObjectStore, creator uint64) *table.Engine {
+		opts := table.Options{Dir: filepath.Join(root, dir), Clock: clk, Logger: slog.New(slog.DiscardHandler)}
+		if shared != nil {
+			opts.Shared = &storage.SharedOptions{Store: shared, CreatorID: creator}
+		}
+		e, err := table.Open(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	src, dst := open("a", nil, 0), open("b", nil, 0)
+	createSpanTable(t, src, dst)
+	writeSpanCells(t, src, 1000, 3, 1000, spanStart)
+	compactAll(t, src)
+	move := func(src, dst *table.Engine) table.SpanStats {
+		x, err := src.ExportSpan(ctx, "i", "t", spanRow(200), spanRow(700))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.Release()
+		enc, _ := x.Marshal()
+		y, err := table.UnmarshalSpanExport(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := dst.IngestSpan(ctx, y); err != nil {
+			t.Fatal(err)
+		}
+		if n, fams := readSpan(t, dst, spanRow(200), spanRow(700)); n != 500 || fams["f"] != 1500 {
+			t.Fatalf("target reads %d rows %v", n, fams)
+		}
+		return x.Stats()
+	}
+	if st := move(src, dst); st.SharedSSTs != 0 || st.LocalKeys < 1500 || st.LocalKeys > 1501 {
+		t.Errorf("unshared move: %+v; want the 1500 cells copied (and the range deletion a table creation leaves)", st)
+	}
+	// The source turns shared storage on: its L6 stays local until
+	// rewritten, so the export copies.
+	src.Close()
+	store, err := storage.SharedDir(filepath.Join(root, "shared"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	src = open("a", store, 1)
+	defer src.Close()
+	dst2 := open("c", store, 2)
+	defer dst2.Close()
+	createSpanTable(t, dst2)
+	if st := move(src, dst2); st.SharedSSTs != 0 || st.LocalKeys < 1500 || st.LocalKeys > 1501 {
+		t.Errorf("move off local lower levels: %+v; want the 1500 cells copied (and the range deletion a table creation leaves)", st)
+	}
+	dst.Close()
+}
