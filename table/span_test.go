@@ -347,6 +347,22 @@ func TestSpanMoveLocalLevels(t *testing.T) {
 	if r, f := readSpan(t, dst, nil, nil); r != wantRows || fmt.Sprint(f) != fmt.Sprint(wantFams) {
 		t.Fatalf("after a second ingest the target reads %d rows %v", r, f)
 	}
+	// An empty span moves too (nothing but the excise), and clears what
+	// the target held there.
+	if err := src.DropRowRange("i", "t", []byte("row001400"), false); err != nil {
+		t.Fatal(err)
+	}
+	empty, err := src.ExportSpan(ctx, "i", "t", []byte("row001400"), []byte("row001401"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer empty.Release()
+	if err := dst.IngestSpan(ctx, empty); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := readSpan(t, dst, nil, nil); r != wantRows-1 {
+		t.Fatalf("after moving row 1400 emptied, the target reads %d rows, want %d", r, wantRows-1)
+	}
 }
 
 // TestSpanIngestRefusals: a table with another id, or a family under
