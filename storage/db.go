@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage/remote"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -55,6 +57,10 @@ type Options struct {
 	MaxSyncDuration time.Duration
 	// Ballast sizes the emergency ballast (space.go); zero: none.
 	Ballast Ballast
+	// Shared, when set, keeps the lower levels' SSTables (L5 and L6) in a
+	// shared object store (shared.go); nil: everything on the local disk,
+	// as always.
+	Shared *SharedOptions
 }
 
 // DB is ebbtable's Pebble database.
@@ -85,6 +91,11 @@ func Open(opts Options) (*DB, error) {
 	}
 	if opts.MaxSyncDuration == 0 {
 		opts.MaxSyncDuration = DefaultMaxSyncDuration
+	}
+	if opts.Shared != nil {
+		if err := opts.Shared.validate(); err != nil {
+			return nil, err
+		}
 	}
 	fs := opts.FS
 	if fs == nil {
@@ -139,6 +150,18 @@ func Open(opts Options) (*DB, error) {
 	po.Experimental.SpanPolicyFunc = func([]byte) (pebble.SpanPolicy, []byte, error) {
 		return pebble.SpanPolicy{DisableValueSeparationBySuffix: true, ValueStoragePolicy: pebble.ValueStorageLowReadLatency}, nil, nil
 	}
+	if sh := opts.Shared; sh != nil {
+		loc := remote.Locator(sh.Locator)
+		po.Experimental.RemoteStorage = remote.MakeSimpleFactory(map[remote.Locator]remote.Storage{loc: remoteStorage(sh.Store)})
+		po.Experimental.CreateOnShared = remote.CreateOnSharedLower
+		po.Experimental.CreateOnSharedLocator = loc
+		switch {
+		case sh.SecondaryCacheBytes == 0:
+			po.Experimental.SecondaryCacheSizeBytes = DefaultSecondaryCacheBytes
+		case sh.SecondaryCacheBytes > 0:
+			po.Experimental.SecondaryCacheSizeBytes = sh.SecondaryCacheBytes
+		}
+	}
 	if opts.FS == nil {
 		// Damage Pebble would step over silently (see CheckOnOpen).
 		notes, err := CheckOnOpen(opts.Dir)
@@ -158,6 +181,18 @@ func Open(opts Options) (*DB, error) {
 			closeHealth()
 		}
 		return nil, openError(opts.Dir, err)
+	}
+	if sh := opts.Shared; sh != nil {
+		// Before any compaction can write to L5 or L6: SSTables written
+		// there without a creator id would stay local, and a span holding
+		// them could not move by reference.
+		if err := db.SetCreatorID(sh.CreatorID); err != nil {
+			db.Close()
+			if closeHealth != nil {
+				closeHealth()
+			}
+			return nil, fmt.Errorf("ebbtable: storage: shared storage creator id %d: %w", sh.CreatorID, err)
+		}
 	}
 	opened.Store(true)
 	if err := fail.Err(); err != nil { // failed between Open's return and now
@@ -213,7 +248,8 @@ func checkDir(fs vfs.FS, dir string) error {
 		case n == "CURRENT" || strings.HasPrefix(n, "MANIFEST-") || strings.HasPrefix(n, "marker."):
 			return nil // a Pebble database
 		case n == BallastName || n == BallastName+".tmp" || n == "backups" || n == "LOCK" || strings.HasPrefix(n, "OPTIONS-") ||
-			strings.HasSuffix(n, ".log") || strings.HasSuffix(n, ".sst") || strings.HasPrefix(n, "."):
+			strings.HasSuffix(n, ".log") || strings.HasSuffix(n, ".sst") || strings.HasPrefix(n, ".") ||
+			strings.HasPrefix(n, "REMOTE-OBJ-CATALOG-") || strings.HasPrefix(n, "SHARED-CACHE-"):
 		default:
 			if foreign == "" {
 				foreign = n
@@ -280,3 +316,38 @@ func (d *DB) NewSSTIter(files []sstable.ReadableFile, o *pebble.IterOptions) (*p
 
 // Dir returns the data directory.
 func (d *DB) Dir() string { return d.dir }
+
+// Shared reports whether the database keeps its lower levels in a shared
+// object store.
+func (d *DB) Shared() bool { return d.opts.Experimental.RemoteStorage != nil }
+
+// WriteTempSST writes an SSTable's bytes to a file in the data directory,
+// on the database's filesystem, for Ingest: remove deletes it (the ingest
+// has linked or copied it by then).
+func (d *DB) WriteTempSST(data []byte) (path string, remove func(), err error) {
+	fs := d.opts.FS
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return "", nil, err
+	}
+	path = fs.PathJoin(d.dir, fmt.Sprintf("span-%x.sst.tmp", rnd))
+	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return "", nil, err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		fs.Remove(path)
+		return "", nil, err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		fs.Remove(path)
+		return "", nil, err
+	}
+	if err := f.Close(); err != nil {
+		fs.Remove(path)
+		return "", nil, err
+	}
+	return path, func() { fs.Remove(path) }, nil
+}

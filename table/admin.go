@@ -38,6 +38,12 @@ type TableSpec struct {
 	// Micros keeps timestamps at microsecond granularity (Bigtable's
 	// MICROS); the default is milliseconds.
 	Micros bool
+	// ID, when not zero, is the table's id, given by a cluster that
+	// assigns ids cluster-wide so that every node keys the table's cells
+	// alike and spans can move between nodes (span.go); CreateTable
+	// refuses an id a table here has (or a deleted one keeps), and the
+	// engine's own ids continue above it. Zero: the engine's next id.
+	ID uint64
 }
 
 var (
@@ -112,6 +118,7 @@ func (e *Engine) CreateTable(instance, name string, spec TableSpec) (*Meta, erro
 	}
 	m.Splits = splits
 	m.Micros = spec.Micros
+	m.ID = spec.ID
 	if spec.ChangeStreamRetention != 0 {
 		if err := validRetention(spec.ChangeStreamRetention); err != nil {
 			return nil, err
@@ -134,7 +141,12 @@ func (e *Engine) insertTableLocked(m *Meta) error {
 	if _, ok := e.tables[key]; ok || e.reserved[key] {
 		return fmt.Errorf("%w: %s", ErrTableExists, m.Name)
 	}
-	m.ID = e.nextTableID
+	if m.ID == 0 {
+		m.ID = e.nextTableID
+	} else if err := e.checkFreeIDLocked(m.ID); err != nil {
+		return err
+	}
+	next := max(e.nextTableID, m.ID+1)
 	b := e.store.NewBatch()
 	defer b.Close()
 	enc, err := encodeMeta(m)
@@ -145,7 +157,7 @@ func (e *Engine) insertTableLocked(m *Meta) error {
 		return err
 	}
 	var seq [8]byte
-	binary.BigEndian.PutUint64(seq[:], m.ID)
+	binary.BigEndian.PutUint64(seq[:], next-1)
 	if err := b.Set(storage.MetaKey(metaKindSeq, "table"), seq[:], nil); err != nil {
 		return err
 	}
@@ -162,7 +174,7 @@ func (e *Engine) insertTableLocked(m *Meta) error {
 	if err := e.commit(b); err != nil {
 		return err
 	}
-	e.nextTableID++
+	e.nextTableID = next
 	e.tables[key] = m
 	if m.ChangeStream != nil {
 		e.streams.Store(m.ID, m.ChangeStream)

@@ -119,6 +119,11 @@ func (e *Engine) AgendaDue(m *Meta, upTo int64, fn func(AgendaEntry) bool) error
 		return err
 	}
 	defer e.leave()
+	return e.agendaDue(m, upTo, fn)
+}
+
+// agendaDue is AgendaDue for callers already inside enter.
+func (e *Engine) agendaDue(m *Meta, upTo int64, fn func(AgendaEntry) bool) error {
 	it, err := e.store.NewIter(&pebble.IterOptions{LowerBound: storage.AgendaPrefix(m.ID), UpperBound: storage.AgendaDueBound(m.ID, upTo)})
 	if err != nil {
 		return err

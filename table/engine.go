@@ -79,6 +79,11 @@ type Options struct {
 	// back (see storage); zero: none.
 	Ballast storage.Ballast
 
+	// Shared, when set, keeps the lower levels' SSTables in a shared
+	// object store, so that spans can move between engines by reference
+	// (span.go, docs/scale-out.md); nil: all local, as always.
+	Shared *storage.SharedOptions
+
 	// UndeleteRetention is how long a deleted table stays restorable
 	// (undelete.go); zero: deleted at once.
 	UndeleteRetention time.Duration
@@ -157,6 +162,8 @@ type Engine struct {
 	gcGen gcGens
 	// pileHook receives rows reads found piling up hidden versions (piles.go).
 	pileHook atomic.Pointer[pileHookBox]
+	// moves counts span moves (span.go).
+	moves moveCounters
 
 	seed     maphash.Seed
 	rowLocks [rowLockStripes]sync.Mutex
@@ -187,7 +194,7 @@ func Open(opts Options) (*Engine, error) {
 	var self atomic.Pointer[Engine]
 	var early atomic.Pointer[error] // a fatal error before the engine exists
 	st, err := storage.Open(storage.Options{Dir: opts.Dir, FS: opts.fs, Logger: opts.Logger, CacheBytes: opts.CacheBytes,
-		MaxSyncDuration: opts.MaxSyncDuration, Ballast: opts.Ballast,
+		MaxSyncDuration: opts.MaxSyncDuration, Ballast: opts.Ballast, Shared: opts.Shared,
 		OnFatal: func(err error) {
 			if e := self.Load(); e != nil {
 				e.failedWith(err)

@@ -18,11 +18,14 @@ const module = "github.com/ebbtable/ebbtable"
 
 // upper lists the top-level directories that may speak gRPC or HTTP: the
 // transports, the commands and the test-only harnesses. Every other package
-// is below the server and must not.
+// is below the server and must not. objstore is a transport too: its S3
+// adapter speaks HTTP (minio-go); the commands hand the store it opens to
+// the engine as a storage.ObjectStore, so nothing below imports it.
 var upper = map[string]bool{
 	"server": true, "cli": true, "cmd": true, "console": true, "auth": true,
 	"compat": true, "robustness": true, "bench": true, "examples": true, "internal": true,
 	"clusteretcd": true, // the etcd client speaks gRPC: a transport
+	"objstore": true,
 }
 
 // pebbleHomes may import Pebble, in their tests too: everything else goes
@@ -120,6 +123,9 @@ func TestLayers(t *testing.T) {
 			below := !upper[f.top]
 			if below && !f.test && (strings.HasPrefix(path, "google.golang.org/grpc") || path == "net/http" || strings.HasPrefix(path, "net/http/")) {
 				t.Errorf("%s imports %s: nothing below the server speaks gRPC or HTTP", f.rel, path)
+			}
+			if below && !f.test && strings.HasPrefix(path, module+"/") && upper[strings.Split(strings.TrimPrefix(path, module+"/"), "/")[0]] {
+				t.Errorf("%s imports %s: nothing below the server imports a transport", f.rel, path)
 			}
 			if strings.HasPrefix(path, "github.com/cockroachdb/pebble") && !pebbleHomes[f.top] {
 				t.Errorf("%s imports %s: Pebble stays inside storage and table", f.rel, path)
