@@ -126,15 +126,8 @@ func newClusterMember(so *Options) (*clusterMember, error) {
 		opts.SplitInterval = 30 * time.Second
 	}
 	c := &clusterMember{dataDir: so.DataDir, opts: opts, stop: make(chan struct{}), conns: map[string]*grpc.ClientConn{}, gates: map[gateKey]*sync.RWMutex{},
-		results: map[uint64]applyResult{}, progress: make(chan struct{}),
-		moveBytes: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ebbtable_tablet_move_bytes_shipped",
-			Help:    "Bytes shipped from source to target per planned tablet move (shared SST references plus local upper levels).",
-			Buckets: prometheus.ExponentialBuckets(1024, 4, 12)}),
-		moves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbtable_tablet_moves_total",
-			Help: "Planned tablet moves this node ran as the source, by outcome."}, []string{"outcome"}),
-		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbtable_cluster_forwarded_total",
-			Help: "Data requests (or parts of them) forwarded to the tablet's owner, by method."}, []string{"method"}),
-	}
+		results: map[uint64]applyResult{}, progress: make(chan struct{})}
+	c.newMetrics()
 	if err := c.checkDataDir(); err != nil {
 		return nil, err
 	}
@@ -176,6 +169,16 @@ func (c *clusterMember) sharedOptions() *storage.SharedOptions {
 	}
 	loc, _ := objstore.ParseURL(c.opts.SharedStorage)
 	return &storage.SharedOptions{Store: c.store, Locator: loc.String(), CreatorID: creatorID(c.opts.NodeID)}
+}
+
+func (c *clusterMember) newMetrics() {
+	c.moveBytes = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ebbtable_tablet_move_bytes_shipped",
+		Help:    "Bytes shipped from source to target per planned tablet move (shared SST references plus local upper levels).",
+		Buckets: prometheus.ExponentialBuckets(1024, 4, 12)})
+	c.moves = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbtable_tablet_moves_total",
+		Help: "Planned tablet moves this node ran as the source, by outcome."}, []string{"outcome"})
+	c.forwarded = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbtable_cluster_forwarded_total",
+		Help: "Data requests (or parts of them) forwarded to the tablet's owner, by method."}, []string{"method"})
 }
 
 func (c *clusterMember) register(reg prometheus.Registerer) {
@@ -437,9 +440,13 @@ func (s *Server) tableAdminService() adminpb.BigtableTableAdminServer {
 	return &clusterAdmin{adminServer: a, c: s.cluster}
 }
 
-// registerCluster adds the Cluster service and the cluster metrics.
+// registerCluster adds the Cluster service and the cluster metrics (which
+// a node alone exports too, at zero, so one dashboard fits both).
 func (s *Server) registerCluster() {
 	if s.cluster == nil {
+		alone := &clusterMember{}
+		alone.newMetrics()
+		alone.register(s.opts.Registry)
 		return
 	}
 	s.cluster.s = s
