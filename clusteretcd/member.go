@@ -109,15 +109,18 @@ func Join(ctx context.Context, opts Options) (*Member, error) {
 	}
 	m := &Member{opts: opts, cli: cli, log: opts.Logger, fence: cluster.NewFence(opts.Clock, opts.TTL/10),
 		stop: make(chan struct{}), changed: make(chan struct{})}
-	if err := m.load(ctx); err != nil {
-		cli.Close()
-		return nil, err
-	}
 	if opts.NodeID != "" {
 		if err := m.register(ctx); err != nil {
 			cli.Close()
 			return nil, err
 		}
+	}
+	// Loaded after registering, so the cache holds this node too.
+	if err := m.load(ctx); err != nil {
+		m.Close()
+		return nil, err
+	}
+	if opts.NodeID != "" {
 		m.wg.Add(1)
 		go m.renew()
 	}
