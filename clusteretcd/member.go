@@ -506,3 +506,22 @@ func (m *Member) WaitFor(ctx context.Context, cond func() bool) error {
 		}
 	}
 }
+
+// ReadDirectory reads a table's directory from etcd itself (not the
+// cache), and brings the cache up to it: after an update whose outcome is
+// unknown (a timeout), this tells whether it took.
+func (m *Member) ReadDirectory(ctx context.Context, table string) (cluster.Directory, bool, error) {
+	resp, err := m.cli.Get(ctx, m.dirKey(table))
+	if err != nil {
+		return cluster.Directory{}, false, fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return cluster.Directory{}, false, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.applyLocked(mvccpb.PUT, resp.Kvs[0])
+	m.notifyLocked()
+	d := m.dirs[table]
+	return d.Clone(), true, nil
+}

@@ -132,11 +132,25 @@ func (c *clusterMember) moveTablet(ctx context.Context, tableName string, id uin
 		return res, clusterStatus(err)
 	}
 	if _, err := c.m.UpdateDirectory(ctx, d, next); err != nil {
-		// Not flipped: the source still owns and serves the tablet; what
-		// the target ingested is never served and is replaced by the next
-		// ingest there.
-		c.moves.WithLabelValues("aborted").Inc()
-		return res, clusterStatus(err)
+		// A lost answer leaves the outcome unknown: ask etcd (still
+		// fenced) before serving the tablet again.
+		flipped := false
+		if !errors.Is(err, tablets.ErrConflict) {
+			cur, ok, rerr := c.readDirectoryFenced(d.Table)
+			if rerr != nil {
+				return res, status.Errorf(codes.Unavailable, "ebbtable: move of %s: outcome unknown: %v", t, rerr)
+			}
+			if ct, _, found := cur.Find(id); ok && found && ct.Owner == to {
+				flipped = true
+			}
+		}
+		if !flipped {
+			// Not flipped: the source still owns and serves the tablet;
+			// what the target ingested is never served and is replaced by
+			// the next ingest there.
+			c.moves.WithLabelValues("aborted").Inc()
+			return res, clusterStatus(err)
+		}
 	}
 	// Flipped: the target serves the tablet from now on. The excise only
 	// frees space here; a failure leaves unreachable data behind.
@@ -150,6 +164,26 @@ func (c *clusterMember) moveTablet(ctx context.Context, tableName string, id uin
 	res.Took = time.Since(start)
 	c.s.log.Info("tablet moved", "table", d.Table, "tablet", id, "to", to, "bytes", len(b), "shared_ssts", st.SharedSSTs, "took", res.Took)
 	return res, nil
+}
+
+// readDirectoryFenced reads a directory from etcd until it can, the
+// tablet's gate still held: the tablet is served by nobody here until the
+// outcome of its move is known (or the node stops).
+func (c *clusterMember) readDirectoryFenced(table string) (tablets.Directory, bool, error) {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		d, ok, err := c.m.ReadDirectory(ctx, table)
+		cancel()
+		if err == nil {
+			return d, ok, nil
+		}
+		c.s.log.Error("tablet move: cannot tell yet whether the owner flipped", "table", table, "err", err)
+		select {
+		case <-c.stop:
+			return d, false, err
+		case <-c.s.opts.Clock.After(time.Second):
+		}
+	}
 }
 
 // ingestSpan is the target's half of a move: the tablet becomes this

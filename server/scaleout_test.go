@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -37,13 +38,15 @@ type scaleNode struct {
 
 type scaleCluster struct {
 	etcd, shared string
+	splitBytes   int64
 	nodes        map[string]*scaleNode
 }
 
-func (sc *scaleCluster) start(t *testing.T, id, dir string) *scaleNode {
+func (sc *scaleCluster) start(t testing.TB, id, dir string) *scaleNode {
 	t.Helper()
 	srv, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: dir, Cluster: &ClusterOptions{
-		Etcd: []string{sc.etcd}, NodeID: id, LeaseTTL: 2 * time.Second, SharedStorage: "file://" + sc.shared}})
+		Etcd: []string{sc.etcd}, NodeID: id, LeaseTTL: 2 * time.Second, SharedStorage: "file://" + sc.shared,
+		SplitBytes: sc.splitBytes, SplitInterval: 50 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,9 +83,13 @@ func (n *scaleNode) stop() {
 	n.srv = nil
 }
 
-func startScaleCluster(t *testing.T, ids ...string) *scaleCluster {
+func startScaleCluster(t testing.TB, ids ...string) *scaleCluster {
+	return startScaleClusterSplitting(t, 0, ids...)
+}
+
+func startScaleClusterSplitting(t testing.TB, splitBytes int64, ids ...string) *scaleCluster {
 	t.Helper()
-	sc := &scaleCluster{etcd: etcdtest.Start(t), shared: t.TempDir(), nodes: map[string]*scaleNode{}}
+	sc := &scaleCluster{etcd: etcdtest.Start(t), shared: t.TempDir(), splitBytes: splitBytes, nodes: map[string]*scaleNode{}}
 	for _, id := range ids {
 		n := sc.start(t, id, filepath.Join(t.TempDir(), id))
 		t.Cleanup(n.stop)
@@ -97,7 +104,7 @@ func startScaleCluster(t *testing.T, ids ...string) *scaleCluster {
 
 const scaleTable = "projects/" + testProject + "/instances/" + testInstance + "/tables/t"
 
-func (sc *scaleCluster) createTable(t *testing.T, via string, splits ...string) {
+func (sc *scaleCluster) createTable(t testing.TB, via string, splits ...string) {
 	t.Helper()
 	err := sc.nodes[via].admin.CreateTableFromConf(context.Background(), &bigtable.TableConf{TableID: "t", SplitKeys: splits,
 		ColumnFamilies: map[string]bigtable.Family{"f": {}}})
@@ -441,5 +448,37 @@ func TestScaleOutNodeDownAndBack(t *testing.T) {
 	keys, vals := readScale(t, sc.nodes["n1"])
 	if len(keys) != 26 || vals["q"] != "vq" || vals["c"] != "again" {
 		t.Fatalf("after n2 came back: %d rows, q=%q c=%q", len(keys), vals["q"], vals["c"])
+	}
+}
+
+func TestScaleOutSplitsBySize(t *testing.T) {
+	sc := startScaleClusterSplitting(t, 64<<10, "n1", "n2")
+	sc.createTable(t, "n1")
+	tbl := sc.nodes["n2"].client.Open("t")
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 400 {
+		b := make([]byte, 1000)
+		for j := range b {
+			b[j] = byte('a' + rng.IntN(26)) // incompressible enough
+		}
+		if err := writeScale(t, tbl, fmt.Sprintf("r%04d", i), string(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range sc.nodes {
+		if err := n.srv.Engine().Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.Eventually(t, "the tablet to split by size", 20*time.Second, func() (bool, string) {
+		r, err := sc.nodes["n2"].ops.ListTablets(context.Background(), &ListTabletsRequest{Table: scaleTable})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(r.Tablets) >= 2, fmt.Sprintf("%d tablets", len(r.Tablets))
+	})
+	keys, _ := readScale(t, sc.nodes["n1"])
+	if len(keys) != 400 {
+		t.Fatalf("%d rows after the split, want 400", len(keys))
 	}
 }
