@@ -1,6 +1,7 @@
 package objstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -143,29 +144,80 @@ func (r *s3Reader) ReadAt(ctx context.Context, p []byte, off int64) error {
 
 func (r *s3Reader) Close() error { return nil }
 
-// CreateObject streams a new object; it exists once Close returns nil.
+// partSize is the size of a multipart upload's parts; an object no larger
+// goes in one PUT.
+const partSize = 16 << 20
+
+// CreateObject returns a writer for a new object; it exists, whole, once
+// Close returns nil. Objects up to partSize are buffered and sent in one
+// PUT (reference markers are empty); larger ones stream as a multipart
+// upload.
 func (s *S3) CreateObject(name string) (io.WriteCloser, error) {
-	pr, pw := io.Pipe()
-	w := &s3Writer{pw: pw, done: make(chan error, 1)}
-	go func() {
-		_, err := s.client.PutObject(s.ctx, s.bucket, s.key(name), pr, -1, minio.PutObjectOptions{
-			ContentType: "application/octet-stream", PartSize: 16 << 20})
-		pr.CloseWithError(err) // unblocks a writer if the upload failed
-		w.done <- err
-	}()
-	return w, nil
+	return &s3Writer{s: s, key: s.key(name)}, nil
 }
 
 type s3Writer struct {
-	pw   *io.PipeWriter
+	s    *S3
+	key  string
+	buf  []byte
+	pw   *io.PipeWriter // streaming: past partSize
 	done chan error
+	err  error
 }
 
-func (w *s3Writer) Write(p []byte) (int, error) { return w.pw.Write(p) }
+func (w *s3Writer) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	if w.pw == nil {
+		if len(w.buf)+len(p) <= partSize {
+			w.buf = append(w.buf, p...)
+			return len(p), nil
+		}
+		pr, pw := io.Pipe()
+		w.pw, w.done = pw, make(chan error, 1)
+		go func() {
+			_, err := w.s.client.PutObject(w.s.ctx, w.s.bucket, w.key, pr, -1, w.s.putOptions())
+			pr.CloseWithError(err) // unblocks a writer if the upload failed
+			w.done <- err
+		}()
+		buf := w.buf
+		w.buf = nil
+		if _, err := w.pw.Write(buf); err != nil {
+			w.err = err
+			return 0, err
+		}
+	}
+	n, err := w.pw.Write(p)
+	if err != nil {
+		w.err = err
+	}
+	return n, err
+}
 
 func (w *s3Writer) Close() error {
-	w.pw.Close()
-	return <-w.done
+	if w.pw != nil {
+		w.pw.Close()
+		if err := <-w.done; err != nil {
+			return fmt.Errorf("ebbtable: upload %s: %w", w.key, err)
+		}
+		return w.err
+	}
+	if w.err != nil {
+		return w.err
+	}
+	_, err := w.s.client.PutObject(w.s.ctx, w.s.bucket, w.key, bytes.NewReader(w.buf), int64(len(w.buf)), w.s.putOptions())
+	if err != nil {
+		return fmt.Errorf("ebbtable: upload %s: %w", w.key, err)
+	}
+	return nil
+}
+
+func (s *S3) putOptions() minio.PutObjectOptions {
+	return minio.PutObjectOptions{ContentType: "application/octet-stream", PartSize: partSize,
+		// Parts are sent with their length (not aws-chunked), which every
+		// S3-compatible service accepts.
+		DisableContentSha256: true}
 }
 
 // List lists object names under prefix (trimmed), grouping names by the

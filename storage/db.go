@@ -107,6 +107,7 @@ func Open(opts Options) (*DB, error) {
 	if err := checkSpace(fs, opts.Dir, opts.Ballast, opts.Logger); err != nil {
 		return nil, err
 	}
+	removeTempSSTs(fs, opts.Dir)
 	// Errors before Open returns are Open's to report; after, OnFatal's.
 	var opened atomic.Bool
 	fail := newFailer(func(err error) {
@@ -249,7 +250,7 @@ func checkDir(fs vfs.FS, dir string) error {
 			return nil // a Pebble database
 		case n == BallastName || n == BallastName+".tmp" || n == "backups" || n == "LOCK" || strings.HasPrefix(n, "OPTIONS-") ||
 			strings.HasSuffix(n, ".log") || strings.HasSuffix(n, ".sst") || strings.HasPrefix(n, ".") ||
-			strings.HasPrefix(n, "REMOTE-OBJ-CATALOG-") || strings.HasPrefix(n, "SHARED-CACHE-"):
+			strings.HasPrefix(n, "REMOTE-OBJ-CATALOG-") || strings.HasPrefix(n, "SHARED-CACHE-") || strings.HasSuffix(n, tempSSTSuffix):
 		default:
 			if foreign == "" {
 				foreign = n
@@ -317,6 +318,22 @@ func (d *DB) NewSSTIter(files []sstable.ReadableFile, o *pebble.IterOptions) (*p
 // Dir returns the data directory.
 func (d *DB) Dir() string { return d.dir }
 
+// removeTempSSTs deletes the files WriteTempSST left behind when the
+// process ended before the ingest that wanted them.
+func removeTempSSTs(fs vfs.FS, dir string) {
+	names, err := fs.List(dir)
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, tempSSTPrefix) && strings.HasSuffix(n, tempSSTSuffix) {
+			fs.Remove(fs.PathJoin(dir, n))
+		}
+	}
+}
+
+const tempSSTPrefix, tempSSTSuffix = "span-", ".sst.tmp"
+
 // Shared reports whether the database keeps its lower levels in a shared
 // object store.
 func (d *DB) Shared() bool { return d.opts.Experimental.RemoteStorage != nil }
@@ -330,7 +347,7 @@ func (d *DB) WriteTempSST(data []byte) (path string, remove func(), err error) {
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return "", nil, err
 	}
-	path = fs.PathJoin(d.dir, fmt.Sprintf("span-%x.sst.tmp", rnd))
+	path = fs.PathJoin(d.dir, fmt.Sprintf("%s%x%s", tempSSTPrefix, rnd, tempSSTSuffix))
 	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return "", nil, err

@@ -163,18 +163,54 @@ type spanHeader struct {
 	StartRow []byte            `json:"start_row"`
 	EndRow   []byte            `json:"end_row"`
 	Shared   []sharedRef       `json:"shared"`
-	Agenda   []agendaRef       `json:"agenda,omitempty"`
 	Stats    SpanStats         `json:"stats"`
 }
 
-type agendaRef struct {
-	Due int64  `json:"d"`
-	Row []byte `json:"r"`
+// spanMagic starts an encoded export: version 1 is the magic, a uvarint
+// header length, the JSON header, a uvarint agenda length, the agenda
+// entries (each a zigzag varint of its due time less the previous one's,
+// a uvarint row length and the row), then the local SSTable's bytes.
+const spanMagic = "ebbspan1"
+
+func encodeAgenda(dst []byte, entries []AgendaEntry) []byte {
+	var prev int64
+	for _, a := range entries {
+		dst = binary.AppendVarint(dst, a.Due-prev)
+		dst = binary.AppendUvarint(dst, uint64(len(a.Row)))
+		dst = append(dst, a.Row...)
+		prev = a.Due
+	}
+	return dst
 }
 
-// spanMagic starts an encoded export: version 1 is the magic, a uvarint
-// header length, the JSON header, then the local SSTable's bytes.
-const spanMagic = "ebbspan1"
+func decodeAgenda(b []byte) ([]AgendaEntry, error) {
+	var out []AgendaEntry
+	var prev int64
+	for len(b) > 0 {
+		d, k := binary.Varint(b)
+		if k <= 0 {
+			return nil, fmt.Errorf("%w: span export: bad agenda entry", ErrInvalid)
+		}
+		b = b[k:]
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) {
+			return nil, fmt.Errorf("%w: span export: bad agenda entry", ErrInvalid)
+		}
+		prev += d
+		out = append(out, AgendaEntry{Due: prev, Row: bytes.Clone(b[k : k+int(n)])})
+		b = b[k+int(n):]
+	}
+	return out, nil
+}
+
+// uvarintChunk reads a uvarint length and that many bytes.
+func uvarintChunk(b []byte) (chunk, rest []byte, ok bool) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)-k) {
+		return nil, nil, false
+	}
+	return b[k : k+int(n)], b[k+int(n):], true
+}
 
 // Marshal encodes the export for the target. It holds references, not the
 // shared SSTables' data: the target must reach the same object store, and
@@ -189,17 +225,17 @@ func (x *SpanExport) Marshal() ([]byte, error) {
 func (x *SpanExport) encode() ([]byte, error) {
 	h := spanHeader{Instance: x.Instance, Table: x.Table, TableID: x.TableID, Families: x.Families,
 		StartRow: x.StartRow, EndRow: x.EndRow, Shared: x.shared, Stats: x.stats}
-	for _, a := range x.agenda {
-		h.Agenda = append(h.Agenda, agendaRef{Due: a.Due, Row: a.Row})
-	}
 	hb, err := json.Marshal(&h)
 	if err != nil {
 		return nil, fmt.Errorf("ebbtable: encode span export: %w", err)
 	}
-	out := make([]byte, 0, len(spanMagic)+binary.MaxVarintLen64+len(hb)+len(x.local))
+	ab := encodeAgenda(nil, x.agenda)
+	out := make([]byte, 0, len(spanMagic)+2*binary.MaxVarintLen64+len(hb)+len(ab)+len(x.local))
 	out = append(out, spanMagic...)
 	out = binary.AppendUvarint(out, uint64(len(hb)))
 	out = append(out, hb...)
+	out = binary.AppendUvarint(out, uint64(len(ab)))
+	out = append(out, ab...)
 	return append(out, x.local...), nil
 }
 
@@ -208,25 +244,29 @@ func UnmarshalSpanExport(b []byte) (*SpanExport, error) {
 	if !bytes.HasPrefix(b, []byte(spanMagic)) {
 		return nil, fmt.Errorf("%w: not a span export", ErrInvalid)
 	}
-	rest := b[len(spanMagic):]
-	n, k := binary.Uvarint(rest)
-	if k <= 0 || n > uint64(len(rest)-k) {
+	hb, rest, ok := uvarintChunk(b[len(spanMagic):])
+	if !ok {
 		return nil, fmt.Errorf("%w: span export: truncated header", ErrInvalid)
 	}
 	var h spanHeader
-	if err := json.Unmarshal(rest[k:k+int(n)], &h); err != nil {
+	if err := json.Unmarshal(hb, &h); err != nil {
 		return nil, fmt.Errorf("%w: span export header: %w", ErrInvalid, err)
 	}
+	ab, local, ok := uvarintChunk(rest)
+	if !ok {
+		return nil, fmt.Errorf("%w: span export: truncated agenda", ErrInvalid)
+	}
+	agenda, err := decodeAgenda(ab)
+	if err != nil {
+		return nil, err
+	}
 	x := &SpanExport{Instance: h.Instance, Table: h.Table, TableID: h.TableID, Families: h.Families,
-		StartRow: h.StartRow, EndRow: h.EndRow, shared: h.Shared, stats: h.Stats, encoded: b}
-	if local := rest[k+int(n):]; len(local) > 0 {
+		StartRow: h.StartRow, EndRow: h.EndRow, shared: h.Shared, stats: h.Stats, agenda: agenda, encoded: b}
+	if len(local) > 0 {
 		x.local = local
 	}
-	if int64(len(x.local)) != h.Stats.LocalBytes {
-		return nil, fmt.Errorf("%w: span export: %d bytes of local SSTable, header says %d", ErrInvalid, len(x.local), h.Stats.LocalBytes)
-	}
-	for _, a := range h.Agenda {
-		x.agenda = append(x.agenda, AgendaEntry{Due: a.Due, Row: a.Row})
+	if int64(len(x.local)) != h.Stats.LocalBytes || len(agenda) != h.Stats.AgendaEntries || int64(len(b)) != h.Stats.Encoded {
+		return nil, fmt.Errorf("%w: span export: truncated or damaged (sizes disagree with its header)", ErrInvalid)
 	}
 	if x.TableID == 0 || (len(x.EndRow) > 0 && bytes.Compare(x.StartRow, x.EndRow) >= 0) {
 		return nil, fmt.Errorf("%w: span export: bad table id or row range", ErrInvalid)
@@ -316,10 +356,49 @@ func (e *Engine) ExportSpan(ctx context.Context, instance, name string, startRow
 	}
 	x.stats.AgendaEntries = len(x.agenda)
 
+	err = e.scanSpan(ctx, x, lo, hi, e.store.Shared())
+	if errors.Is(err, pebble.ErrInvalidSkipSharedIteration) {
+		// Lower-level SSTables written before shared storage was on
+		// stay local until compacted again: copy the span whole.
+		x.Release()
+		x.handles, x.shared = nil, nil
+		x.stats = SpanStats{AgendaEntries: len(x.agenda)}
+		err = e.scanSpan(ctx, x, lo, hi, false)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ebbtable: export span of %s: %w", name, err)
+	}
+	// The encoded length goes into the header it is part of: settle it by
+	// encoding until it stops changing (a digit more at most).
+	for i := 0; i < 3; i++ {
+		enc, err := x.encode()
+		if err != nil {
+			return nil, err
+		}
+		if int64(len(enc)) == x.stats.Encoded {
+			x.encoded = enc
+			break
+		}
+		x.stats.Encoded = int64(len(enc))
+	}
+	if x.encoded == nil {
+		return nil, errors.New("ebbtable: export span: encoded size does not settle")
+	}
+	e.moves.exports.Add(1)
+	e.moves.bytes.Add(x.stats.Encoded)
+	e.moves.keys.Add(x.stats.LocalKeys)
+	e.moves.shared.Add(int64(x.stats.SharedSSTs))
+	ok = true
+	return x, nil
+}
+
+// scanSpan reads keys [lo, hi) into x: shared SSTables as references (when
+// shared), every other key into x.local.
+func (e *Engine) scanSpan(ctx context.Context, x *SpanExport, lo, hi []byte, shared bool) error {
 	mem := vfs.NewMem()
 	f, err := mem.Create("local.sst", vfs.WriteCategoryUnspecified)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), e.store.SSTWriterOptions())
 	wclosed := false
@@ -329,7 +408,7 @@ func (e *Engine) ExportSpan(ctx context.Context, instance, name string, startRow
 		}
 	}()
 	var visitShared func(*pebble.SharedSSTMeta) error
-	if e.store.Shared() {
+	if shared {
 		visitShared = func(s *pebble.SharedSSTMeta) error {
 			b, err := s.Backing.Get()
 			if err != nil {
@@ -367,53 +446,33 @@ func (e *Engine) ExportSpan(ctx context.Context, instance, name string, startRow
 				}
 				return w.Merge(k.UserKey, val)
 			}
-			return fmt.Errorf("ebbtable: export span: unexpected key kind %s", k.Kind())
+			return fmt.Errorf("unexpected key kind %s", k.Kind())
 		},
 		func(start, end []byte, _ pebble.SeqNum) error {
 			x.stats.LocalKeys++
 			return w.DeleteRange(clampKey(start, lo, hi), clampKey(end, lo, hi))
 		},
 		func(_, _ []byte, _ []rangekey.Key) error {
-			return errors.New("ebbtable: export span: range keys are not expected")
+			return errors.New("range keys are not expected")
 		},
 		visitShared, nil)
 	if err != nil {
-		return nil, fmt.Errorf("ebbtable: export span of %s: %w", name, err)
+		return err
 	}
 	wclosed = true
 	if err := w.Close(); err != nil {
-		return nil, err
+		return err
 	}
+	x.local, x.stats.LocalBytes = nil, 0
 	if x.stats.LocalKeys > 0 {
 		local, err := readMemFile(mem, "local.sst")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		x.local = local
 		x.stats.LocalBytes = int64(len(local))
 	}
-	// The encoded length goes into the header it is part of: settle it by
-	// encoding until it stops changing (a digit more at most).
-	for i := 0; i < 3; i++ {
-		enc, err := x.encode()
-		if err != nil {
-			return nil, err
-		}
-		if int64(len(enc)) == x.stats.Encoded {
-			x.encoded = enc
-			break
-		}
-		x.stats.Encoded = int64(len(enc))
-	}
-	if x.encoded == nil {
-		return nil, errors.New("ebbtable: export span: encoded size does not settle")
-	}
-	e.moves.exports.Add(1)
-	e.moves.bytes.Add(x.stats.Encoded)
-	e.moves.keys.Add(x.stats.LocalKeys)
-	e.moves.shared.Add(int64(x.stats.SharedSSTs))
-	ok = true
-	return x, nil
+	return nil
 }
 
 func clampKey(k, lo, hi []byte) []byte {
