@@ -159,6 +159,7 @@ func TestScaleOutKillNine(t *testing.T) {
 		incUnknown = map[string]int64{}
 		readErrs   []string
 		written    atomic.Int64
+		failed     atomic.Int64
 	)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -199,6 +200,7 @@ func TestScaleOutKillNine(t *testing.T) {
 				err := tbl.Apply(cctx, row, m)
 				cancel()
 				if err != nil {
+					failed.Add(1)
 					continue // not acknowledged: may or may not be there
 				}
 				written.Add(1)
@@ -342,5 +344,10 @@ func TestScaleOutKillNine(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d cells acknowledged, %d counters, %d moves, %d splits, one SIGKILL", len(acked), len(incAcked), moves, splits)
+	unknown := int64(0)
+	for _, n := range incUnknown {
+		unknown += n
+	}
+	t.Logf("%d cells acknowledged (%d writes failed: outcome unknown), %d counters (%d increments unknown), %d moves, %d splits, one SIGKILL",
+		len(acked), failed.Load(), len(incAcked), unknown, moves, splits)
 }

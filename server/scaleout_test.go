@@ -59,11 +59,13 @@ func (sc *scaleCluster) start(t testing.TB, id, dir string) *scaleNode {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	client, err := bigtable.NewClient(ctx, testProject, testInstance, option.WithGRPCConn(conn))
+	// No metrics export and no credential lookups: nothing but loopback.
+	client, err := bigtable.NewClientWithConfig(ctx, testProject, testInstance, bigtable.ClientConfig{MetricsProvider: bigtable.NoopMetricsProvider{}},
+		option.WithGRPCConn(conn), option.WithoutAuthentication())
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := bigtable.NewAdminClient(ctx, testProject, testInstance, option.WithGRPCConn(conn))
+	admin, err := bigtable.NewAdminClient(ctx, testProject, testInstance, option.WithGRPCConn(conn), option.WithoutAuthentication())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +115,7 @@ func (sc *scaleCluster) createTable(t testing.TB, via string, splits ...string) 
 	}
 }
 
-func writeScale(t *testing.T, tbl *bigtable.Table, row, value string) error {
+func writeScale(t testing.TB, tbl *bigtable.Table, row, value string) error {
 	t.Helper()
 	m := bigtable.NewMutation()
 	m.Set("f", "c", bigtable.Timestamp(1000), []byte(value))
