@@ -164,7 +164,7 @@ whatever only that node's disk held (docs/scale-out.md, "Failure cases").`,
 }
 
 func newTabletsCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "tablets", Short: "List, split and move a table's tablets (cluster mode)", Args: cobra.NoArgs}
+	cmd := &cobra.Command{Use: "tablets", Short: "List, split, merge and move a table's tablets (cluster mode)", Args: cobra.NoArgs}
 	var cf connFlags
 	list := &cobra.Command{
 		Use:   "list TABLE",
@@ -190,6 +190,25 @@ func newTabletsCmd() *cobra.Command {
 				r, err := c.SplitTablet(ctx, &server.SplitTabletRequest{Table: cf.tableName(args[0]), Key: []byte(args[1])})
 				if err != nil {
 					return fmt.Errorf("split %s at %q: %w", args[0], args[1], err)
+				}
+				return printTablets(cmd, r)
+			})
+		},
+	}
+	merge := &cobra.Command{
+		Use:     "merge TABLE TABLET",
+		Short:   "Merge a tablet with the next one (same owner; no data moves)",
+		Example: `  ebbtable tablets merge users 3`,
+		Args:    exactArgs(2, "a table name and a tablet id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[1], 10, 64)
+			if err != nil || id == 0 {
+				return usagef("tablet %q: want a tablet id (see tablets list)", args[1])
+			}
+			return cf.withCluster(cmd, func(ctx context.Context, c *server.ClusterClient) error {
+				r, err := c.MergeTablet(ctx, &server.MergeTabletRequest{Table: cf.tableName(args[0]), Tablet: id})
+				if err != nil {
+					return fmt.Errorf("merge tablet %d of %s: %w", id, args[0], err)
 				}
 				return printTablets(cmd, r)
 			})
@@ -226,7 +245,7 @@ owner, and the old owner drops the span.`,
 	}
 	move.Flags().StringVar(&to, "to", "", "the node to move the tablet to")
 	cf.register(cmd)
-	cmd.AddCommand(list, split, move)
+	cmd.AddCommand(list, split, merge, move)
 	return cmd
 }
 

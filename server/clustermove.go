@@ -65,6 +65,26 @@ func (c *clusterMember) splitTablet(ctx context.Context, tableName string, key [
 	}
 }
 
+// mergeTablet joins a tablet with its right neighbour; both must have the
+// same owner (move one first), so no data moves.
+func (c *clusterMember) mergeTablet(ctx context.Context, tableName string, id uint64) (tablets.Directory, error) {
+	for {
+		d, _, err := c.dirOf(tableName)
+		if err != nil {
+			return d, err
+		}
+		next, err := d.Merge(id)
+		if err != nil {
+			return d, clusterStatus(err)
+		}
+		next, err = c.m.UpdateDirectory(ctx, d, next)
+		if errors.Is(err, tablets.ErrConflict) && ctx.Err() == nil {
+			continue
+		}
+		return next, clusterStatus(err)
+	}
+}
+
 // moveResult reports a planned move.
 type moveResult struct {
 	From, To                     string
@@ -261,7 +281,14 @@ func (c *clusterMember) splitLoop() {
 					continue
 				}
 				size, err := c.s.engine.ApproxSpanSize(ref.instance, ref.table, t.Start, t.End)
-				if err != nil || int64(size) < c.opts.SplitBytes {
+				if err != nil {
+					continue
+				}
+				if int64(size) < c.opts.SplitBytes/8 {
+					c.mergeSmall(d, ref, t, size)
+					continue
+				}
+				if int64(size) < c.opts.SplitBytes {
 					continue
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -277,5 +304,28 @@ func (c *clusterMember) splitLoop() {
 				}
 			}
 		}
+	}
+}
+
+// mergeSmall merges a small tablet with its right neighbour when this node
+// owns both and together they stay under a quarter of the split size.
+func (c *clusterMember) mergeSmall(d tablets.Directory, ref tableRef, t tablets.Tablet, size uint64) {
+	_, i, ok := d.Find(t.ID)
+	if !ok || i+1 >= len(d.Tablets) || d.Tablets[i+1].Owner != c.opts.NodeID {
+		return
+	}
+	r := d.Tablets[i+1]
+	rsize, err := c.s.engine.ApproxSpanSize(ref.instance, ref.table, r.Start, r.End)
+	if err != nil || int64(size+rsize) >= c.opts.SplitBytes/4 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cur, ok := c.m.Directory(d.Table)
+	if !ok || cur.Revision != d.Revision {
+		return // changed since sized: judge it on the next round
+	}
+	if _, err := c.mergeTablet(ctx, d.Table, t.ID); err == nil {
+		c.s.log.Info("small tablets merged", "table", d.Table, "tablet", t.ID, "with", r.ID, "bytes", size+rsize)
 	}
 }

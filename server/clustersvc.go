@@ -94,6 +94,12 @@ type SplitTabletRequest struct {
 	Key   []byte `json:"key"`
 }
 
+// MergeTabletRequest merges a tablet with its right neighbour (same owner).
+type MergeTabletRequest struct {
+	Table  string `json:"table"`
+	Tablet uint64 `json:"tablet"`
+}
+
 // MoveTabletRequest moves a tablet to node To.
 type MoveTabletRequest struct {
 	Table  string `json:"table"`
@@ -200,6 +206,13 @@ func (s *clusterService) SplitTablet(ctx context.Context, req *SplitTabletReques
 	return s.ListTablets(ctx, &ListTabletsRequest{Table: req.Table})
 }
 
+func (s *clusterService) MergeTablet(ctx context.Context, req *MergeTabletRequest) (*ListTabletsResponse, error) {
+	if _, err := s.c.mergeTablet(ctx, req.Table, req.Tablet); err != nil {
+		return nil, err
+	}
+	return s.ListTablets(ctx, &ListTabletsRequest{Table: req.Table})
+}
+
 // MoveTablet runs the move on the tablet's owner: here, or passed to it.
 func (s *clusterService) MoveTablet(ctx context.Context, req *MoveTabletRequest) (*MoveTabletResponse, error) {
 	d, ref, err := s.c.dirOf(req.Table)
@@ -283,6 +296,7 @@ var clusterDesc = grpc.ServiceDesc{
 		clusterMethod("DrainNode", (*clusterService).DrainNode),
 		clusterMethod("ListTablets", (*clusterService).ListTablets),
 		clusterMethod("SplitTablet", (*clusterService).SplitTablet),
+		clusterMethod("MergeTablet", (*clusterService).MergeTablet),
 		clusterMethod("MoveTablet", (*clusterService).MoveTablet),
 		clusterMethod("IngestSpan", (*clusterService).IngestSpan),
 	},
@@ -330,6 +344,11 @@ func (c *ClusterClient) ListTablets(ctx context.Context, req *ListTabletsRequest
 // SplitTablet splits a tablet at a key.
 func (c *ClusterClient) SplitTablet(ctx context.Context, req *SplitTabletRequest) (*ListTabletsResponse, error) {
 	return clusterCall[ListTabletsResponse](c, ctx, "SplitTablet", req)
+}
+
+// MergeTablet merges a tablet with its right neighbour.
+func (c *ClusterClient) MergeTablet(ctx context.Context, req *MergeTabletRequest) (*ListTabletsResponse, error) {
+	return clusterCall[ListTabletsResponse](c, ctx, "MergeTablet", req)
 }
 
 // MoveTablet moves a tablet to a node.

@@ -347,6 +347,17 @@ func TestScaleOutSplitMoveDrain(t *testing.T) {
 	if string(kTablet.Start) != "k" || kTablet.Owner != "n2" {
 		t.Fatalf("tablet at k: %+v", kTablet)
 	}
+	// A merge needs one owner; a split and merge back leaves the layout.
+	if _, err := sc.nodes["n3"].ops.MergeTablet(ctx, &MergeTabletRequest{Table: scaleTable, Tablet: tabs.Tablets[0].ID}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("merge across owners: %v", err)
+	}
+	if _, err := sc.nodes["n3"].ops.SplitTablet(ctx, &SplitTabletRequest{Table: scaleTable, Key: []byte("n")}); err != nil {
+		t.Fatal(err)
+	}
+	merged, err := sc.nodes["n1"].ops.MergeTablet(ctx, &MergeTabletRequest{Table: scaleTable, Tablet: kTablet.ID})
+	if err != nil || len(merged.Tablets) != 4 || string(merged.Tablets[2].End) != "p" {
+		t.Fatalf("merge back: %+v %v", merged, err)
+	}
 	// Moves asked of a node that does not own the tablet go to its owner.
 	for i, to := range []string{"n3", "n1", "n3", "n2"} {
 		res, err := sc.nodes["n1"].ops.MoveTablet(ctx, &MoveTabletRequest{Table: scaleTable, Tablet: kTablet.ID, To: to})
@@ -483,4 +494,20 @@ func TestScaleOutSplitsBySize(t *testing.T) {
 	if len(keys) != 400 {
 		t.Fatalf("%d rows after the split, want 400", len(keys))
 	}
+	// Emptied and compacted, the small tablets merge again.
+	if err := sc.nodes["n1"].admin.DropAllRows(context.Background(), "t"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range sc.nodes {
+		if err := n.srv.Engine().Compact(context.Background(), []byte{0}, []byte{0xff, 0xff, 0xff, 0xff}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.Eventually(t, "the emptied tablets to merge", 20*time.Second, func() (bool, string) {
+		r, err := sc.nodes["n2"].ops.ListTablets(context.Background(), &ListTabletsRequest{Table: scaleTable})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(r.Tablets) == 1, fmt.Sprintf("%d tablets", len(r.Tablets))
+	})
 }
