@@ -187,7 +187,7 @@ func Open(opts Options) (*DB, error) {
 		// Before any compaction can write to L5 or L6: SSTables written
 		// there without a creator id would stay local, and a span holding
 		// them could not move by reference.
-		if err := db.SetCreatorID(sh.CreatorID); err != nil {
+		if err := setCreatorID(db, sh.CreatorID); err != nil {
 			db.Close()
 			if closeHealth != nil {
 				closeHealth()
@@ -317,6 +317,18 @@ func (d *DB) NewSSTIter(files []sstable.ReadableFile, o *pebble.IterOptions) (*p
 
 // Dir returns the data directory.
 func (d *DB) Dir() string { return d.dir }
+
+// setCreatorID sets the database's creator id, refusing a change: Pebble
+// reports one as an assertion failure, which builds with invariants on
+// (race tests) raise as a panic.
+func setCreatorID(db *pebble.DB, id uint64) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%v", p)
+		}
+	}()
+	return db.SetCreatorID(id)
+}
 
 // removeTempSSTs deletes the files WriteTempSST left behind when the
 // process ended before the ingest that wanted them.

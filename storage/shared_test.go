@@ -58,6 +58,21 @@ func TestSharedOptions(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// verify reads the local files and counts the shared ones.
+	rep, err := Verify(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noted := false
+	for _, f := range rep.Findings {
+		if f.Damaged {
+			t.Errorf("verify of a database on shared storage: %s", f)
+		}
+		noted = noted || strings.Contains(f.Problem, "in shared storage")
+	}
+	if !noted {
+		t.Errorf("verify did not note the shared SSTables: %v", rep.Findings)
+	}
 	if _, err := Open(Options{Dir: dir, Logger: quiet, Shared: &SharedOptions{Store: store, CreatorID: 4}}); err == nil {
 		t.Errorf("reopening with another creator id succeeded")
 	}

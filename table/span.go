@@ -723,3 +723,28 @@ func (e *Engine) measuredSplit(ctx context.Context, lo, hi []byte) ([]byte, erro
 	}
 	return storage.DecodeRowKey(rows[i].prefix)
 }
+
+// SpanDiskUsage splits ApproxSpanSize into the bytes of SSTables on the
+// local disk (L0–L4, and lower levels written before shared storage was
+// on) and in the shared store: what a move of the span ships is about the
+// local part, plus what is still in memtables.
+func (e *Engine) SpanDiskUsage(instance, name string, startRow, endRow []byte) (local, shared uint64, err error) {
+	if err := e.enter(); err != nil {
+		return 0, 0, err
+	}
+	defer e.leave()
+	m, err := e.Table(instance, name)
+	if err != nil {
+		return 0, 0, err
+	}
+	lo, hi, err := spanBounds(m.ID, startRow, endRow)
+	if err != nil {
+		return 0, 0, err
+	}
+	total, remote, external, err := e.store.EstimateDiskUsageByBackingType(lo, hi)
+	if err != nil {
+		return 0, 0, err
+	}
+	shared = remote - min(external, remote)
+	return total - min(remote, total), shared, nil
+}
