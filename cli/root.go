@@ -96,6 +96,9 @@ that talk to a running server.
 	}
 	addTableCompletion(root)
 	root.AddCommand(withGroup(newSQLCmd(), "client")) // cli/sql.go
+	for _, c := range []*cobra.Command{newNodesCmd(), newNodeCmd(), newTabletsCmd()} {
+		root.AddCommand(withGroup(c, "client")) // cli/cluster.go
+	}
 	return root
 }
 

@@ -53,6 +53,8 @@ type serveFlags struct {
 	// sec: TLS, tokens, peers, resource bounds (serve_security.go).
 	sec        securityFlags
 	cpuProfile string
+	// cluster: --etcd, --node-id, --shared-storage… (cluster.go).
+	cluster clusterFlags
 }
 
 func newServeCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -86,6 +88,12 @@ instance's data before it serves (so it prints its "running" line only
 then), and replicates with every cluster from then on. Its data directory is
 its own: a process that joined once rejoins by itself on restart.
 
+Cluster mode (docs/scale-out.md): --etcd ENDPOINTS --node-id ID joins a
+cluster of nodes that share etcd and, with --shared-storage, an SSTable
+store. Each table is cut into tablets, each owned by one node under its
+etcd lease; every node serves the whole API, forwarding each tablet's part
+of a request to its owner. 'ebbtable nodes', 'node' and 'tablets' operate it.
+
 TLS, tokens, peers and resource bounds (the --tls-*, --auth-token-file,
 --peer-*, --insecure and --max-* flags) are described in docs/security.md. A
 non-loopback --addr or --http-addr needs TLS and tokens, or --insecure.
@@ -93,7 +101,8 @@ SIGHUP re-reads the certificate, its key and the token file.`,
 		Example: `  ebbtable serve --data /var/lib/ebbtable
   ebbtable serve --cluster-id b --addr 127.0.0.1:9002 --data ./b --join 127.0.0.1:8086
   ebbtable serve --addr 127.0.0.1:0 --http-addr off --data /tmp/ebb
-  ebbtable serve --gc-interval 10m --gc-batch-cells 500 --gc-pause 5ms`,
+  ebbtable serve --gc-interval 10m --gc-batch-cells 500 --gc-pause 5ms
+  ebbtable serve --etcd 127.0.0.1:2379 --node-id n1 --shared-storage file:///srv/sst --data ./n1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts, err := f.options(cmd)
@@ -145,6 +154,7 @@ SIGHUP re-reads the certificate, its key and the token file.`,
 	fl.BoolVar(&f.console, "console", true, "serve the web console at / on --http-addr (docs/console.md)")
 	fl.BoolVar(&f.consoleWrites, "console-writes", false, "let the web console run actions that change data (a GC pass, a row deletion run); off, it only reads")
 	f.sec.register(fl)
+	f.cluster.register(fl)
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write the server's CPU profile to `FILE` until it stops; SIGUSR1 starts the next in FILE.1, FILE.2, …")
 	return cmd
 }
@@ -232,7 +242,12 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 		}
 		clk = clock.NewShifted(start)
 	}
+	cl, err := f.cluster.options(cmd)
+	if err != nil {
+		return server.Options{}, err
+	}
 	return server.Options{
+		Cluster:       cl,
 		Clock:         clk,
 		TTL:           rowttl.Options{Interval: f.ttlInterval, BatchRows: f.ttlBatchSize},
 		Addr:          addr,

@@ -89,6 +89,9 @@ type Options struct {
 	// Security: TLS, tokens, peers allowed, resource bounds
 	// (security.go, docs/security.md).
 	Security SecurityOptions
+	// Cluster, when set, joins a cluster of nodes through etcd
+	// (cluster.go, docs/scale-out.md); nil runs one node alone.
+	Cluster *ClusterOptions
 }
 
 // EnsureDefaults fills unset options.
@@ -158,6 +161,8 @@ type Server struct {
 	// console serves / on the HTTP port (nil when off).
 	console *console.Console
 	sec     *security
+	// cluster is this node's membership in a cluster (nil alone).
+	cluster *clusterMember
 }
 
 // New opens the engine and builds the services. It does not listen yet.
@@ -171,7 +176,11 @@ func New(opts Options) (*Server, error) {
 	// return, or is handled once the health server exists.
 	var srv atomic.Pointer[Server]
 	var early atomic.Pointer[error]
-	eng, err := table.Open(table.Options{Dir: opts.DataDir, Clock: opts.Clock, Logger: opts.Logger, Visibility: opts.Visibility,
+	cl, err := newClusterMember(&opts)
+	if err != nil {
+		return nil, err
+	}
+	eng, err := table.Open(table.Options{Dir: opts.DataDir, Shared: cl.sharedOptions(), Clock: opts.Clock, Logger: opts.Logger, Visibility: opts.Visibility,
 		MaxSyncDuration: opts.MaxSyncDuration, Ballast: opts.Ballast, UndeleteRetention: max(opts.UndeleteRetention, 0),
 		OnFatal: func(err error) {
 			if s := srv.Load(); s != nil {
@@ -181,6 +190,7 @@ func New(opts Options) (*Server, error) {
 			early.Store(&err)
 		}})
 	if err != nil {
+		cl.closeStore()
 		return nil, err
 	}
 	gcOpts := opts.GC
@@ -210,7 +220,7 @@ func New(opts Options) (*Server, error) {
 	}
 	eng.SetRowExpiry(rowttl.RowExpired)
 	s := &Server{opts: opts, engine: eng, collector: col, ttl: job, backups: bk, opWait: defaultOpWait, ops: newOperations(), health: health.NewServer(), log: opts.Logger,
-		stopping: make(chan struct{}), sec: sec}
+		stopping: make(chan struct{}), sec: sec, cluster: cl}
 	sec.iam, sec.httpIAM = s.checkIAM, s.consoleIAM
 	self = s
 	srv.Store(s)
@@ -227,8 +237,9 @@ func New(opts Options) (*Server, error) {
 		// iterator setup is deep), a seventh of a point read's server CPU.
 		grpc.NumStreamWorkers(streamWorkers()),
 	)...)
-	btpb.RegisterBigtableServer(s.grpc, &dataServer{s: s})
-	adminpb.RegisterBigtableTableAdminServer(s.grpc, &adminServer{s: s})
+	btpb.RegisterBigtableServer(s.grpc, s.dataService())
+	adminpb.RegisterBigtableTableAdminServer(s.grpc, s.tableAdminService())
+	s.registerCluster()
 	s.inst = &instanceServer{s: s}
 	s.peers = newPeerSet(s)
 	if err := s.peers.load(); err != nil {
@@ -314,6 +325,10 @@ func (s *Server) Start() error {
 			s.log.Error("grpc server stopped", "err", err)
 		}
 	}()
+	if err := s.startCluster(); err != nil {
+		s.grpc.Stop()
+		return err
+	}
 	s.collector.Start()
 	s.backups.Start()
 	s.autoBkps = s.startAutoBackups()
@@ -373,7 +388,12 @@ func (s *Server) Close() error {
 	s.backups.Stop()
 	s.ttl.Stop()
 	s.peers.close()
-	return s.engine.Close()
+	if s.cluster != nil {
+		s.cluster.close()
+	}
+	err := s.engine.Close()
+	s.cluster.closeStore()
+	return err
 }
 
 // Run starts a server, calls ready with its address, and serves until ctx is

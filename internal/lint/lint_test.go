@@ -24,7 +24,8 @@ const module = "github.com/ebbtable/ebbtable"
 var upper = map[string]bool{
 	"server": true, "cli": true, "cmd": true, "console": true, "auth": true,
 	"compat": true, "robustness": true, "bench": true, "examples": true, "internal": true,
-	"objstore": true,
+	"clusteretcd": true, // the etcd client speaks gRPC: a transport
+	"objstore":    true,
 }
 
 // pebbleHomes may import Pebble, in their tests too: everything else goes

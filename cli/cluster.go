@@ -1,0 +1,263 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ebbtable/ebbtable/server"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// Cluster mode: the serve flags that join a cluster, and the commands that
+// list and move its nodes' tablets (docs/scale-out.md).
+
+// clusterFlags are serve's cluster-mode flags.
+type clusterFlags struct {
+	etcd          string
+	nodeID        string
+	sharedStorage string
+	s3Endpoint    string
+	prefix        string
+	leaseTTL      time.Duration
+	splitSize     string
+	splitInterval time.Duration
+}
+
+func (f *clusterFlags) register(fl *pflag.FlagSet) {
+	fl.StringVar(&f.etcd, "etcd", "", "cluster mode: comma-separated etcd endpoints (HOST:PORT); the node joins the cluster they hold (docs/scale-out.md)")
+	fl.StringVar(&f.nodeID, "node-id", "", "cluster mode: this node's id, stable for its data directory")
+	fl.StringVar(&f.sharedStorage, "shared-storage", "", "cluster mode: shared SSTable store, file:///DIR or s3://BUCKET/PREFIX (empty: every SSTable stays local)")
+	fl.StringVar(&f.s3Endpoint, "s3-endpoint", "", "cluster mode: S3 endpoint for --shared-storage s3://… (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL)")
+	fl.StringVar(&f.prefix, "etcd-prefix", "/ebbtable/", "cluster mode: prefix of ebbtable's keys in etcd")
+	fl.DurationVar(&f.leaseTTL, "lease-ttl", 10*time.Second, "cluster mode: the node's etcd lease; a node that stops renewing stops serving its tablets before it expires")
+	fl.StringVar(&f.splitSize, "split-size", "0", "cluster mode: split a tablet this node owns once it grows past this size (64MiB, 1GiB; 0: only by hand)")
+	fl.DurationVar(&f.splitInterval, "split-interval", 30*time.Second, "cluster mode: how often tablet sizes are checked for --split-size")
+}
+
+// options turns the flags into cluster options, nil without --etcd.
+func (f *clusterFlags) options(cmd *cobra.Command) (*server.ClusterOptions, error) {
+	if f.etcd == "" {
+		for _, name := range []string{"node-id", "shared-storage", "s3-endpoint", "split-size"} {
+			if cmd.Flags().Changed(name) {
+				return nil, usagef("--%s needs --etcd (cluster mode)", name)
+			}
+		}
+		return nil, nil
+	}
+	if f.nodeID == "" {
+		return nil, usagef("--etcd needs --node-id")
+	}
+	if cmd.Flags().Changed("join") {
+		return nil, usagef("--etcd and --join do not go together: a cluster's nodes share one instance")
+	}
+	var eps []string
+	for _, e := range strings.Split(f.etcd, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	if f.leaseTTL < time.Second {
+		return nil, usagef("--lease-ttl %v must be at least 1s", f.leaseTTL)
+	}
+	split := int64(0)
+	if f.splitSize != "0" {
+		b, err := parseBallast(f.splitSize)
+		if err != nil || b.Bytes <= 0 {
+			return nil, usagef("--split-size %q: want a size such as 64MiB, or 0", f.splitSize)
+		}
+		split = b.Bytes
+	}
+	return &server.ClusterOptions{Etcd: eps, NodeID: f.nodeID, Prefix: f.prefix, LeaseTTL: f.leaseTTL,
+		SharedStorage: f.sharedStorage, S3Endpoint: f.s3Endpoint, SplitBytes: split, SplitInterval: f.splitInterval}, nil
+}
+
+// withCluster runs fn with a Cluster service client of the server.
+func (cf *connFlags) withCluster(cmd *cobra.Command, fn func(ctx context.Context, c *server.ClusterClient) error) error {
+	ctx, cancel := cf.context(cmd.Context())
+	defer cancel()
+	conn, err := cf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return fn(ctx, server.NewClusterClient(conn))
+}
+
+// tableName is the full resource name of a table of the command's instance.
+func (cf *connFlags) tableName(table string) string {
+	cf.resolve()
+	return "projects/" + cf.project + "/instances/" + cf.instance + "/tables/" + table
+}
+
+func newNodesCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "nodes", Short: "The nodes of a cluster (cluster mode)", Args: cobra.NoArgs}
+	var cf connFlags
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the cluster's nodes: live ones, and down ones that own tablets",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cf.withCluster(cmd, func(ctx context.Context, c *server.ClusterClient) error {
+				r, err := c.ListNodes(ctx, &server.ListNodesRequest{})
+				if err != nil {
+					return fmt.Errorf("list nodes on %s: %w", cf.endpoint(), err)
+				}
+				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "NODE\tADDRESS\tSTATE\tTABLETS")
+				for _, n := range r.Nodes {
+					state := "live"
+					switch {
+					case !n.Live:
+						state = "down"
+					case n.Draining:
+						state = "draining"
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", n.ID, n.Addr, state, n.Tablets)
+				}
+				return w.Flush()
+			})
+		},
+	}
+	cf.register(cmd)
+	cmd.AddCommand(list)
+	return cmd
+}
+
+func newNodeCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "node", Short: "Act on one node of a cluster (cluster mode)", Args: cobra.NoArgs}
+	var cf connFlags
+	var force bool
+	drain := &cobra.Command{
+		Use:   "drain NODE",
+		Short: "Move every tablet off a node and mark it draining",
+		Long: `Move every tablet the node owns to the least loaded other nodes (planned
+moves: its data goes with them) and mark it draining, so it takes no new
+tablets. A node that is down keeps its tablets until it comes back with its
+disk; --force gives them to live nodes without their data instead, losing
+whatever only that node's disk held (docs/scale-out.md, "Failure cases").`,
+		Example: `  ebbtable node drain n2`,
+		Args:    exactArgs(1, "a node id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cf.withCluster(cmd, func(ctx context.Context, c *server.ClusterClient) error {
+				r, err := c.DrainNode(ctx, &server.DrainNodeRequest{Node: args[0], Force: force})
+				if r != nil {
+					for _, m := range r.Moves {
+						fmt.Fprintln(cmd.OutOrStdout(), m)
+					}
+				}
+				if err != nil {
+					return fmt.Errorf("drain %s: %w", args[0], err)
+				}
+				return nil
+			})
+		},
+	}
+	drain.Flags().BoolVar(&force, "force", false, "for a node that is down: give its tablets to live nodes without its data")
+	cf.register(cmd)
+	cmd.AddCommand(drain)
+	return cmd
+}
+
+func newTabletsCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "tablets", Short: "List, split, merge and move a table's tablets (cluster mode)", Args: cobra.NoArgs}
+	var cf connFlags
+	list := &cobra.Command{
+		Use:   "list TABLE",
+		Short: "List a table's tablets: id, key range and owner",
+		Args:  exactArgs(1, "a table name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cf.withCluster(cmd, func(ctx context.Context, c *server.ClusterClient) error {
+				r, err := c.ListTablets(ctx, &server.ListTabletsRequest{Table: cf.tableName(args[0])})
+				if err != nil {
+					return fmt.Errorf("tablets of %s: %w", args[0], err)
+				}
+				return printTablets(cmd, r)
+			})
+		},
+	}
+	split := &cobra.Command{
+		Use:     "split TABLE KEY",
+		Short:   "Split the tablet holding KEY at KEY (no data moves)",
+		Example: `  ebbtable tablets split users user5000`,
+		Args:    exactArgs(2, "a table name and a row key"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return cf.withCluster(cmd, func(ctx context.Context, c *server.ClusterClient) error {
+				r, err := c.SplitTablet(ctx, &server.SplitTabletRequest{Table: cf.tableName(args[0]), Key: []byte(args[1])})
+				if err != nil {
+					return fmt.Errorf("split %s at %q: %w", args[0], args[1], err)
+				}
+				return printTablets(cmd, r)
+			})
+		},
+	}
+	merge := &cobra.Command{
+		Use:     "merge TABLE TABLET",
+		Short:   "Merge a tablet with the next one (same owner; no data moves)",
+		Example: `  ebbtable tablets merge users 3`,
+		Args:    exactArgs(2, "a table name and a tablet id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[1], 10, 64)
+			if err != nil || id == 0 {
+				return usagef("tablet %q: want a tablet id (see tablets list)", args[1])
+			}
+			return cf.withCluster(cmd, func(ctx context.Context, c *server.ClusterClient) error {
+				r, err := c.MergeTablet(ctx, &server.MergeTabletRequest{Table: cf.tableName(args[0]), Tablet: id})
+				if err != nil {
+					return fmt.Errorf("merge tablet %d of %s: %w", id, args[0], err)
+				}
+				return printTablets(cmd, r)
+			})
+		},
+	}
+	var to string
+	move := &cobra.Command{
+		Use:   "move TABLE TABLET --to NODE",
+		Short: "Move a tablet to another node (a planned move)",
+		Long: `Move a tablet to another live node. Its owner fences the tablet (requests
+wait), exports its span (shared SSTables by reference, the local upper levels
+as keys), the target ingests it, one etcd transaction makes the target the
+owner, and the old owner drops the span.`,
+		Example: `  ebbtable tablets move users 3 --to n2`,
+		Args:    exactArgs(2, "a table name and a tablet id"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseUint(args[1], 10, 64)
+			if err != nil || id == 0 {
+				return usagef("tablet %q: want a tablet id (see tablets list)", args[1])
+			}
+			if to == "" {
+				return usagef("--to NODE is required")
+			}
+			return cf.withCluster(cmd, func(ctx context.Context, c *server.ClusterClient) error {
+				r, err := c.MoveTablet(ctx, &server.MoveTabletRequest{Table: cf.tableName(args[0]), Tablet: id, To: to})
+				if err != nil {
+					return fmt.Errorf("move tablet %d of %s: %w", id, args[0], err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "moved tablet %d from %s to %s: %d bytes shipped (%d local keys, %d local bytes, %d shared SSTables by reference) in %dms\n",
+					id, r.From, r.To, r.Bytes, r.LocalKeys, r.LocalBytes, r.SharedSSTs, r.Millis)
+				return nil
+			})
+		},
+	}
+	move.Flags().StringVar(&to, "to", "", "the node to move the tablet to")
+	cf.register(cmd)
+	cmd.AddCommand(list, split, merge, move)
+	return cmd
+}
+
+func printTablets(cmd *cobra.Command, r *server.ListTabletsResponse) error {
+	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "TABLET\tSTART\tEND\tOWNER")
+	for _, t := range r.Tablets {
+		owner := t.Owner
+		if !t.Live {
+			owner += " (down)"
+		}
+		fmt.Fprintf(w, "%d\t%q\t%q\t%s\n", t.ID, t.Start, t.End, owner)
+	}
+	return w.Flush()
+}

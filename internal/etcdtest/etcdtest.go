@@ -1,0 +1,41 @@
+// Package etcdtest starts an embedded etcd server on loopback for tests of
+// the cluster mode (a real etcd, go.etcd.io/etcd/server/v3/embed), kept out
+// of internal/testkit so only the tests that need etcd build it.
+package etcdtest
+
+import (
+	"net/url"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// Start runs a one-member etcd on 127.0.0.1 with its data in a test
+// directory and returns its client endpoint; it stops when the test ends.
+func Start(t testing.TB) string {
+	t.Helper()
+	cfg := embed.NewConfig()
+	cfg.Dir = t.TempDir()
+	cfg.Name = "etcdtest"
+	cu, _ := url.Parse("http://127.0.0.1:0")
+	pu, _ := url.Parse("http://127.0.0.1:0")
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.LogLevel = "error"
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatalf("start etcd: %v", err)
+	}
+	t.Cleanup(e.Close)
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		e.Server.Stop()
+		t.Fatal("etcd did not become ready")
+	}
+	return e.Clients[0].Addr().String()
+}
