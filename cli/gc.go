@@ -256,9 +256,15 @@ func printGCStatus(w io.Writer, r fields) error {
 			if t.int("debt_cells") > 0 {
 				oldest = humanDuration(t.seconds("debt_oldest_seconds"))
 			}
-			figures = fmt.Sprintf("%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s",
+			// A large table's live debt is counted over its first cells
+			// only: a floor.
+			floor := ""
+			if t["debt_partial"].GetBoolValue() {
+				floor = "≥"
+			}
+			figures = fmt.Sprintf("%s\t%d\t%d\t%s\t%s%d\t%s%s\t%s\t%s\t%s\t%s",
 				formatPassTime(lp), t.int("examined"), t.int("collected"), humanBytes(t.int("collected_bytes")),
-				t.int("debt_cells"), humanBytes(t.int("debt_bytes")), oldest,
+				floor, t.int("debt_cells"), floor, humanBytes(t.int("debt_bytes")), oldest,
 				humanBytes(t.int("logical_bytes")), humanBytes(t.int("disk_bytes")), reclaimOf(t))
 			figures += fmt.Sprintf("\t%s\t%d now, %d later\t%d", passKind(t), t.int("agenda_due"), t.int("agenda_later"), t.int("hidden_versions"))
 		}

@@ -321,3 +321,26 @@ func TestLiveDebt(t *testing.T) {
 		t.Fatalf("debt after pass %+v", d)
 	}
 }
+
+// TestLiveDebtBounded: DebtOf examines at most debtScanLimit cells, so gc
+// status costs no whole sweep of a large table; past it the figures are a
+// floor (Partial).
+func TestLiveDebtBounded(t *testing.T) {
+	e := newEnv(t, table.HideEligible, Options{ScanCells: 5})
+	e.create(t, "t", map[string]string{"cf": "maxage=1h"})
+	now := e.now()
+	for i := range 40 {
+		e.set(t, "t", fmt.Sprintf("r%02d", i), "cf", "q", now-2*time.Hour.Microseconds(), 0)
+	}
+	m, _ := e.eng.Table(inst, "t")
+	d, err := e.col.DebtOf(context.Background(), m)
+	if err != nil || d.Cells != 40 || d.Partial {
+		t.Fatalf("debt %+v, %v; want 40 cells, whole", d, err)
+	}
+	defer func(n int64) { debtScanLimit = n }(debtScanLimit)
+	debtScanLimit = 10
+	d, err = e.col.DebtOf(context.Background(), m)
+	if err != nil || !d.Partial || d.Cells < 10 || d.Cells >= 40 {
+		t.Fatalf("bounded debt %+v, %v; want partial, at least 10 and fewer than 40 cells", d, err)
+	}
+}

@@ -205,13 +205,16 @@ func (a *ebbAdmin) gcStatus(ctx context.Context, in *structpb.Struct) (*structpb
 				fams = append(fams, fam)
 			}
 		}
-		// Live debt: a dry scan of the table now.
+		// Live debt: a dry scan of the table now, bounded (debt_partial:
+		// the table is larger than the bound; the figures are a floor).
+		debtPartial := false
 		if m, err := a.s.engine.Table(st.Instance, st.Table); err == nil {
 			d, err := a.s.collector.DebtOf(ctx, m)
 			if err != nil {
 				return nil, toStatus(err)
 			}
 			st.DebtCells, st.DebtBytes, st.DebtOldest = d.Cells, d.Bytes, d.Oldest
+			debtPartial = d.Partial
 		}
 		lastPass := ""
 		if !st.LastPass.IsZero() {
@@ -227,6 +230,7 @@ func (a *ebbAdmin) gcStatus(ctx context.Context, in *structpb.Struct) (*structpb
 			"debt_cells":          st.DebtCells,
 			"debt_bytes":          st.DebtBytes,
 			"debt_oldest_seconds": st.DebtOldest.Seconds(),
+			"debt_partial":        debtPartial,
 			"logical_bytes":       st.LogicalBytes,
 			"disk_bytes":          st.DiskBytes,
 			"reclaimed_bytes":     st.ReclaimedBytes,
