@@ -536,3 +536,25 @@ func TestRememberedColumnForgetsRepairedCells(t *testing.T) {
 		t.Fatalf("read %q, want new", v)
 	}
 }
+
+// TestSyncWindow: the WAL's next sync waits for the group window only while
+// several synced commits are in flight; a lone writer never waits.
+func TestSyncWindow(t *testing.T) {
+	d := newDurability()
+	var ts []commitTicket
+	for i := range syncWindowWriters {
+		if got := d.walSyncWait(); got != 0 {
+			t.Fatalf("with %d commits in flight the next sync waits %v, want 0", i, got)
+		}
+		ts = append(ts, d.begin(0, []int{i}, false))
+	}
+	if got := d.walSyncWait(); got != syncWindow {
+		t.Fatalf("with %d commits in flight the next sync waits %v, want %v", len(ts), got, syncWindow)
+	}
+	for _, tk := range ts {
+		d.end(tk)
+	}
+	if got := d.walSyncWait(); got != 0 {
+		t.Fatalf("with no commit in flight the next sync waits %v", got)
+	}
+}

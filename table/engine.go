@@ -193,8 +193,10 @@ func Open(opts Options) (*Engine, error) {
 	}
 	var self atomic.Pointer[Engine]
 	var early atomic.Pointer[error] // a fatal error before the engine exists
+	dur := newDurability()
 	st, err := storage.Open(storage.Options{Dir: opts.Dir, FS: opts.fs, Logger: opts.Logger, CacheBytes: opts.CacheBytes,
 		MaxSyncDuration: opts.MaxSyncDuration, Ballast: opts.Ballast,
+		WALMinSyncInterval: dur.walSyncWait,
 		OnFatal: func(err error) {
 			if e := self.Load(); e != nil {
 				e.failedWith(err)
@@ -225,7 +227,7 @@ func Open(opts Options) (*Engine, error) {
 		nextTableID: seq + 1,
 		reserved:    map[string]bool{},
 		seed:        maphash.MakeSeed(),
-		dur:         newDurability(),
+		dur:         dur,
 		onFatal:     opts.OnFatal,
 
 		undeleteRetention: opts.UndeleteRetention,
