@@ -78,7 +78,7 @@ type durability struct {
 // commit is acknowledged only after the sync that covers it.
 const (
 	syncWindow        = time.Millisecond
-	syncWindowWriters = 16
+	syncWindowWriters = 8
 )
 
 // walSyncWait is the WAL's minimum sync interval, asked after each sync
