@@ -73,19 +73,22 @@ type durability struct {
 // syscall: the thread blocked in it holds one of the process's few Ps
 // (GOMAXPROCS) until the runtime notices. So while at least
 // syncWindowWriters synced commits are in flight, the next WAL sync waits
-// until syncWindow after the last one, and the commits arriving in between
-// share it. A lone writer is never held back. Durability is unchanged: a
-// commit is acknowledged only after the sync that covers it.
+// until a while after the last one — syncWindowPer for each commit in
+// flight, up to syncWindow — and the commits arriving in between share it:
+// the more writers wait, the more a sync is worth delaying. A lone writer
+// is never held back. Durability is unchanged: a commit is acknowledged
+// only after the sync that covers it.
 const (
 	syncWindow        = time.Millisecond
-	syncWindowWriters = 8
+	syncWindowPer     = 40 * time.Microsecond
+	syncWindowWriters = 4
 )
 
 // walSyncWait is the WAL's minimum sync interval, asked after each sync
 // (storage.Options.WALMinSyncInterval).
 func (d *durability) walSyncWait() time.Duration {
-	if d.inflight.Load() >= syncWindowWriters {
-		return syncWindow
+	if n := d.inflight.Load(); n >= syncWindowWriters {
+		return min(syncWindow, time.Duration(n)*syncWindowPer)
 	}
 	return 0
 }

@@ -548,8 +548,14 @@ func TestSyncWindow(t *testing.T) {
 		}
 		ts = append(ts, d.begin(0, []int{i}, false))
 	}
+	if got, want := d.walSyncWait(), time.Duration(len(ts))*syncWindowPer; got != want {
+		t.Fatalf("with %d commits in flight the next sync waits %v, want %v", len(ts), got, want)
+	}
+	for i := range 100 {
+		ts = append(ts, d.begin(0, []int{i}, false))
+	}
 	if got := d.walSyncWait(); got != syncWindow {
-		t.Fatalf("with %d commits in flight the next sync waits %v, want %v", len(ts), got, syncWindow)
+		t.Fatalf("with %d commits in flight the next sync waits %v, want the cap %v", len(ts), got, syncWindow)
 	}
 	for _, tk := range ts {
 		d.end(tk)
