@@ -131,6 +131,9 @@ func (c *Collector) sweepTableAt(ctx context.Context, m *table.Meta, onlyFamily 
 		}
 		cursor = next
 		if cursor != nil {
+			if c.betweenBatches != nil {
+				c.betweenBatches()
+			}
 			if err := c.pace(ctx, busy); err != nil {
 				return res, err
 			}

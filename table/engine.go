@@ -137,6 +137,7 @@ type Engine struct {
 	reserved map[string]bool
 
 	schemaHook SchemaHook
+	schemaGate SchemaGate
 	rowExpiry  rowExpiryHook
 
 	seq *commitSeq // change-stream commit timestamps
