@@ -257,9 +257,15 @@ func printGCStatus(w io.Writer, r *ebbadminpb.GcStatusResponse) error {
 			if t.GetDebtCells() > 0 {
 				oldest = humanDuration(seconds(t.GetDebtOldestSeconds()))
 			}
-			figures = fmt.Sprintf("%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s",
+			// A large table's live debt is counted over its first cells
+			// only: a floor.
+			floor := ""
+			if t.GetDebtPartial() {
+				floor = "≥"
+			}
+			figures = fmt.Sprintf("%s\t%d\t%d\t%s\t%s%d\t%s%s\t%s\t%s\t%s\t%s",
 				formatPassTime(lp), t.GetExamined(), t.GetCollected(), humanBytes(t.GetCollectedBytes()),
-				t.GetDebtCells(), humanBytes(t.GetDebtBytes()), oldest,
+				floor, t.GetDebtCells(), floor, humanBytes(t.GetDebtBytes()), oldest,
 				humanBytes(t.GetLogicalBytes()), humanBytes(t.GetDiskBytes()), reclaimOf(t))
 			figures += fmt.Sprintf("\t%s\t%d now, %d later\t%d", passKind(t), t.GetAgendaDue(), t.GetAgendaLater(), t.GetHiddenVersions())
 		}

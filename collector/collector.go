@@ -134,6 +134,8 @@ type Collector struct {
 	m    *metrics
 
 	passMu sync.Mutex // one pass at a time
+	// betweenBatches, set by tests, runs between a whole sweep's batches.
+	betweenBatches func()
 
 	holdMu sync.Mutex
 	holds  map[holdKey]bool // families whose age sweeps are held
@@ -326,6 +328,16 @@ func (c *Collector) BeforeRuleChange(old *table.Meta, f table.Family, next gcrul
 	}
 	_, err := c.sweepTable(context.Background(), old, f.ID, false)
 	return err
+}
+
+// RuleChangeGate is the engine's schema gate (table.SchemaGate): a rule
+// change waits for the pass in progress and keeps the next from starting
+// until it has landed, so no pass judges a table by a rule that changed
+// under it (it could collect a version the new rule keeps visible). The
+// schema hook, BeforeRuleChange, runs under it.
+func (c *Collector) RuleChangeGate() (release func()) {
+	c.passMu.Lock()
+	return c.passMu.Unlock
 }
 
 // trimChanges drops a table's change-stream records older than its

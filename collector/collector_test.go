@@ -3,6 +3,8 @@ package collector
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,6 +40,7 @@ func newEnv(t *testing.T, vis table.Visibility, opts Options) *env {
 		t.Fatal(err)
 	}
 	eng.SetSchemaHook(col.BeforeRuleChange)
+	eng.SetSchemaGate(col.RuleChangeGate)
 	t.Cleanup(func() {
 		col.Stop()
 		eng.Close()
@@ -319,5 +322,84 @@ func TestLiveDebt(t *testing.T) {
 	e.pass(t)
 	if d, _ := e.col.DebtOf(context.Background(), m); d.Cells != 0 || d.Oldest != 0 {
 		t.Fatalf("debt after pass %+v", d)
+	}
+}
+
+// TestLiveDebtBounded: DebtOf examines at most debtScanLimit cells, so gc
+// status costs no whole sweep of a large table; past it the figures are a
+// floor (Partial).
+func TestLiveDebtBounded(t *testing.T) {
+	e := newEnv(t, table.HideEligible, Options{ScanCells: 5})
+	e.create(t, "t", map[string]string{"cf": "maxage=1h"})
+	now := e.now()
+	for i := range 40 {
+		e.set(t, "t", fmt.Sprintf("r%02d", i), "cf", "q", now-2*time.Hour.Microseconds(), 0)
+	}
+	m, _ := e.eng.Table(inst, "t")
+	d, err := e.col.DebtOf(context.Background(), m)
+	if err != nil || d.Cells != 40 || d.Partial {
+		t.Fatalf("debt %+v, %v; want 40 cells, whole", d, err)
+	}
+	defer func(n int64) { debtScanLimit = n }(debtScanLimit)
+	debtScanLimit = 10
+	d, err = e.col.DebtOf(context.Background(), m)
+	if err != nil || !d.Partial || d.Cells < 10 || d.Cells >= 40 {
+		t.Fatalf("bounded debt %+v, %v; want partial, at least 10 and fewer than 40 cells", d, err)
+	}
+}
+
+// TestRuleChangeWaitsForPass: a rule loosened while a pass is under way
+// lands only after the pass: a pass that went on judging by the old rule
+// would collect a version the new one keeps visible. Here the pass is held
+// between two batches of its whole sweep, after its first row and before
+// row r; the rule goes from maxversions=1 to 2, then r gets a third version.
+// Under the new rule r shows its two newest versions.
+func TestRuleChangeWaitsForPass(t *testing.T) {
+	e := newEnv(t, table.HideEligible, Options{ScanCells: 1})
+	e.create(t, "t", map[string]string{"cf": "maxversions=1"})
+	e.set(t, "t", "a", "cf", "q", 1000, 0)
+	e.set(t, "t", "r", "cf", "q", 1000, 0)
+	e.set(t, "t", "r", "cf", "q", 2000, 0)
+	held, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	e.col.betweenBatches = func() {
+		if first.CompareAndSwap(false, true) { // the pass; not the hook's sweep
+			close(held)
+			<-release
+		}
+	}
+	passed := make(chan error, 1)
+	go func() {
+		_, err := e.col.RunPass(context.Background(), Selector{})
+		passed <- err
+	}()
+	<-held
+	changed := make(chan error, 1)
+	go func() {
+		_, err := e.eng.ModifyFamilies(inst, "t", []table.FamilyMod{{Name: "cf", Update: true, GC: gcrule.MustParse("maxversions=2")}})
+		changed <- err
+	}()
+	third := func() { e.set(t, "t", "r", "cf", "q", 3000, 0) }
+	select {
+	case err := <-changed: // the change landed beside the pass
+		if err != nil {
+			t.Fatal(err)
+		}
+		third()
+		close(release)
+	case <-time.After(200 * time.Millisecond):
+		close(release)
+		if err := <-changed; err != nil {
+			t.Fatal(err)
+		}
+		third()
+	}
+	if err := <-passed; err != nil {
+		t.Fatal(err)
+	}
+	got := e.visible(t, "t")
+	want := []string{"a/cf:q@1", "r/cf:q@3", "r/cf:q@2"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("visible %v, want %v", got, want)
 	}
 }

@@ -22,6 +22,7 @@ type Engine interface {
 	SetPileHook(h table.PileHook)
 
 	LockRows(tableID uint64, rows [][]byte) func()
+	RowPending(tableID uint64, row, prefix []byte) bool
 	RawIter(lower, upper []byte) (*table.RawIter, error)
 	RawIterTimestamps(lower, upper []byte, lo, hi int64) (*table.RawIter, error)
 	RawGet(k []byte, fn func(v []byte)) (bool, error)

@@ -365,6 +365,13 @@ func (c *Collector) visitBatch(m *table.Meta, rows [][]byte, dues map[string][]i
 		}
 		used++
 		prefix := storage.RowPrefix(m.ID, row)
+		if c.eng.RowPending(m.ID, row, prefix) {
+			// Readers still see the row without a write in flight: judged
+			// with it, a version they see could go. Its agenda entries
+			// stay for the next pass.
+			res.rowsInFlight++
+			continue
+		}
 		end := storage.PrefixEnd(prefix)
 		before := res.examined
 		it.SetBounds(prefix, end)

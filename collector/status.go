@@ -114,10 +114,19 @@ type Debt struct {
 	// eligible (0 when only version-count eligibility is waiting: the
 	// moment a newer version displaced a cell is not recorded).
 	Oldest time.Duration
+	// Partial: the scan stopped at debtScanLimit cells examined, so the
+	// figures are what that part of the table holds (a lower bound).
+	Partial bool
 }
 
-// DebtOf scans a table, changing nothing, and returns its expiry debt now.
-// The gauges are updated with it.
+// debtScanLimit bounds the cells one DebtOf examines: gc status asks for
+// every table on every call, and must not cost a whole sweep of a large
+// one. Tests lower it.
+var debtScanLimit int64 = 250_000
+
+// DebtOf scans a table, changing nothing, and returns its expiry debt now,
+// from at most debtScanLimit cells (Partial when it stopped there). The
+// gauges are updated with a whole table's debt only.
 func (c *Collector) DebtOf(ctx context.Context, m *table.Meta) (Debt, error) {
 	now := clock.Micros(c.opts.Clock.Now())
 	var d Debt
@@ -127,6 +136,10 @@ func (c *Collector) DebtOf(ctx context.Context, m *table.Meta) (Debt, error) {
 	for cursor != nil {
 		if err := ctx.Err(); err != nil {
 			return d, err
+		}
+		if res.examined >= debtScanLimit {
+			d.Partial = true
+			return d, nil
 		}
 		cands, next, err := c.scanBatch(m, cursor, hi, now, sweepAll, sweepRules{}, &res, &sc)
 		if err != nil {

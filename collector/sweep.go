@@ -48,6 +48,9 @@ type tableResult struct {
 	visitedAged   int
 	// rangeDeleted counts cells deleted by whole-row range deletions.
 	rangeDeleted int64
+	// rowsInFlight counts rows left for the next pass because a write to
+	// them was in flight (table.Engine.RowPending).
+	rowsInFlight int64
 	debtCells    int64
 	debtBytes    int64
 	debtOldest   time.Duration
@@ -128,6 +131,9 @@ func (c *Collector) sweepTableAt(ctx context.Context, m *table.Meta, onlyFamily 
 		}
 		cursor = next
 		if cursor != nil {
+			if c.betweenBatches != nil {
+				c.betweenBatches()
+			}
 			if err := c.pace(ctx, busy); err != nil {
 				return res, err
 			}
@@ -458,7 +464,24 @@ func (c *Collector) deleteBatch(m *table.Meta, cands []candidate, now int64, res
 	defer b.Close()
 	done := sc.done[:0]
 	defer func() { sc.done = done[:0] }()
+	var pendingRow []byte // the last row found with a write in flight
+	last = nil
 	for _, cd := range cands {
+		if prefix := cd.key[:cd.rowLen]; last == nil || !bytes.Equal(last, prefix) {
+			last, pendingRow = prefix, nil
+			rk, err := storage.DecodeRowKey(prefix)
+			if err != nil {
+				return err
+			}
+			if c.eng.RowPending(m.ID, rk, prefix) {
+				// See visitBatch: the row waits for the next pass.
+				pendingRow = prefix
+				res.rowsInFlight++
+			}
+		}
+		if pendingRow != nil {
+			continue
+		}
 		if cd.reason == table.TTL {
 			var same bool
 			found, err := c.eng.RawGet(cd.key, func(v []byte) { same = storage.ValueExpiry(v) == cd.exp })

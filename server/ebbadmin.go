@@ -153,13 +153,16 @@ func (a *ebbAdmin) GcStatus(ctx context.Context, in *ebbadminpb.GcStatusRequest)
 				fams = append(fams, fam)
 			}
 		}
-		// Live debt: a dry scan of the table now.
+		// Live debt: a dry scan of the table now, bounded (debt_partial:
+		// the table is larger than the bound; the figures are a floor).
+		debtPartial := false
 		if m, err := a.s.engine.Table(st.Instance, st.Table); err == nil {
 			d, err := a.s.collector.DebtOf(ctx, m)
 			if err != nil {
 				return nil, toStatus(err)
 			}
 			st.DebtCells, st.DebtBytes, st.DebtOldest = d.Cells, d.Bytes, d.Oldest
+			debtPartial = d.Partial
 		}
 		out.Tables = append(out.Tables, &ebbadminpb.GcTableStatus{
 			Table:             st.Table,
@@ -183,6 +186,7 @@ func (a *ebbAdmin) GcStatus(ctx context.Context, in *ebbadminpb.GcStatusRequest)
 			AgendaDue:      int64(st.AgendaDue),
 			AgendaLater:    int64(st.AgendaLater),
 			HiddenVersions: int64(st.HiddenVersions),
+			DebtPartial:    debtPartial,
 		})
 	}
 	return out, nil

@@ -206,6 +206,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	eng.SetSchemaHook(col.BeforeRuleChange)
+	eng.SetSchemaGate(col.RuleChangeGate)
 	ttlOpts := opts.TTL
 	ttlOpts.Clock, ttlOpts.Logger, ttlOpts.Registerer = opts.Clock, opts.Logger, opts.Registry
 	job, err := rowttl.New(eng, ttlOpts)

@@ -55,6 +55,10 @@ type Options struct {
 	// MaxSyncDuration: a disk write or sync taking longer is a fatal
 	// stall. 0 means DefaultMaxSyncDuration; negative disables the check.
 	MaxSyncDuration time.Duration
+	// WALMinSyncInterval, when set, is asked after each WAL sync how long
+	// the next must wait (Pebble's Options.WALMinSyncInterval): commits
+	// arriving meanwhile share that next sync. nil: no wait.
+	WALMinSyncInterval func() time.Duration
 	// Ballast sizes the emergency ballast (space.go); zero: none.
 	Ballast Ballast
 	// Shared, when set, keeps the lower levels' SSTables (L5 and L6) in a
@@ -143,6 +147,7 @@ func Open(opts Options) (*DB, error) {
 		// loads; the WAL keeps them durable.
 		MemTableSize:                64 << 20,
 		MemTableStopWritesThreshold: 4,
+		WALMinSyncInterval:          opts.WALMinSyncInterval,
 	}
 	// A row read returns every version of its columns, and the collector
 	// reads every version's expiry: values stay inline with their keys

@@ -262,6 +262,21 @@ type FamilyMod struct {
 // change or do work first (the collector collects under the old rule).
 type SchemaHook func(old *Meta, f Family, newRule gcrule.Rule) error
 
+// SchemaGate lets a background job keep a rule change from landing while
+// it works: ModifyFamilies calls it before taking the schema lock, for a
+// change here that updates a rule, and calls what it returns once the
+// change has landed (or failed). The collector passes its pass lock, so a
+// pass never judges cells by a rule that changed under it, and the schema
+// hook's sweep runs with no pass beside it.
+type SchemaGate func() (release func())
+
+// SetSchemaGate installs the gate taken around GC rule updates.
+func (e *Engine) SetSchemaGate(g SchemaGate) {
+	e.mu.Lock()
+	e.schemaGate = g
+	e.mu.Unlock()
+}
+
 // SetSchemaHook installs the hook run before GC rule updates.
 func (e *Engine) SetSchemaHook(h SchemaHook) {
 	e.mu.Lock()
@@ -284,6 +299,13 @@ func (e *Engine) ModifyFamiliesAt(instance, name string, mods []FamilyMod, st st
 	defer e.leave()
 	if len(mods) == 0 {
 		return nil, fmt.Errorf("%w: no modifications given", ErrInvalid)
+	}
+	e.mu.RLock()
+	gate := e.schemaGate
+	e.mu.RUnlock()
+	if gate != nil && st.IsZero() && slices.ContainsFunc(mods, func(m FamilyMod) bool { return m.Update && !m.Collected }) {
+		release := gate() // released after the schema lock (defers run last first)
+		defer release()
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

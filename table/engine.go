@@ -142,6 +142,7 @@ type Engine struct {
 	reserved map[string]bool
 
 	schemaHook SchemaHook
+	schemaGate SchemaGate
 	rowExpiry  rowExpiryHook
 
 	seq *commitSeq // change-stream commit timestamps
@@ -154,6 +155,13 @@ type Engine struct {
 	// beforeRecordedCommit, set by tests, runs between taking a commit
 	// timestamp and committing: a slow commit.
 	beforeRecordedCommit func([]changestream.Record)
+	// newest is, per row-lock stripe, what writes remember of their
+	// columns' newest versions (mutate.go); cellGen empties it.
+	newest  [rowLockStripes]columnNewest
+	cellGen atomic.Uint64
+	// afterSync, set by tests, runs once a synced commit's sync returned,
+	// before its durability ticket is given back.
+	afterSync func()
 	// replCluster holds this cluster's id while the engine replicates (see
 	// replica.go); writers read it under their row locks.
 	replCluster atomic.Pointer[string]
@@ -193,8 +201,10 @@ func Open(opts Options) (*Engine, error) {
 	}
 	var self atomic.Pointer[Engine]
 	var early atomic.Pointer[error] // a fatal error before the engine exists
+	dur := newDurability()
 	st, err := storage.Open(storage.Options{Dir: opts.Dir, FS: opts.fs, Logger: opts.Logger, CacheBytes: opts.CacheBytes,
 		MaxSyncDuration: opts.MaxSyncDuration, Ballast: opts.Ballast, Shared: opts.Shared,
+		WALMinSyncInterval: dur.walSyncWait,
 		OnFatal: func(err error) {
 			if e := self.Load(); e != nil {
 				e.failedWith(err)
@@ -225,7 +235,7 @@ func Open(opts Options) (*Engine, error) {
 		nextTableID: seq + 1,
 		reserved:    map[string]bool{},
 		seed:        maphash.MakeSeed(),
-		dur:         newDurability(),
+		dur:         dur,
 		onFatal:     opts.OnFatal,
 
 		undeleteRetention: opts.UndeleteRetention,
@@ -453,8 +463,10 @@ func (e *Engine) Tables(instance string) []*Meta {
 // take back. A failed WAL write or sync fails the engine.
 //
 // ts is a commit timestamp already taken (from writeStamp; 0 for none),
-// which it ends.
-func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs []changestream.Record, ts int64) (func() error, error) {
+// which it ends. cells, when not nil, are all the cells b writes: new
+// cells only, which point reads skip rather than wait for
+// (durability.beginCells).
+func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs []changestream.Record, ts int64, cells []newCell) (func() error, error) {
 	recorded := len(recs) > 0 && (ts != 0 || m.ChangeStream != nil)
 	if !recorded && ts != 0 {
 		e.seq.end(ts)
@@ -473,7 +485,13 @@ func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs [
 			return nil, err
 		}
 	}
-	synced, err := e.applySynced(b, tableSlot(m.ID), e.stripes(m.ID, rows), false)
+	var synced func() error
+	var err error
+	if cells != nil {
+		synced, err = e.applySyncedTicket(b, e.dur.beginCells(tableSlot(m.ID), cellStripes(cells), cells))
+	} else {
+		synced, err = e.applySynced(b, tableSlot(m.ID), e.stripes(m.ID, rows), false)
+	}
 	if err != nil {
 		if e.Err() == nil {
 			// Refused before it reached the WAL: nothing was applied.
@@ -496,6 +514,17 @@ func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs [
 		}
 		return nil
 	}, nil
+}
+
+// cellStripes returns the row-lock stripes of cells, each once.
+func cellStripes(cells []newCell) []int {
+	out := make([]int, 0, 1)
+	for _, c := range cells {
+		if !slices.Contains(out, c.stripe) {
+			out = append(out, c.stripe)
+		}
+	}
+	return out
 }
 
 // stripes returns the row-lock stripes of rows, each once.
@@ -574,7 +603,11 @@ func (e *Engine) commitUngated(b *pebble.Batch, opts *pebble.WriteOptions) (err 
 // pipeline fails the engine and leaves the ticket taken (the batch's fate is
 // unknown); so does a failed sync, which readers therefore never see.
 func (e *Engine) applySynced(b *pebble.Batch, slot int, stripes []int, whole bool) (wait func() error, err error) {
-	t := e.dur.begin(slot, stripes, whole)
+	return e.applySyncedTicket(b, e.dur.begin(slot, stripes, whole))
+}
+
+// applySyncedTicket is applySynced under a ticket already taken.
+func (e *Engine) applySyncedTicket(b *pebble.Batch, t commitTicket) (wait func() error, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = e.recoverFatal(p)
@@ -603,6 +636,9 @@ func (e *Engine) applySynced(b *pebble.Batch, slot int, stripes []int, whole boo
 		}
 		if err != nil {
 			return fmt.Errorf("%w (the write may or may not be applied after a restart)", err)
+		}
+		if e.afterSync != nil {
+			e.afterSync()
 		}
 		e.dur.end(t)
 		return nil

@@ -230,9 +230,14 @@ func (e *Engine) applyLocked(m *Meta, row []byte, ps []prepared) (wait func() er
 	rec := e.userRecord(m, row)
 	stamp := e.writeStamp()
 	now := clock.MillisTruncated(e.clock.Now())
+	var cells cellsOnly
+	cells.only = !needsRead
 	for _, p := range ps {
 		p = p.at(now)
 		written, err := e.applyOne(b, m, row, p, stamp)
+		if err == nil {
+			err = cells.add(e, m, row, p)
+		}
 		if err != nil {
 			e.endStamp(stamp)
 			b.Close()
@@ -246,7 +251,113 @@ func (e *Engine) applyLocked(m *Meta, row []byte, ps []prepared) (wait func() er
 	if rec != nil {
 		recs = []changestream.Record{*rec}
 	}
-	return e.commitVisibleAt(b, m, [][]byte{row}, recs, stamp.Commit)
+	return e.commitVisibleAt(b, m, [][]byte{row}, recs, stamp.Commit, cells.get())
+}
+
+// cellsOnly gathers the cells a batch of SetCells puts, while it is still
+// a batch that only puts new cells (see durability.beginCells).
+type cellsOnly struct {
+	only  bool
+	cells []newCell
+}
+
+// add adds the cell p puts in row, under the row's lock. A cell that may
+// replace one already there ends it (a read skipping the key would miss the
+// old cell too): one not newer than every version of its column.
+func (c *cellsOnly) add(e *Engine, m *Meta, row []byte, p prepared) error {
+	if p.Kind != SetCell && p.Kind != AddToCell && p.Kind != MergeToCell {
+		return nil
+	}
+	k := storage.CellKey(m.ID, row, p.familyID, p.Qualifier, p.Timestamp)
+	stripe := e.stripe(m.ID, row)
+	fresh, err := e.newest[stripe].put(e, k, p.Timestamp, c.only)
+	if err != nil {
+		return err
+	}
+	if !c.only {
+		return nil
+	}
+	if !fresh {
+		c.only, c.cells = false, nil
+		return nil
+	}
+	c.cells = append(c.cells, newCell{stripe: stripe, key: k})
+	return nil
+}
+
+// columnNewest remembers, for a few columns of the rows of one row-lock
+// stripe, a timestamp no version of the column is newer than, so a write
+// can tell it puts a new cell without looking (a hot row's column is
+// written again and again). It is used only under the stripe's lock. Every
+// write through applyOne raises the columns it writes; a cell written by
+// any other way (a replicated or raw cell, an import) bumps
+// Engine.cellGen, which empties every stripe's memory.
+type columnNewest struct {
+	gen  uint64
+	cols map[string]int64
+}
+
+// columnsRemembered bounds a stripe's memory; columnKeyRemembered, the key
+// of a column it remembers.
+const (
+	columnsRemembered   = 8
+	columnKeyRemembered = 256
+)
+
+// put records that the cell key k, at timestamp ts, is being written, and
+// says whether it is newer than every version of its column (looking the
+// column up, if it is not remembered and look is set).
+func (cn *columnNewest) put(e *Engine, k []byte, ts int64, look bool) (bool, error) {
+	if g := e.cellGen.Load(); cn.gen != g || cn.cols == nil {
+		cn.gen, cn.cols = g, make(map[string]int64, columnsRemembered)
+	}
+	col := k[:len(k)-storage.SuffixLen]
+	newest, ok := cn.cols[string(col)]
+	if !ok && look && len(col) <= columnKeyRemembered {
+		var found bool
+		var err error
+		if newest, found, err = e.newestVersion(col); err != nil {
+			return false, err
+		}
+		if !found {
+			newest = -1
+		}
+		ok = true
+	}
+	if !ok {
+		return false, nil
+	}
+	if ts <= newest {
+		return false, nil
+	}
+	if _, had := cn.cols[string(col)]; !had && len(cn.cols) >= columnsRemembered {
+		clear(cn.cols)
+	}
+	cn.cols[string(col)] = ts
+	return true, nil
+}
+
+// newestVersion returns the timestamp of the newest version of the column
+// with key prefix col, if it has one.
+func (e *Engine) newestVersion(col []byte) (int64, bool, error) {
+	it, err := e.store.NewIter(&pebble.IterOptions{LowerBound: col, UpperBound: storage.PrefixEnd(col)})
+	if err != nil {
+		return 0, false, err
+	}
+	defer it.Close()
+	if !it.First() {
+		return 0, false, it.Error()
+	}
+	k := it.Key()
+	return storage.DecodeSuffix(k[len(k)-storage.SuffixLen:]), true, it.Error()
+}
+
+// get returns the cells, or nil if the batch is not one of new cells only.
+func (c *cellsOnly) get() []newCell {
+	if !c.only {
+		return nil
+	}
+	return c.cells
 }
 
 // modWritten is the record of one applied mutation: aggregate inputs are
@@ -430,6 +541,8 @@ func (e *Engine) MutateRows(instance, table string, entries []RowMutation) ([]er
 	var recs []changestream.Record
 	stamp := e.writeStamp()
 	now := clock.MillisTruncated(e.clock.Now())
+	var cells cellsOnly
+	cells.only = !needsRead
 	for i, ps := range preps {
 		if ps == nil {
 			continue
@@ -438,6 +551,9 @@ func (e *Engine) MutateRows(instance, table string, entries []RowMutation) ([]er
 		for _, p := range ps {
 			p = p.at(now)
 			written, err := e.applyOne(b, m, entries[i].Row, p, stamp)
+			if err == nil {
+				err = cells.add(e, m, entries[i].Row, p)
+			}
 			if err != nil {
 				e.endStamp(stamp)
 				unlock()
@@ -452,7 +568,7 @@ func (e *Engine) MutateRows(instance, table string, entries []RowMutation) ([]er
 			recs = append(recs, *rec)
 		}
 	}
-	wait, err := e.commitVisibleAt(b, m, rows, recs, stamp.Commit)
+	wait, err := e.commitVisibleAt(b, m, rows, recs, stamp.Commit, cells.get())
 	unlock()
 	if err != nil {
 		return nil, err

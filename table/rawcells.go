@@ -152,6 +152,7 @@ func (e *Engine) RepairCell(m *Meta, c RawCell) (bool, error) {
 	if err := b.Set(k, storage.EncodeStamped(c.Value, c.ExpireAt, c.Stamp), nil); err != nil {
 		return false, err
 	}
+	e.cellGen.Add(1) // a cell not written through applyOne (columnNewest)
 	return true, e.commit(b)
 }
 

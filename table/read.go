@@ -164,17 +164,27 @@ func (e *Engine) readRows(ctx context.Context, instance, table string, req ReadR
 	if err != nil {
 		return err
 	}
-	it, err := e.store.NewIter(nil)
+	// A point read may skip the new cells of writes in flight instead of
+	// waiting for them (durability).
+	point := len(req.Ranges) == 0 && len(req.Keys) > 0
+	var skip *skipKeys
+	var opts *pebble.IterOptions
+	if point {
+		if skip = e.readSkip(); skip != nil {
+			opts = skip.iterOptions()
+		}
+	}
+	it, err := e.store.NewIter(opts)
 	if err != nil {
 		return err
 	}
 	defer it.Close()
 	// Nothing is returned that a write still waiting for its sync touched:
-	// a point read waits for writes to its rows, a range read for writes
-	// to its table (a row missing from the range may be one an unsynced
-	// write deleted).
-	g := e.gate()
-	if len(req.Ranges) == 0 && len(req.Keys) > 0 {
+	// a point read waits for writes to its rows (or skips their new cells),
+	// a range read for writes to its table (a row missing from the range
+	// may be one an unsynced write deleted).
+	g := e.gate(skip)
+	if point {
 		for _, k := range req.Keys {
 			if err := g.row(ctx, m.ID, k); err != nil {
 				return err
@@ -725,9 +735,11 @@ func (s *scanner) scanForward(emit func(cell.Row) error) error {
 
 // readRowLocked reads one row's visible cells (no filter) from the latest
 // state. Callers hold the row lock. What it returns may include a write still
-// waiting for its sync: a caller that answers from it without writing must
-// first call the returned gate's row (a caller that writes is synced after
-// that write, and so after it).
+// waiting for its sync: a caller that answers from it must call the returned
+// gate's row before it answers. One that writes is synced after that write,
+// and so after it, but a point read skips a cell-only write until its ticket
+// is given back (durability), so a later read could otherwise miss a write
+// the answer rested on.
 func (e *Engine) readRowLocked(m *Meta, row []byte) (cell.Row, readGate, error) {
 	prefix := storage.RowPrefix(m.ID, row)
 	it, err := e.store.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
@@ -735,7 +747,7 @@ func (e *Engine) readRowLocked(m *Meta, row []byte) (cell.Row, readGate, error) 
 		return cell.Row{}, readGate{}, err
 	}
 	defer it.Close()
-	g := e.gate()
+	g := e.gate(nil)
 	s := scanner{e: e, m: m, it: it, now: e.nowMicros()}
 	out := cell.Row{Key: bytes.Clone(row)}
 	err = s.scanForward(func(r cell.Row) error {

@@ -509,6 +509,7 @@ func (e *Engine) applyRemoteMod(b *pebble.Batch, m *Meta, row []byte, mod change
 		if err := e.markAgenda(b, m, fam, row, mod.Timestamp, mod.ExpireAt); err != nil {
 			return 0, err
 		}
+		e.cellGen.Add(1) // a cell not written through applyOne (columnNewest)
 		return remoteApplied, b.Set(k, storage.EncodeStamped(mod.Value, mod.ExpireAt, st), nil)
 	case changestream.DeleteFromColumn, changestream.DeleteFromFamily, changestream.DeleteFromRow:
 		var lo, hi []byte
@@ -750,6 +751,7 @@ func (e *Engine) ImportPairs(m *Meta, kind ExportKind, pairs [][2][]byte) error 
 	}
 	if kind == ExportCells {
 		e.gcGen.bump(m.ID) // no agenda entries came with them
+		e.cellGen.Add(1)   // nor through applyOne (columnNewest)
 	}
 	return e.commitOpts(b, pebble.NoSync)
 }

@@ -184,6 +184,8 @@ func (r *Restoring) Ingest(ctx context.Context, paths []string) error {
 		return err
 	}
 	defer r.e.leave()
+	r.e.cellGen.Add(1) // cells not written through applyOne (columnNewest)
+	defer r.e.cellGen.Add(1)
 	if err := r.e.store.Ingest(ctx, paths); err != nil {
 		return fmt.Errorf("ebbtable: ingest restored data: %w", err)
 	}

@@ -76,7 +76,11 @@ func (e *Engine) CheckAndMutate(instance, table string, row []byte, pred RowFilt
 	if err != nil {
 		return false, err
 	}
-	return matched, wait()
+	if err := wait(); err != nil {
+		return false, err
+	}
+	// The answer rested on what was read: a read after it must see that.
+	return matched, g.row(context.Background(), m.ID, row)
 }
 
 // RMWRule is one rule of ReadModifyWrite: append bytes to, or add a signed
@@ -122,7 +126,7 @@ func (e *Engine) ReadModifyWrite(instance, table string, row []byte, rules []RMW
 			unlock()
 		}
 	}()
-	cur, _, err := e.readRowLocked(m, row)
+	cur, g, err := e.readRowLocked(m, row)
 	if err != nil {
 		return cell.Row{}, err
 	}
@@ -195,6 +199,10 @@ func (e *Engine) ReadModifyWrite(instance, table string, row []byte, rules []RMW
 		return cell.Row{}, err
 	}
 	if err := wait(); err != nil {
+		return cell.Row{}, err
+	}
+	// The new values rest on what was read: a read after them must see it.
+	if err := g.row(context.Background(), m.ID, row); err != nil {
 		return cell.Row{}, err
 	}
 	return out, nil

@@ -555,8 +555,11 @@ type GcTableStatus struct {
 	AgendaDue      int64 `protobuf:"varint,16,opt,name=agenda_due,json=agendaDue,proto3" json:"agenda_due,omitempty"`
 	AgendaLater    int64 `protobuf:"varint,17,opt,name=agenda_later,json=agendaLater,proto3" json:"agenda_later,omitempty"`
 	HiddenVersions int64 `protobuf:"varint,18,opt,name=hidden_versions,json=hiddenVersions,proto3" json:"hidden_versions,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The live debt scan stopped at its bound: debt_cells and debt_bytes are
+	// a floor.
+	DebtPartial   bool `protobuf:"varint,19,opt,name=debt_partial,json=debtPartial,proto3" json:"debt_partial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GcTableStatus) Reset() {
@@ -713,6 +716,13 @@ func (x *GcTableStatus) GetHiddenVersions() int64 {
 		return x.HiddenVersions
 	}
 	return 0
+}
+
+func (x *GcTableStatus) GetDebtPartial() bool {
+	if x != nil {
+		return x.DebtPartial
+	}
+	return false
 }
 
 type GcFamilyStatus struct {
@@ -5597,7 +5607,7 @@ const file_ebbtable_admin_v1_admin_proto_rawDesc = "" +
 	"\x11last_pass_started\x18\x03 \x01(\tR\x0flastPassStarted\x12*\n" +
 	"\x11last_pass_seconds\x18\x04 \x01(\x01R\x0flastPassSeconds\x128\n" +
 	"\x06tables\x18\x05 \x03(\v2 .ebbtable.admin.v1.GcTableStatusR\x06tables\x12#\n" +
-	"\rpiles_waiting\x18\x06 \x01(\x03R\fpilesWaiting\"\xa3\x05\n" +
+	"\rpiles_waiting\x18\x06 \x01(\x03R\fpilesWaiting\"\xc6\x05\n" +
 	"\rGcTableStatus\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12=\n" +
 	"\bfamilies\x18\x02 \x03(\v2!.ebbtable.admin.v1.GcFamilyStatusR\bfamilies\x12\x1b\n" +
@@ -5621,7 +5631,8 @@ const file_ebbtable_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"agenda_due\x18\x10 \x01(\x03R\tagendaDue\x12!\n" +
 	"\fagenda_later\x18\x11 \x01(\x03R\vagendaLater\x12'\n" +
-	"\x0fhidden_versions\x18\x12 \x01(\x03R\x0ehiddenVersions\"k\n" +
+	"\x0fhidden_versions\x18\x12 \x01(\x03R\x0ehiddenVersions\x12!\n" +
+	"\fdebt_partial\x18\x13 \x01(\bR\vdebtPartial\"k\n" +
 	"\x0eGcFamilyStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\"\n" +
