@@ -1,5 +1,10 @@
 // Package testkit holds what tests in several packages share: building the
-// ebbtable binary that subprocess tests run, as users do.
+// ebbtable binary that subprocess tests run, as users do (once per test
+// binary), polling (Poll, Eventually) for what runs on the real clock,
+// throwaway TLS certificates, and official clients dialled to a loopback
+// address. Its sub-packages start the parts themselves: servertest (a
+// real server in-process, or several joined as replicas) and enginetest
+// (an engine on a temporary directory and a fake clock).
 package testkit
 
 import (
