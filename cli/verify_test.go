@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ebbtable/ebbtable/internal/testkit"
 )
 
 // TestVerify runs `ebbtable verify` on a server's data directory: refused
@@ -14,7 +16,7 @@ func TestVerify(t *testing.T) {
 	dir := t.TempDir()
 	srv := startServer(t, dir)
 	client, admin := officialClients(t, srv.addr)
-	writeFixture(t, client, admin)
+	testkit.WriteFixture(t, client, admin)
 
 	r := ebbtable(t, "verify", "--data", dir)
 	if r.code != 2 || !strings.Contains(r.stderr, "in use") || !strings.Contains(r.stderr, "stop it first") {
