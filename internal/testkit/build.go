@@ -31,29 +31,40 @@ import (
 // running. prefix names the caller in a build error. The go command's
 // output goes to stderr.
 func BuildEbbtable(prefix string) (bin string, cleanup func(), err error) {
+	bin, err = Build("github.com/ebbtable/ebbtable/cmd/ebbtable", "ebbtable")
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", prefix, err)
+	}
+	return bin, func() {}, nil
+}
+
+// Build builds the main package pkg (of this module or a module it
+// requires) as BuildEbbtable does, into a file called name, and returns
+// its path.
+func Build(pkg, name string) (bin string, err error) {
 	gomod, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
-		return "", nil, fmt.Errorf("locating the module: %w", err)
+		return "", fmt.Errorf("locating the module: %w", err)
 	}
 	sum := sha256.Sum256([]byte(strings.TrimSpace(string(gomod))))
 	dir := filepath.Join(os.TempDir(), fmt.Sprintf("ebbtable-testbin-%d", os.Getuid()), hex.EncodeToString(sum[:6]))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", nil, err
+		return "", err
 	}
 	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return "", nil, err
+		return "", err
 	}
 	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", nil, fmt.Errorf("locking %s: %w", dir, err)
+		return "", fmt.Errorf("locking %s: %w", dir, err)
 	}
 	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	bin = filepath.Join(dir, "ebbtable")
-	build := exec.Command("go", "build", "-o", bin, "github.com/ebbtable/ebbtable/cmd/ebbtable")
+	bin = filepath.Join(dir, name)
+	build := exec.Command("go", "build", "-o", bin, pkg)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		return "", nil, fmt.Errorf("building ebbtable (%s): %w", prefix, err)
+		return "", fmt.Errorf("building %s: %w", pkg, err)
 	}
-	return bin, func() {}, nil
+	return bin, nil
 }
