@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"reflect"
 	"strings"
 	"testing"
@@ -15,26 +14,12 @@ const (
 	testInstance = "inst"
 )
 
-// officialClients connects the official Go clients in emulator mode, the
-// way applications point them at ebbtable.
+// officialClients connects the official Go clients to addr (as
+// BIGTABLE_EMULATOR_HOST would, without setting it, so the tests using
+// them can run in parallel).
 func officialClients(t *testing.T, addr string) (*bigtable.Client, *bigtable.AdminClient) {
 	t.Helper()
-	t.Setenv("BIGTABLE_EMULATOR_HOST", addr)
-	ctx := context.Background()
-	client, err := bigtable.NewClient(ctx, testProject, testInstance)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := bigtable.NewAdminClient(ctx, testProject, testInstance)
-	if err != nil {
-		client.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		client.Close()
-		admin.Close()
-	})
-	return client, admin
+	return testkit.Clients(t, addr, testProject, testInstance, "")
 }
 
 // baseTS is a millisecond-granular timestamp for explicit writes.
@@ -46,6 +31,7 @@ func msAfter(ts bigtable.Timestamp, ms int) bigtable.Timestamp { return testkit.
 // its readiness line, logged the shutdown, and the data is there after a
 // restart.
 func TestGracefulStop(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv := startServer(t, dir)
 	client, admin := officialClients(t, srv.addr)

@@ -13,6 +13,7 @@ import (
 // while the server runs, clean once it stopped, and exit 1 naming the file
 // after a byte of it is flipped.
 func TestVerify(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv := startServer(t, dir)
 	client, admin := officialClients(t, srv.addr)
