@@ -35,7 +35,10 @@ func newEnv(t *testing.T, vis table.Visibility, opts Options) *env {
 		t.Fatal(err)
 	}
 	eng.SetSchemaHook(col.BeforeRuleChange)
-	t.Cleanup(col.Stop)
+	t.Cleanup(func() {
+		col.Stop()
+		eng.Close()
+	})
 	return &env{eng: eng, col: col, clock: fake, reg: reg}
 }
 
