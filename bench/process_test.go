@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/ebbtable/ebbtable/internal/testkit"
 )
 
 // serveCeilingEnv makes this test binary serve the ceiling (as ebbbench
@@ -45,6 +47,16 @@ func TestEbbtableAsAProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds two binaries")
 	}
+	// The test kit's builds are shared with the other packages that run
+	// ebbtable and kept between runs; Binaries.Build is ebbbench's.
+	ebb, err := testkit.Build("github.com/ebbtable/ebbtable/cmd/ebbtable", "ebbtable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	emu, err := testkit.Build("cloud.google.com/go/bigtable/cmd/emulator", "emulator")
+	if err != nil {
+		t.Fatal(err)
+	}
 	prefix := filepath.Join(t.TempDir(), "prof")
 	var progress bytes.Buffer
 	rep, err := Run(context.Background(), Options{
@@ -52,7 +64,7 @@ func TestEbbtableAsAProcess(t *testing.T) {
 		Rounds:     2,
 		CPUProfile: prefix,
 		Progress:   &progress,
-		Binaries: Binaries{Ceiling: Command{
+		Binaries: Binaries{Ebbtable: ebb, Emulator: emu, Ceiling: Command{
 			Path: os.Args[0],
 			Env:  []string{serveCeilingEnv + "=1"},
 		}},

@@ -74,6 +74,7 @@ func TestBackupCommands(t *testing.T) {
 // TestCbtBackups runs cbt's backup commands, when the cbt on the PATH has
 // them (older and trimmed builds do not).
 func TestCbtBackups(t *testing.T) {
+	t.Parallel()
 	cbtPath, err := exec.LookPath("cbt")
 	if err != nil {
 		t.Skip("cbt is not on the PATH")
@@ -199,6 +200,7 @@ func killWhenWorking(t *testing.T, srv *serverProc, dataDir, prefix string, args
 // restarts it: no half-made backup or table is visible, and both can be
 // done again.
 func TestBackupAndRestoreSurviveKill9(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv := startServer(t, dir)
 	want := bigTable(t, srv.addr, 48)

@@ -34,6 +34,7 @@ func watchLines(t *testing.T, addr, table string, extra ...string) []map[string]
 }
 
 func TestWatchAndChangeStreamCommands(t *testing.T) {
+	t.Parallel()
 	srv := startServe(t, "serve", "--addr", "127.0.0.1:0", "--http-addr", "off", "--data", t.TempDir(), "--gc-interval", "100ms")
 	client, admin := officialClients(t, srv.addr)
 	ctx := context.Background()
@@ -98,6 +99,7 @@ func TestWatchAndChangeStreamCommands(t *testing.T) {
 // record and that every record's change is there (and no change is there
 // without its record).
 func TestChangeStreamSurvivesKill9(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv := startServer(t, dir)
 	client, admin := officialClients(t, srv.addr)

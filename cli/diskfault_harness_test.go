@@ -7,7 +7,6 @@ package cli
 // with a deadline.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -27,6 +26,7 @@ import (
 	"unsafe"
 
 	"cloud.google.com/go/bigtable"
+	"github.com/ebbtable/ebbtable/internal/testkit"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -693,7 +693,7 @@ func (h *healthWatch) notServingAfter(t0 time.Time) (first time.Time, answer str
 // faultProc is a server process that records when it exited.
 type faultProc struct {
 	*serverProc
-	exitedAt time.Time // set before exited is closed
+	exitedAt time.Time // set once exitedWithin has seen the exit
 }
 
 // startServeWithin runs `ebbtable serve args…` and waits up to limit for
@@ -702,70 +702,22 @@ type faultProc struct {
 // killed. The process is killed at cleanup if still running.
 func startServeWithin(t *testing.T, limit time.Duration, args ...string) (p *faultProc, ready bool, took time.Duration) {
 	t.Helper()
-	p = &faultProc{serverProc: &serverProc{cmd: exec.Command(ebbtableBin, args...), exited: make(chan struct{})}}
-	p.cmd.Env = cleanEnv()
-	p.cmd.Stderr = &p.stderr
-	stdout, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.kill9() })
-	first := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.lines = append(p.lines, sc.Text())
-			if len(p.lines) == 1 {
-				first <- sc.Text()
-			}
-			p.mu.Unlock()
-		}
-		// Wait only after stdout is drained, as os/exec requires.
-		p.cmd.Wait()
-		p.exitedAt = time.Now()
-		close(p.exited)
-	}()
-	select {
-	case line := <-first:
-		addr, ok := strings.CutPrefix(line, "ebbtable running on ")
-		if !ok {
-			t.Fatalf("serve printed %q, want \"ebbtable running on ADDR\"; stderr:\n%s", line, p.stderr.String())
-		}
-		p.addr = addr
-		return p, true, time.Since(start)
-	case <-p.exited:
-		return p, false, time.Since(start)
-	case <-time.After(limit):
-		p.kill9()
-		return p, false, time.Since(start)
-	}
+	s, ready, took := testkit.StartServeWithin(t, limit, ebbtableBin, cleanEnv(), args...)
+	return &faultProc{serverProc: &serverProc{Serve: s, cmd: s.Cmd, addr: s.Addr, stderr: s.Stderr}}, ready, took
 }
 
 // kill9 kills the process if it still runs and reaps it. A process stuck
 // in a stalled fsync cannot die until the I/O completes, so callers lift
 // any throttle first.
-func (p *faultProc) kill9() {
-	select {
-	case <-p.exited:
-	default:
-		p.cmd.Process.Kill()
-		<-p.exited
-	}
-}
+func (p *faultProc) kill9() { p.KillNow() }
 
-// exitedWithin waits up to d for the process to exit.
+// exitedWithin says whether the process exits within d.
 func (p *faultProc) exitedWithin(d time.Duration) bool {
-	select {
-	case <-p.exited:
-		return true
-	case <-time.After(d):
+	if !p.ExitedWithin(d) {
 		return false
 	}
+	p.exitedAt = p.ExitedAt
+	return true
 }
 
 // diskfaultStrict makes a write acknowledged as the disk died (after the

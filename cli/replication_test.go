@@ -15,43 +15,21 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"github.com/ebbtable/ebbtable/internal/testkit"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // clientsAt connects official clients to one address without touching the
 // environment (several servers run at once).
 func clientsAt(t *testing.T, addr string) (*bigtable.Client, *bigtable.AdminClient) {
 	t.Helper()
-	ctx := context.Background()
-	conn := func() *grpc.ClientConn {
-		c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	client, err := bigtable.NewClientWithConfig(ctx, testProject, testInstance, bigtable.ClientConfig{MetricsProvider: bigtable.NoopMetricsProvider{}}, option.WithGRPCConn(conn()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := bigtable.NewAdminClient(ctx, testProject, testInstance, option.WithGRPCConn(conn()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return client, admin
+	return testkit.Clients(t, addr, testProject, testInstance, "")
 }
 
 func dialT(t *testing.T, addr string) *grpc.ClientConn {
 	t.Helper()
-	c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return testkit.Dial(t, addr)
 }
 
 // tableChecksum lists every cell of table t, sorted.
@@ -96,6 +74,7 @@ func metric(t *testing.T, httpAddr, name string) (float64, bool) {
 // there once. Then a paused link raises the max delay, which falls after
 // it heals.
 func TestThreeClusters(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	a := startServe(t, "serve", "--cluster-id", "a", "--addr", "127.0.0.1:0", "--http-addr", "off", "--data", dirs[0])
@@ -246,6 +225,7 @@ func TestThreeClusters(t *testing.T) {
 // TestJoinRefusesDataDirWithTables: --join on a data directory that holds
 // tables (and never joined) is refused rather than replacing them.
 func TestJoinRefusesDataDirWithTables(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a := startServe(t, "serve", "--cluster-id", "a", "--addr", "127.0.0.1:0", "--http-addr", "off", "--data", t.TempDir())
 	dir := t.TempDir()

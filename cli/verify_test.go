@@ -5,16 +5,19 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ebbtable/ebbtable/internal/testkit"
 )
 
 // TestVerify runs `ebbtable verify` on a server's data directory: refused
 // while the server runs, clean once it stopped, and exit 1 naming the file
 // after a byte of it is flipped.
 func TestVerify(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	srv := startServer(t, dir)
 	client, admin := officialClients(t, srv.addr)
-	writeFixture(t, client, admin)
+	testkit.WriteFixture(t, client, admin)
 
 	r := ebbtable(t, "verify", "--data", dir)
 	if r.code != 2 || !strings.Contains(r.stderr, "in use") || !strings.Contains(r.stderr, "stop it first") {

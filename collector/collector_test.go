@@ -11,6 +11,7 @@ import (
 	"github.com/ebbtable/ebbtable/cell"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/gcrule"
+	"github.com/ebbtable/ebbtable/internal/testkit/enginetest"
 	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,11 +29,7 @@ type env struct {
 
 func newEnv(t *testing.T, vis table.Visibility, opts Options) *env {
 	t.Helper()
-	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	eng, err := table.Open(table.Options{Dir: t.TempDir(), Clock: fake, Visibility: vis})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng, fake := enginetest.Open(t, table.Options{Visibility: vis})
 	reg := prometheus.NewRegistry()
 	opts.Clock, opts.Registerer = fake, reg
 	col, err := New(eng, opts)

@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/collector"
+	"github.com/ebbtable/ebbtable/internal/testkit/servertest"
 	"github.com/ebbtable/ebbtable/rowttl"
 	"github.com/ebbtable/ebbtable/server"
 	"github.com/ebbtable/ebbtable/table"
@@ -60,31 +61,11 @@ type consoleEnv struct {
 
 func startServer(t *testing.T) *consoleEnv {
 	t.Helper()
-	fake := clock.NewFake(time.Now().Truncate(time.Millisecond))
-	srv, err := server.New(server.Options{Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DataDir: t.TempDir(), Clock: fake,
-		ClusterID: "c1", ConsoleWrites: true, GC: collector.Options{Interval: time.Hour}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("BIGTABLE_EMULATOR_HOST", srv.Addr())
-	ctx := context.Background()
-	admin, err := bigtable.NewAdminClient(ctx, project, instance)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := bigtable.NewClient(ctx, project, instance)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		client.Close()
-		admin.Close()
-		srv.Close()
-	})
-	return &consoleEnv{srv: srv, clock: fake, base: "http://" + srv.HTTPAddr(), admin: admin, client: client}
+	env := servertest.Start(t, servertest.WithOptions(func(o *server.Options) {
+		o.HTTPAddr, o.ClusterID, o.ConsoleWrites = "127.0.0.1:0", "c1", true
+		o.GC = collector.Options{Interval: time.Hour}
+	}))
+	return &consoleEnv{srv: env.Srv, clock: env.Clock, base: "http://" + env.Srv.HTTPAddr(), admin: env.Admin, client: env.Client}
 }
 
 // fill writes the data the pages show: a table "events" with a GC rule, a

@@ -3,8 +3,11 @@ package gcrule
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -263,102 +266,87 @@ func reasons(rs []Reason) string {
 	return string(b)
 }
 
-// TestEligible is the collection semantics as examples: one column per row,
-// cells newest first; want has one letter per cell: . kept, A eligible by age,
-// V eligible with a versions term involved.
+// TestEligible is the collection semantics as examples, read from
+// testdata/eligible.txt (its head says the format).
 func TestEligible(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		rule string
-		col  []int64
-		want string
-	}{
-		{"no rule keeps everything", "never", days(0, 1, 400, 4000), "...."},
-		{"empty column", "maxversions=1", nil, ""},
-
-		// Seed: keep the five newest versions of a profile.
-		{"five newest profiles: 5 kept", "maxversions=5", days(0, 1, 2, 3, 4), "....."},
-		{"five newest profiles: 6th and 7th go", "maxversions=5", days(0, 1, 2, 3, 4, 5, 6), ".....VV"},
-		{"five newest profiles: age does not matter", "maxversions=5", days(900, 901, 902, 903, 904, 905), ".....V"},
-		{"latest only", "maxversions=1", days(-1, 0, 1), ".VV"},
-
-		{"max age 30 days", "maxage=30d", days(1, 29, 31, 400), "..AA"},
-		{"max age: future timestamps are young", "maxage=1d", days(-400, -1, 0.5, 2), "...A"},
-
-		// Seed: profiles older than 30 days go, but always keep one.
-		{"keep one: all old, newest stays", "maxage=30d && maxversions=1", days(40, 50, 60), ".VV"},
-		{"keep one: young cells stay", "maxage=30d && maxversions=1", days(1, 10, 29), "..."},
-		{"keep one: old non-newest go", "maxage=30d && maxversions=1", days(1, 10, 31, 45), "..VV"},
-		{"keep one: single old cell stays", "maxage=30d && maxversions=1", days(1000), "."},
-		{"keep one: future newest", "maxage=30d && maxversions=1", days(-5, 31), ".V"},
-
-		// Seed: at most two page views, and only within 30 days.
-		{"page views: two young kept", "maxversions=2 || maxage=30d", days(1, 2), ".."},
-		{"page views: third goes by count", "maxversions=2 || maxage=30d", days(1, 2, 3), "..V"},
-		{"page views: old goes by age", "maxversions=2 || maxage=30d", days(1, 40), ".A"},
-		{"page views: newest old goes too", "maxversions=2 || maxage=30d", days(40), "A"},
-		{"page views: both reasons, versions wins", "maxversions=2 || maxage=30d", days(1, 2, 40), "..V"},
-		{"page views: future cells still count", "maxversions=2 || maxage=30d", days(-3, -2, -1), "..V"},
-
-		// Nested rules.
-		{"nested: keep 10 young ones",
-			"(maxage=30d && maxversions=1) || maxversions=10",
-			days(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12),
-			"..........VV"},
-		{"nested: beyond the newest, only 30 days",
-			"(maxage=30d && maxversions=1) || maxversions=10",
-			days(1, 2, 29, 31, 40),
-			"...VV"},
-		{"nested: the newest stays however old",
-			"(maxage=30d && maxversions=1) || maxversions=10",
-			days(40, 41),
-			".V"},
-		{"nested: young cells beyond 10 go by count",
-			"(maxage=30d && maxversions=1) || maxversions=10",
-			days(0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
-			"..........V"},
-		{"nested: age-only union is an age reason",
-			"maxage=30d || (maxage=7d && maxage=1d)",
-			days(0, 8, 31),
-			".AA"},
-		{"nested: versions inside intersection inside union",
-			"maxage=365d || (maxage=7d && (maxversions=3 || maxage=30d))",
-			days(0, 1, 8, 9, 31, 400),
-			"...VVV"},
-		{"nested: intersection of unions",
-			"(maxage=1d || maxversions=3) && (maxage=10d || maxversions=2)",
-			days(0, 11),
-			".A"},
-		{"nested: intersection of unions, mixed reasons",
-			"(maxage=1d || maxversions=3) && (maxage=10d || maxversions=2)",
-			days(0, 2, 3, 11),
-			"..VV"},
-		{"nested: intersection of unions, versions side",
-			"(maxage=1d || maxversions=3) && (maxage=10d || maxversions=2)",
-			days(0, 0.1, 0.2, 0.3, 11),
-			"...VV"},
-
-		// SPEC cell-TTL simulations. One-second expiry: rule maxage=1s, the
-		// timestamp is the expiry time.
-		{"ttl 1s: expired 2s ago goes, expiring now or later stays", "maxage=1s",
-			ago(-time.Hour, 0, time.Second, 2*time.Second), "...A"},
-		// Default TTL 2 days; a writer with a 1-hour TTL shifts its timestamp
-		// 47h earlier, one with 3 days shifts it a day later.
-		{"ttl default 2d: 1h customer written 2h ago goes", "maxage=2d",
-			ago(2*time.Hour + 47*time.Hour), "A"},
-		{"ttl default 2d: 1h customer written 30m ago stays", "maxage=2d",
-			ago(30*time.Minute + 47*time.Hour), "."},
-		{"ttl default 2d: 3d customer written 2.5d ago stays", "maxage=2d",
-			ago(60*time.Hour - day), "."},
-		{"ttl default 2d: 3d customer written 4d ago goes", "maxage=2d",
-			ago(4*day - day), "A"},
-	} {
-		r := MustParse(tc.rule)
-		got := reasons(Eligible(r, tc.col, now))
-		if got != tc.want {
-			t.Errorf("%s: Eligible(%q) = %q, want %q", tc.name, tc.rule, got, tc.want)
+	cases := readEligibleSpec(t, "testdata/eligible.txt")
+	if len(cases) < 30 {
+		t.Fatalf("only %d cases read from the spec", len(cases))
+	}
+	for _, tc := range cases {
+		r, err := Parse(tc.rule)
+		if err != nil {
+			t.Errorf("%s (%s): rule %q: %v", tc.name, tc.at, tc.rule, err)
+			continue
+		}
+		if got := reasons(Eligible(r, tc.col, now)); got != tc.want {
+			t.Errorf("%s (%s): Eligible(%q) = %q, want %q", tc.name, tc.at, tc.rule, got, tc.want)
 		}
 	}
+}
+
+// eligibleCase is one block of the eligibility spec.
+type eligibleCase struct {
+	name, at, rule, want string
+	col                  []int64
+}
+
+// readEligibleSpec parses the blocks of an eligibility spec file.
+func readEligibleSpec(t *testing.T, path string) []eligibleCase {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []eligibleCase
+	lines := strings.Split(strings.ReplaceAll(string(data), "\r\n", "\n"), "\n")
+	for i := 0; i < len(lines); i++ {
+		if l := strings.TrimSpace(lines[i]); l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		at := fmt.Sprintf("%s:%d", path, i+1)
+		if i+3 >= len(lines) {
+			t.Fatalf("%s: a case needs a name, rule:, ages: and want: lines", at)
+		}
+		tc := eligibleCase{name: strings.TrimSpace(lines[i]), at: at}
+		field := func(j int, key string) string {
+			v, ok := strings.CutPrefix(lines[i+j], key+":")
+			if !ok {
+				t.Fatalf("%s:%d: want %q, got %q", path, i+j+1, key+":", lines[i+j])
+			}
+			if v = strings.TrimSpace(v); v == "(none)" {
+				return ""
+			}
+			return v
+		}
+		tc.rule, tc.want = field(1, "rule"), field(3, "want")
+		var ages []time.Duration
+		for _, f := range strings.Fields(field(2, "ages")) {
+			ages = append(ages, parseAge(t, f))
+		}
+		tc.col = ago(ages...)
+		cases = append(cases, tc)
+		i += 3
+	}
+	return cases
+}
+
+// parseAge reads an age: a number of days with a d suffix (2d, 0.5d, -1d)
+// or a Go duration (36h, 47h30m, -1h).
+func parseAge(t *testing.T, s string) time.Duration {
+	t.Helper()
+	if d, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseFloat(d, 64)
+		if err != nil {
+			t.Fatalf("age %q: %v", s, err)
+		}
+		return time.Duration(n * float64(day))
+	}
+	a, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatalf("age %q: %v", s, err)
+	}
+	return a
 }
 
 // TestEligibleBoundaries pins the edges in microseconds.

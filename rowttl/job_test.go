@@ -12,6 +12,7 @@ import (
 	"github.com/ebbtable/ebbtable/cell"
 	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/internal/testkit/enginetest"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -30,11 +31,7 @@ type env struct {
 
 func newEnv(t testing.TB, vis table.Visibility, opts Options) *env {
 	t.Helper()
-	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	eng, err := table.Open(table.Options{Dir: t.TempDir(), Clock: fake, Visibility: vis})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng, fake := enginetest.Open(t, table.Options{Visibility: vis})
 	eng.SetRowExpiry(RowExpired)
 	reg := prometheus.NewRegistry()
 	opts.Clock, opts.Registerer = fake, reg
@@ -45,10 +42,7 @@ func newEnv(t testing.TB, vis table.Visibility, opts Options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		job.Stop()
-		eng.Close()
-	})
+	t.Cleanup(job.Stop)
 	if _, err := eng.CreateTable(inst, "events", table.TableSpec{Families: []table.FamilySpec{{Name: "meta"}, {Name: "d"}}}); err != nil {
 		t.Fatal(err)
 	}

@@ -202,13 +202,7 @@ func TestBackupOperationsFinishLater(t *testing.T) {
 	env.srv.opWait = 0
 	ctx := context.Background()
 	src := env.createTable(t, "t", map[string]bigtable.GCPolicy{"cf": bigtable.NoGcPolicy()})
-	for i := range 2000 {
-		m := bigtable.NewMutation()
-		m.Set("cf", "c", bigtable.Timestamp(1000), []byte("v"))
-		if err := src.Apply(ctx, fmt.Sprint("r", i), m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bulkSet(t, src, 2000, "r%d", "cf", "c", 1000, "v")
 	conn, err := grpc.NewClient(env.srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

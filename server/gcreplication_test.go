@@ -10,6 +10,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/ebbtable/ebbtable/changestream"
+	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/collector"
 	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/ebbtable/ebbtable/storage"
@@ -74,6 +75,7 @@ func (c *cluster) gcPass(t *testing.T) {
 // to a; a's versions deletions reach b's change stream as
 // GARBAGE_COLLECTION from a; age collections are never shipped.
 func TestVersionsGCReplicatesAgeGCStaysLocal(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a := startCluster(t, "a", "", "")
 	b := startCluster(t, "b", a.srv.Addr(), "")
@@ -178,6 +180,7 @@ func TestVersionsGCReplicatesAgeGCStaysLocal(t *testing.T) {
 // SetGCPolicy may raise a max age by exactly 90 days; 91 is
 // FAILED_PRECONDITION. GcStatus shows each cluster's age cutoff.
 func TestReplicatedMaxAgeRaiseLimitThroughTheAdminAPI(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a := startCluster(t, "a", "", "")
 	b := startCluster(t, "b", a.srv.Addr(), "")
@@ -234,11 +237,19 @@ func dialPeer(t *testing.T, addr string) *grpc.ClientConn {
 }
 
 // TestGCLeaderFailsOver: when the leader stops answering, the next cluster
-// takes over versions GC instead of leaving it stalled.
+// takes over versions GC instead of leaving it stalled. b judges a's health
+// on a fake clock, so the silence that makes it take over passes at once.
 func TestGCLeaderFailsOver(t *testing.T) {
+	t.Parallel()
 	a := startCluster(t, "a", "", "")
-	b := startCluster(t, "b", a.srv.Addr(), "")
+	fake := clock.NewFake(time.Now())
+	b := startClusterOn(t, "b", a.srv.Addr(), "", fake)
 	eventually(t, "a leads GC", func() (bool, string) { return !b.srv.isGCLeader(), "b leads" })
 	a.stop()
+	fake.Advance(peerHealthyWithin - time.Millisecond)
+	if b.srv.isGCLeader() {
+		t.Fatal("b took over before a had been silent for peerHealthyWithin")
+	}
+	fake.Advance(2 * time.Millisecond)
 	eventually(t, "b takes over", func() (bool, string) { return b.srv.isGCLeader(), "b does not lead" })
 }

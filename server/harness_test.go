@@ -2,12 +2,14 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/bigtable"
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/grpc"
@@ -56,22 +58,34 @@ func (env *testEnv) start(t *testing.T, o Options) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { srv.Close() })
+	// For the clients tests make themselves, as the official client's
+	// emulator mode: a test that sets it cannot run in parallel.
 	t.Setenv("BIGTABLE_EMULATOR_HOST", srv.Addr())
-	ctx := context.Background()
-	client, err := bigtable.NewClient(ctx, testProject, testInstance)
+	env.srv = srv
+	env.client, env.admin = testkit.Clients(t, srv.Addr(), testProject, testInstance, "")
+}
+
+// bulkSet writes n rows named fmt.Sprintf(format, i), each with one cell,
+// in one MutateRows call.
+func bulkSet(t *testing.T, tbl *bigtable.Table, n int, format, fam, col string, ts bigtable.Timestamp, val string) {
+	t.Helper()
+	keys := make([]string, n)
+	muts := make([]*bigtable.Mutation, n)
+	for i := range n {
+		keys[i] = fmt.Sprintf(format, i)
+		muts[i] = bigtable.NewMutation()
+		muts[i].Set(fam, col, ts, []byte(val))
+	}
+	errs, err := tbl.ApplyBulk(context.Background(), keys, muts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := bigtable.NewAdminClient(ctx, testProject, testInstance)
-	if err != nil {
-		t.Fatal(err)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("row %s: %v", keys[i], err)
+		}
 	}
-	env.srv, env.client, env.admin = srv, client, admin
-	t.Cleanup(func() {
-		client.Close()
-		admin.Close()
-		srv.Close()
-	})
 }
 
 // raw returns a generated Data API client, for requests the official client

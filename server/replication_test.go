@@ -14,7 +14,6 @@ import (
 	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/ebbtable/ebbtable/table"
-	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -33,10 +32,16 @@ type cluster struct {
 // between processes in real time); join is a peer's address or "".
 func startCluster(t *testing.T, id, join, dir string) *cluster {
 	t.Helper()
+	return startClusterOn(t, id, join, dir, clock.Real{})
+}
+
+// startClusterOn is startCluster on the given clock.
+func startClusterOn(t *testing.T, id, join, dir string, clk clock.Clock) *cluster {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	srv, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: dir, Clock: clock.Real{}, ClusterID: id, Join: join})
+	srv, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: dir, Clock: clk, ClusterID: id, Join: join})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,25 +69,7 @@ func (c *cluster) stop() {
 // with an app profile ("" for the default).
 func officialClients(t testing.TB, addr, profile string) (*bigtable.Client, *bigtable.AdminClient) {
 	t.Helper()
-	ctx := context.Background()
-	dial := func() *grpc.ClientConn {
-		conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		return conn
-	}
-	client, err := bigtable.NewClientWithConfig(ctx, testProject, testInstance,
-		bigtable.ClientConfig{AppProfile: profile, MetricsProvider: bigtable.NoopMetricsProvider{}}, option.WithGRPCConn(dial()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := bigtable.NewAdminClient(ctx, testProject, testInstance, option.WithGRPCConn(dial()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return client, admin
+	return testkit.Clients(t, addr, testProject, testInstance, profile)
 }
 
 // dumpTable lists every cell of a table, sorted: a full-table checksum.
@@ -147,6 +134,7 @@ func apply(t *testing.T, c *cluster, tbl, row, fam, col string, ts bigtable.Time
 // written before it joined, then writes, deletes and new tables flow both
 // ways; concurrent writes to one cell converge.
 func TestJoinCopiesThenReplicatesBothWays(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a := startCluster(t, "a", "", "")
 	if err := a.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", ColumnFamilies: map[string]bigtable.Family{"f": {GCPolicy: bigtable.NoGcPolicy()}}}); err != nil {
@@ -225,6 +213,7 @@ func TestJoinCopiesThenReplicatesBothWays(t *testing.T) {
 // client's WaitForReplication returns; with the link from a paused, the
 // check says no and b's delay behind a grows, and after resuming it falls.
 func TestWaitForReplication(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a := startCluster(t, "a", "", "")
 	if err := a.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", ColumnFamilies: map[string]bigtable.Family{"f": {GCPolicy: bigtable.NoGcPolicy()}}}); err != nil {
@@ -269,6 +258,7 @@ func TestWaitForReplication(t *testing.T) {
 // through another; its deletion travels too and is not adopted back from
 // the peer's older copy; created again, it travels again.
 func TestAppProfilesTravel(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a := startCluster(t, "a", "", "")
 	b := startCluster(t, "b", a.srv.Addr(), "")
@@ -341,14 +331,13 @@ func diffOf(t *testing.T, c *cluster, tbl string, repair bool) []*ebbadminpb.Dif
 // one side (deleted there without replication) is unexpected, and repair
 // copies it back.
 func TestReplicationDiff(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a := startCluster(t, "a", "", "")
 	if err := a.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", ColumnFamilies: map[string]bigtable.Family{"f": {GCPolicy: bigtable.NoGcPolicy()}}}); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 1200 { // several chunks
-		apply(t, a, "t", fmt.Sprintf("r%04d", i), "f", "c", 1000, "v")
-	}
+	bulkSet(t, a.client.Open("t"), 1200, "r%04d", "f", "c", 1000, "v") // several chunks
 	b := startCluster(t, "b", a.srv.Addr(), "")
 	if d := diffOf(t, a, "t", false); len(d) != 0 {
 		t.Fatalf("fresh copy differs: %v", d)
@@ -382,6 +371,7 @@ func TestReplicationDiff(t *testing.T) {
 // TestDeleteClusterForgetsPeer: a cluster deleted on a is forgotten there
 // and stays forgotten although another peer still lists it.
 func TestDeleteClusterForgetsPeer(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a := startCluster(t, "a", "", "")
 	b := startCluster(t, "b", a.srv.Addr(), "")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/gcrule"
+	"github.com/ebbtable/ebbtable/internal/testkit/enginetest"
 	"github.com/ebbtable/ebbtable/rowttl"
 	"github.com/ebbtable/ebbtable/sqlquery"
 	"github.com/ebbtable/ebbtable/table"
@@ -68,12 +69,7 @@ func runCorpus(t *testing.T, path string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	eng, err := table.Open(table.Options{Dir: t.TempDir(), Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
+	eng, clk := enginetest.Open(t, table.Options{})
 	eng.SetRowExpiry(rowttl.RowExpired)
 	env := &corpusEnv{eng: eng, clk: clk, views: map[string]string{}}
 	blocks := strings.Split(strings.ReplaceAll(string(data), "\r\n", "\n"), "\n\n")

@@ -4,10 +4,9 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/ebbtable/ebbtable/cell"
-	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/internal/testkit/enginetest"
 	"github.com/ebbtable/ebbtable/sqlquery"
 	"github.com/ebbtable/ebbtable/table"
 )
@@ -28,12 +27,7 @@ func (c *countingCatalog) ReadRows(ctx context.Context, name string, req table.R
 }
 
 func TestKeyPushDown(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	eng, err := table.Open(table.Options{Dir: t.TempDir(), Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
+	eng, clk := enginetest.Open(t, table.Options{})
 	if _, err := eng.CreateTable(inst, "t", table.TableSpec{Families: []table.FamilySpec{{Name: "f"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -92,12 +86,7 @@ func TestKeyPushDown(t *testing.T) {
 // materialized view read with a row set does; a view grouped otherwise
 // reads everything.
 func TestRunKeys(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	eng, err := table.Open(table.Options{Dir: t.TempDir(), Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
+	eng, clk := enginetest.Open(t, table.Options{})
 	if _, err := eng.CreateTable(inst, "t", table.TableSpec{Families: []table.FamilySpec{{Name: "f"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -138,12 +127,7 @@ func TestRunKeys(t *testing.T) {
 // ORDER BY with LIMIT over many rows keeps the right rows (the buffer is
 // cut as it goes) and is stable among equal keys.
 func TestOrderByLimitBounded(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	eng, err := table.Open(table.Options{Dir: t.TempDir(), Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
+	eng, clk := enginetest.Open(t, table.Options{})
 	if _, err := eng.CreateTable(inst, "t", table.TableSpec{Families: []table.FamilySpec{{Name: "f"}}}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package lint
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -11,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -70,14 +72,29 @@ type file struct {
 	ast  *ast.File
 }
 
+// parsed is the module, parsed once for all the checks (they only read it).
+var parsed struct {
+	sync.Once
+	files []file
+	err   error
+}
+
 func parseModule(t *testing.T) []file {
 	t.Helper()
+	parsed.Do(func() { parsed.files, parsed.err = loadModule() })
+	if parsed.err != nil {
+		t.Fatal(parsed.err)
+	}
+	return parsed.files
+}
+
+func loadModule() ([]file, error) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		t.Fatalf("module root not found: %v", err)
+		return nil, fmt.Errorf("module root not found: %v", err)
 	}
 	var files []file
 	fset := token.NewFileSet()
@@ -106,12 +123,12 @@ func parseModule(t *testing.T) []file {
 		return nil
 	})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if len(files) < 50 {
-		t.Fatalf("found only %d Go files under %s", len(files), root)
+		return nil, fmt.Errorf("found only %d Go files under %s", len(files), root)
 	}
-	return files
+	return files, nil
 }
 
 // TestLayers keeps the architecture's walls: nothing below the server

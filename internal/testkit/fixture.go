@@ -1,4 +1,4 @@
-package cli
+package testkit
 
 import (
 	"context"
@@ -6,51 +6,29 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/bigtable"
 )
 
-const (
-	testProject  = "proj"
-	testInstance = "inst"
-)
+// The fixture is a table written through several mutation kinds (sets with
+// several versions, a row deletion, a column deletion, a read-modify-write
+// last) for tests that a server keeps what it acknowledged: across a crash,
+// a stop, a restart, a backup.
 
-// officialClients connects the official Go clients in emulator mode, the
-// way applications point them at ebbtable.
-func officialClients(t *testing.T, addr string) (*bigtable.Client, *bigtable.AdminClient) {
-	t.Helper()
-	t.Setenv("BIGTABLE_EMULATOR_HOST", addr)
-	ctx := context.Background()
-	client, err := bigtable.NewClient(ctx, testProject, testInstance)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := bigtable.NewAdminClient(ctx, testProject, testInstance)
-	if err != nil {
-		client.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		client.Close()
-		admin.Close()
-	})
-	return client, admin
-}
+// BaseTS is a millisecond-granular timestamp for explicit writes.
+var BaseTS = bigtable.Time(time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC))
 
-// baseTS is a millisecond-granular timestamp for explicit writes.
-var baseTS = bigtable.Time(time.Date(2024, 3, 1, 12, 0, 0, 0, time.UTC))
-
-func msAfter(ts bigtable.Timestamp, ms int) bigtable.Timestamp {
+// MsAfter is ts plus ms milliseconds.
+func MsAfter(ts bigtable.Timestamp, ms int) bigtable.Timestamp {
 	return ts + bigtable.Timestamp(ms*1000)
 }
 
-// writeFixture creates table "persist" and writes rows through several
+// WriteFixture creates table "persist" and writes rows through several
 // mutation kinds. It returns the rows a full read must then return (the
 // server-stamped counter row is left out; callers compare it separately).
-func writeFixture(t *testing.T, client *bigtable.Client, admin *bigtable.AdminClient) map[string]bigtable.Row {
+func WriteFixture(t testing.TB, client *bigtable.Client, admin *bigtable.AdminClient) map[string]bigtable.Row {
 	t.Helper()
 	ctx := context.Background()
 	conf := &bigtable.TableConf{TableID: "persist", ColumnFamilies: map[string]bigtable.Family{
@@ -68,13 +46,13 @@ func writeFixture(t *testing.T, client *bigtable.Client, admin *bigtable.AdminCl
 	for i := range 50 {
 		key := fmt.Sprintf("row%03d", i)
 		m := bigtable.NewMutation()
-		ts := msAfter(baseTS, i)
+		ts := MsAfter(BaseTS, i)
 		m.Set("a", "q", ts, []byte(fmt.Sprintf("v-%d", i)))
 		row := bigtable.Row{"a": {{Row: key, Column: "a:q", Timestamp: ts, Value: []byte(fmt.Sprintf("v-%d", i))}}}
 		if i < 10 {
 			// Three versions, newest first as reads return them.
 			for j := 2; j >= 0; j-- {
-				vts := msAfter(baseTS, j)
+				vts := MsAfter(BaseTS, j)
 				v := []byte(fmt.Sprintf("b%d.%d", i, j))
 				m.Set("b", "v", vts, v)
 				row["b"] = append(row["b"], bigtable.ReadItem{Row: key, Column: "b:v", Timestamp: vts, Value: v})
@@ -115,8 +93,8 @@ func writeFixture(t *testing.T, client *bigtable.Client, admin *bigtable.AdminCl
 	return want
 }
 
-// readAll reads every row of table "persist".
-func readAll(t *testing.T, client *bigtable.Client) []bigtable.Row {
+// ReadFixture reads every row of WriteFixture's table "persist".
+func ReadFixture(t testing.TB, client *bigtable.Client) []bigtable.Row {
 	t.Helper()
 	var rows []bigtable.Row
 	err := client.Open("persist").ReadRows(context.Background(), bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
@@ -129,8 +107,8 @@ func readAll(t *testing.T, client *bigtable.Client) []bigtable.Row {
 	return rows
 }
 
-// checkFixture compares a full read with the fixture.
-func checkFixture(t *testing.T, rows []bigtable.Row, want map[string]bigtable.Row) {
+// CheckFixture compares a full read with the fixture.
+func CheckFixture(t testing.TB, rows []bigtable.Row, want map[string]bigtable.Row) {
 	t.Helper()
 	got := map[string]bigtable.Row{}
 	for _, r := range rows {
@@ -167,8 +145,9 @@ func sortedKeys(ms ...map[string]bigtable.Row) []string {
 	return slices.Compact(keys)
 }
 
-// checkSchema verifies the fixture table and its families survived.
-func checkSchema(t *testing.T, admin *bigtable.AdminClient) {
+// CheckFixtureSchema checks that the fixture table and its families are
+// there, alone.
+func CheckFixtureSchema(t testing.TB, admin *bigtable.AdminClient) {
 	t.Helper()
 	ctx := context.Background()
 	tables, err := admin.Tables(ctx)
@@ -189,61 +168,5 @@ func checkSchema(t *testing.T, admin *bigtable.AdminClient) {
 	want := map[string]string{"a": "<never>", "b": "versions() > 5"}
 	if !reflect.DeepEqual(policies, want) {
 		t.Errorf("families and GC policies = %v, want %v", policies, want)
-	}
-}
-
-// TestPersistenceAfterKill writes through the official clients, kills the
-// server with SIGKILL right after the last acknowledged write, restarts it on
-// the same data directory and reads everything back.
-func TestPersistenceAfterKill(t *testing.T) {
-	dir := t.TempDir()
-	srv := startServer(t, dir)
-	client, admin := officialClients(t, srv.addr)
-	want := writeFixture(t, client, admin)
-	srv.kill(t)
-	client.Close()
-	admin.Close()
-
-	srv = startServer(t, dir)
-	client, admin = officialClients(t, srv.addr)
-	checkSchema(t, admin)
-	after := readAll(t, client)
-	checkFixture(t, after, want)
-
-	// A second crash and restart changes nothing.
-	srv.kill(t)
-	srv = startServer(t, dir)
-	client, _ = officialClients(t, srv.addr)
-	if again := readAll(t, client); !reflect.DeepEqual(again, after) {
-		t.Errorf("second restart read differs:\n got %v\nwant %v", again, after)
-	}
-}
-
-// TestGracefulStop stops the server with SIGTERM: it exits 0, printed only
-// its readiness line, logged the shutdown, and the data is there after a
-// restart.
-func TestGracefulStop(t *testing.T) {
-	dir := t.TempDir()
-	srv := startServer(t, dir)
-	client, admin := officialClients(t, srv.addr)
-	want := writeFixture(t, client, admin)
-	before := readAll(t, client)
-	checkFixture(t, before, want)
-
-	if code := srv.terminate(t); code != 0 {
-		t.Fatalf("serve exited %d after SIGTERM, want 0; stderr:\n%s", code, srv.stderr.String())
-	}
-	if lines := srv.stdoutLines(); len(lines) != 1 {
-		t.Errorf("serve printed %q on stdout, want only the readiness line", lines)
-	}
-	if log := srv.stderr.String(); !strings.Contains(log, "shutting down") || !strings.Contains(log, "stopped") {
-		t.Errorf("serve log lacks the shutdown:\n%s", log)
-	}
-
-	srv = startServer(t, dir)
-	client, admin = officialClients(t, srv.addr)
-	checkSchema(t, admin)
-	if after := readAll(t, client); !reflect.DeepEqual(after, before) {
-		t.Errorf("read after restart differs:\n got %v\nwant %v", after, before)
 	}
 }
