@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ebbtable/ebbtable/server"
+	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -77,7 +78,7 @@ func (f *clusterFlags) options(cmd *cobra.Command) (*server.ClusterOptions, erro
 }
 
 // withCluster runs fn with a Cluster service client of the server.
-func (cf *connFlags) withCluster(cmd *cobra.Command, fn func(ctx context.Context, c *server.ClusterClient) error) error {
+func (cf *connFlags) withCluster(cmd *cobra.Command, fn func(ctx context.Context, c clusterpb.ClusterClient) error) error {
 	ctx, cancel := cf.context(cmd.Context())
 	defer cancel()
 	conn, err := cf.dial(ctx)
@@ -85,7 +86,7 @@ func (cf *connFlags) withCluster(cmd *cobra.Command, fn func(ctx context.Context
 		return err
 	}
 	defer conn.Close()
-	return fn(ctx, server.NewClusterClient(conn))
+	return fn(ctx, clusterpb.NewClusterClient(conn))
 }
 
 // tableName is the full resource name of a table of the command's instance.
@@ -102,8 +103,8 @@ func newNodesCmd() *cobra.Command {
 		Short: "List the cluster's nodes: live ones, and down ones that own tablets",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return cf.withCluster(cmd, func(ctx context.Context, c *server.ClusterClient) error {
-				r, err := c.ListNodes(ctx, &server.ListNodesRequest{})
+			return cf.withCluster(cmd, func(ctx context.Context, c clusterpb.ClusterClient) error {
+				r, err := c.ListNodes(ctx, &clusterpb.ListNodesRequest{})
 				if err != nil {
 					return fmt.Errorf("list nodes on %s: %w", cf.endpoint(), err)
 				}
@@ -117,7 +118,7 @@ func newNodesCmd() *cobra.Command {
 					case n.Draining:
 						state = "draining"
 					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", n.ID, n.Addr, state, n.Tablets)
+					fmt.Fprintf(w, "%s\t%s\t%s\t%d\n", n.Id, n.Addr, state, n.Tablets)
 				}
 				return w.Flush()
 			})
@@ -143,8 +144,8 @@ whatever only that node's disk held (docs/scale-out.md, "Failure cases").`,
 		Example: `  ebbtable node drain n2`,
 		Args:    exactArgs(1, "a node id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return cf.withCluster(cmd, func(ctx context.Context, c *server.ClusterClient) error {
-				r, err := c.DrainNode(ctx, &server.DrainNodeRequest{Node: args[0], Force: force})
+			return cf.withCluster(cmd, func(ctx context.Context, c clusterpb.ClusterClient) error {
+				r, err := c.DrainNode(ctx, &clusterpb.DrainNodeRequest{Node: args[0], Force: force})
 				if r != nil {
 					for _, m := range r.Moves {
 						fmt.Fprintln(cmd.OutOrStdout(), m)
@@ -171,8 +172,8 @@ func newTabletsCmd() *cobra.Command {
 		Short: "List a table's tablets: id, key range and owner",
 		Args:  exactArgs(1, "a table name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return cf.withCluster(cmd, func(ctx context.Context, c *server.ClusterClient) error {
-				r, err := c.ListTablets(ctx, &server.ListTabletsRequest{Table: cf.tableName(args[0])})
+			return cf.withCluster(cmd, func(ctx context.Context, c clusterpb.ClusterClient) error {
+				r, err := c.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: cf.tableName(args[0])})
 				if err != nil {
 					return fmt.Errorf("tablets of %s: %w", args[0], err)
 				}
@@ -186,8 +187,8 @@ func newTabletsCmd() *cobra.Command {
 		Example: `  ebbtable tablets split users user5000`,
 		Args:    exactArgs(2, "a table name and a row key"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return cf.withCluster(cmd, func(ctx context.Context, c *server.ClusterClient) error {
-				r, err := c.SplitTablet(ctx, &server.SplitTabletRequest{Table: cf.tableName(args[0]), Key: []byte(args[1])})
+			return cf.withCluster(cmd, func(ctx context.Context, c clusterpb.ClusterClient) error {
+				r, err := c.SplitTablet(ctx, &clusterpb.SplitTabletRequest{Table: cf.tableName(args[0]), Key: []byte(args[1])})
 				if err != nil {
 					return fmt.Errorf("split %s at %q: %w", args[0], args[1], err)
 				}
@@ -205,8 +206,8 @@ func newTabletsCmd() *cobra.Command {
 			if err != nil || id == 0 {
 				return usagef("tablet %q: want a tablet id (see tablets list)", args[1])
 			}
-			return cf.withCluster(cmd, func(ctx context.Context, c *server.ClusterClient) error {
-				r, err := c.MergeTablet(ctx, &server.MergeTabletRequest{Table: cf.tableName(args[0]), Tablet: id})
+			return cf.withCluster(cmd, func(ctx context.Context, c clusterpb.ClusterClient) error {
+				r, err := c.MergeTablet(ctx, &clusterpb.MergeTabletRequest{Table: cf.tableName(args[0]), Tablet: id})
 				if err != nil {
 					return fmt.Errorf("merge tablet %d of %s: %w", id, args[0], err)
 				}
@@ -232,13 +233,13 @@ owner, and the old owner drops the span.`,
 			if to == "" {
 				return usagef("--to NODE is required")
 			}
-			return cf.withCluster(cmd, func(ctx context.Context, c *server.ClusterClient) error {
-				r, err := c.MoveTablet(ctx, &server.MoveTabletRequest{Table: cf.tableName(args[0]), Tablet: id, To: to})
+			return cf.withCluster(cmd, func(ctx context.Context, c clusterpb.ClusterClient) error {
+				r, err := c.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: cf.tableName(args[0]), Tablet: id, To: to})
 				if err != nil {
 					return fmt.Errorf("move tablet %d of %s: %w", id, args[0], err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "moved tablet %d from %s to %s: %d bytes shipped (%d local keys, %d local bytes, %d shared SSTables by reference) in %dms\n",
-					id, r.From, r.To, r.Bytes, r.LocalKeys, r.LocalBytes, r.SharedSSTs, r.Millis)
+					id, r.From, r.To, r.Bytes, r.LocalKeys, r.LocalBytes, r.SharedSsts, r.Millis)
 				return nil
 			})
 		},
@@ -249,7 +250,7 @@ owner, and the old owner drops the span.`,
 	return cmd
 }
 
-func printTablets(cmd *cobra.Command, r *server.ListTabletsResponse) error {
+func printTablets(cmd *cobra.Command, r *clusterpb.ListTabletsResponse) error {
 	w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "TABLET\tSTART\tEND\tOWNER")
 	for _, t := range r.Tablets {
@@ -257,7 +258,7 @@ func printTablets(cmd *cobra.Command, r *server.ListTabletsResponse) error {
 		if !t.Live {
 			owner += " (down)"
 		}
-		fmt.Fprintf(w, "%d\t%q\t%q\t%s\n", t.ID, t.Start, t.End, owner)
+		fmt.Fprintf(w, "%d\t%q\t%q\t%s\n", t.Id, t.Start, t.End, owner)
 	}
 	return w.Flush()
 }

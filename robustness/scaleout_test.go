@@ -20,7 +20,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/ebbtable/ebbtable/internal/etcdtest"
 	"github.com/ebbtable/ebbtable/internal/testkit"
-	ebbserver "github.com/ebbtable/ebbtable/server"
+	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -146,7 +146,7 @@ func TestScaleOutKillNine(t *testing.T) {
 		ColumnFamilies: map[string]bigtable.Family{"f": {}}}); err != nil {
 		t.Fatal(err)
 	}
-	ops := ebbserver.NewClusterClient(conns[0])
+	ops := clusterpb.NewClusterClient(conns[0])
 	const tableName = "projects/proj/instances/inst/tables/t"
 
 	// Writers: each cell a row of its own ("NN-writer-seq", an explicit
@@ -245,12 +245,12 @@ func TestScaleOutKillNine(t *testing.T) {
 			// Until its lease expires, n3's tablets are nobody's to serve;
 			// writes to them wait (the client retries), the others go on.
 			testkit.Eventually(t, "n3's lease to expire", 30*time.Second, func() (bool, string) {
-				r, err := ops.ListNodes(ctx, &ebbserver.ListNodesRequest{})
+				r, err := ops.ListNodes(ctx, &clusterpb.ListNodesRequest{})
 				if err != nil {
 					return false, err.Error()
 				}
 				for _, n := range r.Nodes {
-					if n.ID == "n3" {
+					if n.Id == "n3" {
 						return !n.Live, fmt.Sprintf("%+v", n)
 					}
 				}
@@ -259,7 +259,7 @@ func TestScaleOutKillNine(t *testing.T) {
 			procs["n3"] = startScaleProc(t, "n3", procs["n3"].dir, etcd, shared)
 			live["n3"] = true
 		}
-		tabs, err := ops.ListTablets(ctx, &ebbserver.ListTabletsRequest{Table: tableName})
+		tabs, err := ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: tableName})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -271,7 +271,7 @@ func TestScaleOutKillNine(t *testing.T) {
 			}
 		}
 		if i == 0 {
-			out, err := ebbtableCLI(procs["n1"].addr, "tablets", "move", "t", fmt.Sprint(tb.ID), "--to", to)
+			out, err := ebbtableCLI(procs["n1"].addr, "tablets", "move", "t", fmt.Sprint(tb.Id), "--to", to)
 			if err != nil {
 				t.Fatalf("tablets move: %v\n%s", err, out)
 			}
@@ -279,17 +279,17 @@ func TestScaleOutKillNine(t *testing.T) {
 			continue
 		}
 		// The restarted node may still be joining: retry for a while.
-		var res *ebbserver.MoveTabletResponse
+		var res *clusterpb.MoveTabletResponse
 		testkit.Poll(30*time.Second, func() bool {
 			mctx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
-			res, err = ops.MoveTablet(mctx, &ebbserver.MoveTabletRequest{Table: tableName, Tablet: tb.ID, To: to})
+			res, err = ops.MoveTablet(mctx, &clusterpb.MoveTabletRequest{Table: tableName, Tablet: tb.Id, To: to})
 			return err == nil
 		})
 		if err != nil {
-			t.Fatalf("move %d of tablet %d to %s: %v", i, tb.ID, to, err)
+			t.Fatalf("move %d of tablet %d to %s: %v", i, tb.Id, to, err)
 		}
-		t.Logf("move %d: tablet %d %s → %s, %d bytes shipped (%d local bytes, %d shared SSTs)", i, tb.ID, res.From, res.To, res.Bytes, res.LocalBytes, res.SharedSSTs)
+		t.Logf("move %d: tablet %d %s → %s, %d bytes shipped (%d local bytes, %d shared SSTs)", i, tb.Id, res.From, res.To, res.Bytes, res.LocalBytes, res.SharedSsts)
 	}
 	waitWritten(int64(cells))
 	close(stop)

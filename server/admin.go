@@ -62,11 +62,17 @@ func (a *adminServer) tableToProto(m *table.Meta, view adminpb.Table_View) *admi
 
 // CreateTable creates a table with its families and initial splits.
 func (a *adminServer) CreateTable(ctx context.Context, req *adminpb.CreateTableRequest) (*adminpb.Table, error) {
+	return a.createTable(req, 0)
+}
+
+// createTable creates the table req describes under table id id (zero: the
+// engine's next id; cluster mode passes the id the cluster gave).
+func (a *adminServer) createTable(req *adminpb.CreateTableRequest, id uint64) (*adminpb.Table, error) {
 	inst, err := parseInstance(req.GetParent())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	spec := table.TableSpec{DeletionProtection: req.GetTable().GetDeletionProtection(),
+	spec := table.TableSpec{ID: id, DeletionProtection: req.GetTable().GetDeletionProtection(),
 		Micros: req.GetTable().GetGranularity() == adminpb.Table_MICROS}
 	if rp := req.GetTable().GetChangeStreamConfig().GetRetentionPeriod(); rp != nil {
 		spec.ChangeStreamRetention = rp.AsDuration() // zero: no stream

@@ -17,6 +17,7 @@ import (
 	tablets "github.com/ebbtable/ebbtable/cluster"
 	"github.com/ebbtable/ebbtable/clusteretcd"
 	"github.com/ebbtable/ebbtable/objstore"
+	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"github.com/ebbtable/ebbtable/storage"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -450,7 +451,7 @@ func (s *Server) registerCluster() {
 		return
 	}
 	s.cluster.s = s
-	s.grpc.RegisterService(&clusterDesc, &clusterService{c: s.cluster})
+	clusterpb.RegisterClusterServer(s.grpc, &clusterService{c: s.cluster})
 	s.cluster.register(s.opts.Registry)
 }
 

@@ -11,8 +11,6 @@ import (
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	tablets "github.com/ebbtable/ebbtable/cluster"
 	"github.com/ebbtable/ebbtable/clusteretcd"
-	"github.com/ebbtable/ebbtable/server/convert"
-	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -287,44 +285,5 @@ func (c *clusterMember) createTable(a *adminServer, req *adminpb.CreateTableRequ
 	if m, err := a.s.engine.Table(inst, req.GetTableId()); err == nil && m.ID == id {
 		return a.tableToProto(m, adminpb.Table_SCHEMA_VIEW), nil
 	}
-	spec := table.TableSpec{ID: id, DeletionProtection: req.GetTable().GetDeletionProtection(),
-		Micros: req.GetTable().GetGranularity() == adminpb.Table_MICROS}
-	if rp := req.GetTable().GetChangeStreamConfig().GetRetentionPeriod(); rp != nil {
-		spec.ChangeStreamRetention = rp.AsDuration()
-		if spec.ChangeStreamRetention < 0 {
-			return nil, status.Error(codes.InvalidArgument, "ebbtable: change stream retention must be between 1 day and 7 days")
-		}
-	}
-	for name, cf := range req.GetTable().GetColumnFamilies() {
-		rule, err := convert.GCRuleFromProto(cf.GetGcRule())
-		if err != nil {
-			return nil, toStatus(fmt.Errorf("%w: family %q: %w", table.ErrInvalid, name, err))
-		}
-		vt, agg, err := convert.ValueTypeFromProto(cf.GetValueType())
-		if err != nil {
-			return nil, toStatus(err)
-		}
-		spec.Families = append(spec.Families, table.FamilySpec{Name: name, GC: rule, ValueType: vt, Aggregate: agg})
-	}
-	for _, s := range req.GetInitialSplits() {
-		spec.Splits = append(spec.Splits, s.GetKey())
-	}
-	ext, err := createTableExt(req.GetTable())
-	if err != nil {
-		return nil, err
-	}
-	m, err := a.s.engine.CreateTable(inst, req.GetTableId(), spec)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	ref := tableRef{instance: inst, table: req.GetTableId()}
-	if err := a.s.forgetTableMeta(ref); err != nil {
-		return nil, toStatus(err)
-	}
-	if ext != nil {
-		if err := a.s.putTableExt(ref, ext); err != nil {
-			return nil, toStatus(err)
-		}
-	}
-	return a.tableToProto(m, adminpb.Table_SCHEMA_VIEW), nil
+	return a.createTable(req, id)
 }

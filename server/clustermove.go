@@ -7,6 +7,7 @@ import (
 	"time"
 
 	tablets "github.com/ebbtable/ebbtable/cluster"
+	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -143,7 +144,7 @@ func (c *clusterMember) moveTablet(ctx context.Context, tableName string, id uin
 	if err != nil {
 		return res, status.Errorf(codes.Unavailable, "ebbtable: node %s: %v", to, err)
 	}
-	if _, err := newClusterClient(cc).IngestSpan(ctx, &IngestSpanRequest{Table: tableName, Tablet: id, Export: b}); err != nil {
+	if _, err := clusterpb.NewClusterClient(cc).IngestSpan(ctx, &clusterpb.IngestSpanRequest{Table: tableName, Tablet: id, Export: b}); err != nil {
 		c.moves.WithLabelValues("failed").Inc()
 		return res, fmt.Errorf("ebbtable: node %s could not ingest %s: %w", to, t, err)
 	}

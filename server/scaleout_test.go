@@ -16,6 +16,7 @@ import (
 	"github.com/ebbtable/ebbtable/cell"
 	"github.com/ebbtable/ebbtable/internal/etcdtest"
 	"github.com/ebbtable/ebbtable/internal/testkit"
+	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
@@ -33,7 +34,7 @@ type scaleNode struct {
 	conn   *grpc.ClientConn
 	client *bigtable.Client
 	admin  *bigtable.AdminClient
-	ops    *ClusterClient
+	ops    clusterpb.ClusterClient
 }
 
 type scaleCluster struct {
@@ -69,7 +70,7 @@ func (sc *scaleCluster) start(t testing.TB, id, dir string) *scaleNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &scaleNode{id: id, dir: dir, srv: srv, conn: conn, client: client, admin: admin, ops: NewClusterClient(conn)}
+	n := &scaleNode{id: id, dir: dir, srv: srv, conn: conn, client: client, admin: admin, ops: clusterpb.NewClusterClient(conn)}
 	sc.nodes[id] = n
 	return n
 }
@@ -173,7 +174,7 @@ func TestScaleOutForwarding(t *testing.T) {
 	if ids[0] != ids[1] || ids[1] != ids[2] {
 		t.Fatalf("table ids differ between nodes: %v", ids)
 	}
-	tabs, err := sc.nodes["n2"].ops.ListTablets(ctx, &ListTabletsRequest{Table: scaleTable})
+	tabs, err := sc.nodes["n2"].ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: scaleTable})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,14 +333,14 @@ func TestScaleOutSplitMoveDrain(t *testing.T) {
 		})
 	}
 	waitAcked(100)
-	if _, err := sc.nodes["n3"].ops.SplitTablet(ctx, &SplitTabletRequest{Table: scaleTable, Key: []byte("k")}); err != nil {
+	if _, err := sc.nodes["n3"].ops.SplitTablet(ctx, &clusterpb.SplitTabletRequest{Table: scaleTable, Key: []byte("k")}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sc.nodes["n3"].ops.SplitTablet(ctx, &SplitTabletRequest{Table: scaleTable, Key: []byte("k")}); status.Code(err) != codes.InvalidArgument {
+	if _, err := sc.nodes["n3"].ops.SplitTablet(ctx, &clusterpb.SplitTabletRequest{Table: scaleTable, Key: []byte("k")}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("split at a boundary: %v", err)
 	}
 	waitAcked(200)
-	tabs, err := sc.nodes["n1"].ops.ListTablets(ctx, &ListTabletsRequest{Table: scaleTable})
+	tabs, err := sc.nodes["n1"].ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: scaleTable})
 	if err != nil || len(tabs.Tablets) != 4 {
 		t.Fatalf("after the split: %+v %v", tabs, err)
 	}
@@ -348,19 +349,19 @@ func TestScaleOutSplitMoveDrain(t *testing.T) {
 		t.Fatalf("tablet at k: %+v", kTablet)
 	}
 	// A merge needs one owner; a split and merge back leaves the layout.
-	if _, err := sc.nodes["n3"].ops.MergeTablet(ctx, &MergeTabletRequest{Table: scaleTable, Tablet: tabs.Tablets[0].ID}); status.Code(err) != codes.InvalidArgument {
+	if _, err := sc.nodes["n3"].ops.MergeTablet(ctx, &clusterpb.MergeTabletRequest{Table: scaleTable, Tablet: tabs.Tablets[0].Id}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("merge across owners: %v", err)
 	}
-	if _, err := sc.nodes["n3"].ops.SplitTablet(ctx, &SplitTabletRequest{Table: scaleTable, Key: []byte("n")}); err != nil {
+	if _, err := sc.nodes["n3"].ops.SplitTablet(ctx, &clusterpb.SplitTabletRequest{Table: scaleTable, Key: []byte("n")}); err != nil {
 		t.Fatal(err)
 	}
-	merged, err := sc.nodes["n1"].ops.MergeTablet(ctx, &MergeTabletRequest{Table: scaleTable, Tablet: kTablet.ID})
+	merged, err := sc.nodes["n1"].ops.MergeTablet(ctx, &clusterpb.MergeTabletRequest{Table: scaleTable, Tablet: kTablet.Id})
 	if err != nil || len(merged.Tablets) != 4 || string(merged.Tablets[2].End) != "p" {
 		t.Fatalf("merge back: %+v %v", merged, err)
 	}
 	// Moves asked of a node that does not own the tablet go to its owner.
 	for i, to := range []string{"n3", "n1", "n3", "n2"} {
-		res, err := sc.nodes["n1"].ops.MoveTablet(ctx, &MoveTabletRequest{Table: scaleTable, Tablet: kTablet.ID, To: to})
+		res, err := sc.nodes["n1"].ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: kTablet.Id, To: to})
 		if err != nil {
 			t.Fatalf("move %d to %s: %v", i, to, err)
 		}
@@ -369,11 +370,11 @@ func TestScaleOutSplitMoveDrain(t *testing.T) {
 		}
 		waitAcked(300 + 100*i)
 	}
-	if _, err := sc.nodes["n1"].ops.MoveTablet(ctx, &MoveTabletRequest{Table: scaleTable, Tablet: kTablet.ID, To: "ghost"}); status.Code(err) != codes.FailedPrecondition {
+	if _, err := sc.nodes["n1"].ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: kTablet.Id, To: "ghost"}); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("move to a node that is not live: %v", err)
 	}
 	// Drain n2: every tablet leaves it.
-	dr, err := sc.nodes["n3"].ops.DrainNode(ctx, &DrainNodeRequest{Node: "n2"})
+	dr, err := sc.nodes["n3"].ops.DrainNode(ctx, &clusterpb.DrainNodeRequest{Node: "n2"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,12 +384,12 @@ func TestScaleOutSplitMoveDrain(t *testing.T) {
 	waitAcked(len(acked) + 100)
 	close(stop)
 	<-done
-	nodes, err := sc.nodes["n1"].ops.ListNodes(ctx, &ListNodesRequest{})
+	nodes, err := sc.nodes["n1"].ops.ListNodes(ctx, &clusterpb.ListNodesRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range nodes.Nodes {
-		if n.ID == "n2" && (n.Tablets != 0 || !n.Draining) {
+		if n.Id == "n2" && (n.Tablets != 0 || !n.Draining) {
 			t.Errorf("n2 after its drain: %+v", n)
 		}
 	}
@@ -452,7 +453,7 @@ func TestScaleOutNodeDownAndBack(t *testing.T) {
 		t.Fatalf("n1's own tablet: %v", err)
 	}
 	// Giving its tablets away needs --force.
-	if _, err := sc.nodes["n1"].ops.DrainNode(context.Background(), &DrainNodeRequest{Node: "n2"}); status.Code(err) != codes.FailedPrecondition {
+	if _, err := sc.nodes["n1"].ops.DrainNode(context.Background(), &clusterpb.DrainNodeRequest{Node: "n2"}); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("drain of a down node without force: %v", err)
 	}
 	// n2 comes back with its disk: its tablet and every row are back.
@@ -484,7 +485,7 @@ func TestScaleOutSplitsBySize(t *testing.T) {
 		}
 	}
 	testkit.Eventually(t, "the tablet to split by size", 20*time.Second, func() (bool, string) {
-		r, err := sc.nodes["n2"].ops.ListTablets(context.Background(), &ListTabletsRequest{Table: scaleTable})
+		r, err := sc.nodes["n2"].ops.ListTablets(context.Background(), &clusterpb.ListTabletsRequest{Table: scaleTable})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -504,7 +505,7 @@ func TestScaleOutSplitsBySize(t *testing.T) {
 		}
 	}
 	testkit.Eventually(t, "the emptied tablets to merge", 20*time.Second, func() (bool, string) {
-		r, err := sc.nodes["n2"].ops.ListTablets(context.Background(), &ListTabletsRequest{Table: scaleTable})
+		r, err := sc.nodes["n2"].ops.ListTablets(context.Background(), &clusterpb.ListTabletsRequest{Table: scaleTable})
 		if err != nil {
 			return false, err.Error()
 		}
