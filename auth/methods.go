@@ -81,4 +81,12 @@ func init() {
 	add(ebb, peerOnly, "Join", "Ready", "Pull", "Snapshot", "TableChunks", "TableCells", "RepairCells", "GcHold")
 	// Consistency checks ask peers for their status; so does the CLI.
 	add(ebb, Requirement{Role: Viewer, Peer: true}, "ReplicationStatus")
+
+	// Scale-out: the cluster of nodes and its tablets. A node passes a move
+	// to the tablet's owner and ships the span to the target with the peer
+	// credential; an admin token may call them too.
+	const cl = "ebbtable.cluster.v1.Cluster"
+	add(cl, viewer, "ListNodes", "ListTablets")
+	add(cl, admin, "DrainNode", "SplitTablet", "MergeTablet")
+	add(cl, Requirement{Role: Admin, Peer: true}, "MoveTablet", "IngestSpan")
 }

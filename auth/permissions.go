@@ -226,6 +226,14 @@ func init() {
 	perm(ebb, "bigtable.clusters.get", "ReplicationStatus")
 	perm(ebb, "", "Join", "Ready", "Pull", "Snapshot", "TableChunks", "TableCells", "RepairCells", "GcHold")
 
+	// The scale-out cluster: nodes are Bigtable's clusters' nodes, tablets
+	// are parts of tables.
+	const cl = "ebbtable.cluster.v1.Cluster"
+	perm(cl, "bigtable.clusters.get", "ListNodes")
+	perm(cl, "bigtable.clusters.update", "DrainNode")
+	perm(cl, "bigtable.tables.get", "ListTablets")
+	perm(cl, "bigtable.tables.update", "SplitTablet", "MergeTablet", "MoveTablet", "IngestSpan")
+
 }
 
 func levels() map[string]Role {
