@@ -155,6 +155,9 @@ func (e *Engine) CommitSystem(b *DeleteBatch, m *Meta, rows [][]byte, recs []cha
 	if sync {
 		opts = pebble.Sync
 	}
+	if err := e.logViewRows(b.b, m, rows, recs); err != nil { // viewlog.go
+		return err
+	}
 	return e.commitRecorded(b.b, m, rows, recs, opts, false)
 }
 

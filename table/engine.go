@@ -165,6 +165,8 @@ type Engine struct {
 	closeMu sync.RWMutex
 	closed  atomic.Bool
 
+	// views is the log of changed rows kept for materialized views (viewlog.go).
+	views viewLog
 	// dur keeps readers to what is durable (durable.go).
 	dur *durability
 	// undeleteRetention: see Options.UndeleteRetention.
@@ -448,6 +450,13 @@ func (e *Engine) Tables(instance string) []*Meta {
 // ts is a commit timestamp already taken (from writeStamp; 0 for none),
 // which it ends.
 func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs []changestream.Record, ts int64) (func() error, error) {
+	if err := e.logViewRows(b, m, rows, nil); err != nil { // viewlog.go
+		if ts != 0 {
+			e.seq.end(ts)
+		}
+		b.Close()
+		return nil, err
+	}
 	recorded := len(recs) > 0 && (ts != 0 || m.ChangeStream != nil)
 	if !recorded && ts != 0 {
 		e.seq.end(ts)

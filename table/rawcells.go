@@ -152,6 +152,9 @@ func (e *Engine) RepairCell(m *Meta, c RawCell) (bool, error) {
 	if err := b.Set(k, storage.EncodeStamped(c.Value, c.ExpireAt, c.Stamp), nil); err != nil {
 		return false, err
 	}
+	if err := e.logViewRows(b, m, [][]byte{c.Row}, nil); err != nil { // viewlog.go
+		return false, err
+	}
 	return true, e.commit(b)
 }
 
@@ -172,6 +175,9 @@ func (e *Engine) DeleteRawCell(m *Meta, c RawCell) error {
 	b := e.store.NewBatch()
 	defer b.Close()
 	if err := b.Delete(storage.CellKey(m.ID, c.Row, f.ID, c.Qualifier, c.Timestamp), nil); err != nil {
+		return err
+	}
+	if err := e.logViewRows(b, m, [][]byte{c.Row}, nil); err != nil { // viewlog.go
 		return err
 	}
 	return e.commit(b)

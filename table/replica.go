@@ -417,6 +417,9 @@ func (e *Engine) ApplyReplicated(m *Meta, origin string, recs []changestream.Rec
 	if err := setCheckpoint(b, origin, m.ID, through); err != nil {
 		return st, err
 	}
+	if err := e.logViewRows(b, m, rows, nil); err != nil { // viewlog.go
+		return st, err
+	}
 	// Not synced: a batch lost in a crash takes its checkpoint with it, and
 	// the records are pulled again.
 	return st, e.commitRecorded(b, m, nil, out, pebble.NoSync, true)

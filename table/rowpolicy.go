@@ -267,6 +267,9 @@ func (e *Engine) DeleteRows(ctx context.Context, m *Meta, keys [][]byte, still f
 	} else {
 		cur = m
 	}
+	if err := e.logViewDeleted(b, m, deleted); err != nil { // viewlog.go
+		return nil, err
+	}
 	if err := e.commitRecorded(b, cur, nil, recs, pebble.Sync, true); err != nil {
 		return nil, err
 	}
