@@ -74,6 +74,7 @@ type mviews struct {
 	baseRows atomic.Int64
 
 	stop, done chan struct{}
+	stopOnce   sync.Once
 }
 
 // maintView is a maintained view as planned now.
@@ -133,7 +134,7 @@ func (v *mviews) stopMaint() {
 	if v.stop == nil {
 		return
 	}
-	close(v.stop)
+	v.stopOnce.Do(func() { close(v.stop) })
 	<-v.done
 }
 
