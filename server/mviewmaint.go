@@ -75,7 +75,19 @@ type mviews struct {
 
 	stop, done chan struct{}
 	stopOnce   sync.Once
+
+	// from is, per table, the view-log sequence number to read from next
+	// (table.ReadViewLog); kept under the table's lock.
+	from sync.Map
 }
+
+func (v *mviews) logFrom(id uint64) uint64 {
+	f, _ := v.from.Load(id)
+	n, _ := f.(uint64)
+	return n
+}
+
+func (v *mviews) setLogFrom(id, next uint64) { v.from.Store(id, next) }
 
 // maintView is a maintained view as planned now.
 type maintView struct {
@@ -275,7 +287,8 @@ func (s *Server) maintainTable(ctx context.Context, tableID uint64, views []*mai
 		}
 	}
 	for {
-		entries, err := s.engine.ReadViewLog(tableID, maintBatch)
+		from := s.mviews.logFrom(tableID)
+		entries, next, err := s.engine.ReadViewLog(tableID, from, maintBatch)
 		if err != nil {
 			return err
 		}
@@ -328,6 +341,7 @@ func (s *Server) maintainTable(ctx context.Context, tableID uint64, views []*mai
 		}
 		if !work {
 			vb.Close()
+			s.mviews.setLogFrom(tableID, next)
 			return nil
 		}
 		if err := vb.Consumed(entries); err != nil {
@@ -339,6 +353,7 @@ func (s *Server) maintainTable(ctx context.Context, tableID uint64, views []*mai
 		if err != nil {
 			return err
 		}
+		s.mviews.setLogFrom(tableID, next)
 	}
 }
 
@@ -724,12 +739,16 @@ func newDeadlines(m *table.Meta, now int64) *deadlines {
 // consider returns the earlier of cur (0: none) and the next time after now
 // at which c's visibility may change: its native expiry, its passing one of
 // its family's max ages, the row deletion policy's column passing the
-// policy's interval. It may be early (a cell an intersection rule keeps),
+// policy's interval (each at the moment and a microsecond after). It may be early (a cell an intersection rule keeps),
 // never late.
 func (d *deadlines) consider(cur int64, c table.RawCell) int64 {
+	// Whether a cell goes at its time t or just after it, the row is
+	// looked at again at both.
 	take := func(t int64) {
-		if t += 1; t > d.now && (cur == 0 || t < cur) {
-			cur = t
+		for _, at := range [2]int64{t, t + 1} {
+			if at > d.now && (cur == 0 || at < cur) {
+				cur = at
+			}
 		}
 	}
 	if c.ExpireAt > 0 {

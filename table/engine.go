@@ -450,7 +450,9 @@ func (e *Engine) Tables(instance string) []*Meta {
 // ts is a commit timestamp already taken (from writeStamp; 0 for none),
 // which it ends.
 func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs []changestream.Record, ts int64) (func() error, error) {
-	if err := e.logViewRows(b, m, rows, nil); err != nil { // viewlog.go
+	logged, err := e.logViewRows(b, m, rows, nil) // viewlog.go
+	defer logged()
+	if err != nil {
 		if ts != 0 {
 			e.seq.end(ts)
 		}

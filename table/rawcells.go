@@ -152,7 +152,9 @@ func (e *Engine) RepairCell(m *Meta, c RawCell) (bool, error) {
 	if err := b.Set(k, storage.EncodeStamped(c.Value, c.ExpireAt, c.Stamp), nil); err != nil {
 		return false, err
 	}
-	if err := e.logViewRows(b, m, [][]byte{c.Row}, nil); err != nil { // viewlog.go
+	logged, err := e.logViewRows(b, m, [][]byte{c.Row}, nil) // viewlog.go
+	defer logged()
+	if err != nil {
 		return false, err
 	}
 	return true, e.commit(b)
@@ -177,7 +179,9 @@ func (e *Engine) DeleteRawCell(m *Meta, c RawCell) error {
 	if err := b.Delete(storage.CellKey(m.ID, c.Row, f.ID, c.Qualifier, c.Timestamp), nil); err != nil {
 		return err
 	}
-	if err := e.logViewRows(b, m, [][]byte{c.Row}, nil); err != nil { // viewlog.go
+	logged, err := e.logViewRows(b, m, [][]byte{c.Row}, nil) // viewlog.go
+	defer logged()
+	if err != nil {
 		return err
 	}
 	return e.commit(b)

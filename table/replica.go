@@ -417,7 +417,9 @@ func (e *Engine) ApplyReplicated(m *Meta, origin string, recs []changestream.Rec
 	if err := setCheckpoint(b, origin, m.ID, through); err != nil {
 		return st, err
 	}
-	if err := e.logViewRows(b, m, rows, nil); err != nil { // viewlog.go
+	logged, err := e.logViewRows(b, m, rows, nil) // viewlog.go
+	defer logged()
+	if err != nil {
 		return st, err
 	}
 	// Not synced: a batch lost in a crash takes its checkpoint with it, and

@@ -267,7 +267,9 @@ func (e *Engine) DeleteRows(ctx context.Context, m *Meta, keys [][]byte, still f
 	} else {
 		cur = m
 	}
-	if err := e.logViewDeleted(b, m, deleted); err != nil { // viewlog.go
+	logged, err := e.logViewDeleted(b, m, deleted) // viewlog.go
+	defer logged()
+	if err != nil {
 		return nil, err
 	}
 	if err := e.commitRecorded(b, cur, nil, recs, pebble.Sync, true); err != nil {

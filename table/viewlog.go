@@ -56,8 +56,13 @@ type viewLog struct {
 	err    error
 	mu     sync.Mutex // serialises changes to tables
 	tables atomic.Pointer[map[uint64]bool]
-	seq    atomic.Uint64
 	notify chan struct{}
+	// seqMu guards seq and inflight: the first sequence number of each
+	// commit still logging or committing, so a reader knows below which
+	// number every entry is committed (floor).
+	seqMu    sync.Mutex
+	seq      uint64
+	inflight map[uint64]int
 }
 
 func viewLogPrefix(tableID uint64) []byte {
@@ -91,8 +96,9 @@ func (e *Engine) viewLogLoad() error {
 			v.err = err
 			return
 		}
+		v.inflight = map[uint64]int{}
 		if it.Last() && len(it.Key()) == 17 {
-			v.seq.Store(binary.BigEndian.Uint64(it.Key()[9:]))
+			v.seq = binary.BigEndian.Uint64(it.Key()[9:])
 		}
 		v.err = it.Close()
 	})
@@ -159,8 +165,7 @@ func (e *Engine) SetViewLogged(tableID uint64, on bool) error {
 	return nil
 }
 
-// ViewLogNotify returns a channel that receives when entries were logged
-// (possibly just before their commit lands).
+// ViewLogNotify returns a channel that receives when a logged commit ends.
 func (e *Engine) ViewLogNotify() <-chan struct{} {
 	if e.viewLogLoad() != nil {
 		return nil
@@ -168,29 +173,81 @@ func (e *Engine) ViewLogNotify() <-chan struct{} {
 	return e.views.notify
 }
 
-// logView adds an entry to b, a change to a table, if the table is logged.
-func (e *Engine) logView(b *pebble.Batch, tableID uint64, kind byte, row []byte) error {
-	k := binary.BigEndian.AppendUint64(viewLogPrefix(tableID), e.views.seq.Add(1))
-	v := append([]byte{kind}, row...)
-	if err := b.Set(k, v, nil); err != nil {
-		return err
-	}
-	select {
-	case e.views.notify <- struct{}{}:
-	default:
-	}
-	return nil
+// viewLogger adds a commit's entries to its batch. end must be called once
+// the batch is committed, or will not be.
+type viewLogger struct {
+	e     *Engine
+	b     *pebble.Batch
+	id    uint64
+	first uint64
 }
 
-// logViewRows logs rows (nil: rows the commit cannot name; recs then name
-// them when they can) of a commit to m in b.
-func (e *Engine) logViewRows(b *pebble.Batch, m *Meta, rows [][]byte, recs []changestream.Record) error {
+func noLog() {}
+
+// logger starts logging a commit to table m in b; nil when m is not logged.
+func (e *Engine) logger(b *pebble.Batch, m *Meta) *viewLogger {
 	if !e.viewLogged(m.ID) {
 		return nil
 	}
+	return &viewLogger{e: e, b: b, id: m.ID}
+}
+
+func (l *viewLogger) add(kind byte, row []byte) error {
+	v := &l.e.views
+	v.seqMu.Lock()
+	v.seq++
+	seq := v.seq
+	if l.first == 0 {
+		l.first = seq
+		v.inflight[seq]++
+	}
+	v.seqMu.Unlock()
+	k := binary.BigEndian.AppendUint64(viewLogPrefix(l.id), seq)
+	return l.b.Set(k, append([]byte{kind}, row...), nil)
+}
+
+// end marks the commit done (committed or abandoned) and wakes the
+// maintainer.
+func (l *viewLogger) end() {
+	v := &l.e.views
+	if l.first == 0 {
+		return
+	}
+	v.seqMu.Lock()
+	if v.inflight[l.first]--; v.inflight[l.first] <= 0 {
+		delete(v.inflight, l.first)
+	}
+	v.seqMu.Unlock()
+	select {
+	case v.notify <- struct{}{}:
+	default:
+	}
+}
+
+// floor is a sequence number below which every entry logged is committed
+// (or never will be).
+func (e *Engine) viewLogFloor() uint64 {
+	v := &e.views
+	v.seqMu.Lock()
+	defer v.seqMu.Unlock()
+	f := v.seq + 1
+	for s := range v.inflight {
+		f = min(f, s)
+	}
+	return f
+}
+
+// logViewRows logs rows (nil: rows the commit cannot name; recs then name
+// them when they can) of a commit to m in b. Call the function it returns
+// once the batch is committed or abandoned.
+func (e *Engine) logViewRows(b *pebble.Batch, m *Meta, rows [][]byte, recs []changestream.Record) (func(), error) {
+	l := e.logger(b, m)
+	if l == nil {
+		return noLog, nil
+	}
 	if rows == nil {
 		if len(recs) == 0 {
-			return e.logView(b, m.ID, ViewLogUnknown, nil)
+			return l.end, l.add(ViewLogUnknown, nil)
 		}
 		for _, r := range recs {
 			rows = append(rows, r.RowKey)
@@ -202,44 +259,61 @@ func (e *Engine) logViewRows(b *pebble.Batch, m *Meta, rows [][]byte, recs []cha
 			continue
 		}
 		prev = r
-		if err := e.logView(b, m.ID, ViewLogRow, r); err != nil {
-			return err
+		if err := l.add(ViewLogRow, r); err != nil {
+			return l.end, err
 		}
 	}
-	return nil
+	return l.end, nil
 }
 
 // logViewDropped logs that rows starting with prefix (all: every row) went.
-func (e *Engine) logViewDropped(b *pebble.Batch, m *Meta, prefix []byte, all bool) error {
-	if !e.viewLogged(m.ID) {
-		return nil
+func (e *Engine) logViewDropped(b *pebble.Batch, m *Meta, prefix []byte, all bool) (func(), error) {
+	l := e.logger(b, m)
+	if l == nil {
+		return noLog, nil
 	}
 	if all {
 		prefix = nil
 	}
-	return e.logView(b, m.ID, ViewLogDropped, prefix)
+	return l.end, l.add(ViewLogDropped, prefix)
 }
 
-// ReadViewLog returns up to limit of a table's oldest view-log entries.
-func (e *Engine) ReadViewLog(tableID uint64, limit int) ([]ViewLogEntry, error) {
+// ReadViewLog returns up to limit of a table's entries from sequence number
+// from on, in order, and the number to read from next time once they are
+// consumed: past every entry returned, and not past an entry that may yet
+// commit. (Consumed entries leave deletion tombstones behind until a
+// compaction; starting past them keeps a read from walking them all.)
+func (e *Engine) ReadViewLog(tableID, from uint64, limit int) ([]ViewLogEntry, uint64, error) {
 	if err := e.enter(); err != nil {
-		return nil, err
+		return nil, from, err
 	}
 	defer e.leave()
-	it, err := e.store.NewIter(&pebble.IterOptions{LowerBound: viewLogPrefix(tableID), UpperBound: viewLogPrefix(tableID + 1)})
+	if err := e.viewLogLoad(); err != nil {
+		return nil, from, err
+	}
+	floor := e.viewLogFloor()
+	it, err := e.store.NewIter(&pebble.IterOptions{
+		LowerBound: binary.BigEndian.AppendUint64(viewLogPrefix(tableID), from),
+		UpperBound: viewLogPrefix(tableID + 1)})
 	if err != nil {
-		return nil, err
+		return nil, from, err
 	}
 	var out []ViewLogEntry
-	for ok := it.First(); ok && len(out) < limit; ok = it.Next() {
-		v := it.Value()
-		if len(v) == 0 {
+	next := max(from, floor)
+	for ok := it.First(); ok; ok = it.Next() {
+		k, v := it.Key(), it.Value()
+		if len(v) == 0 || len(k) != 17 {
 			it.Close()
-			return nil, fmt.Errorf("%w: empty view log entry", storage.ErrCorruptKey)
+			return nil, from, fmt.Errorf("%w: bad view log entry", storage.ErrCorruptKey)
 		}
-		out = append(out, ViewLogEntry{Kind: v[0], Row: bytes.Clone(v[1:]), key: bytes.Clone(it.Key())})
+		seq := binary.BigEndian.Uint64(k[9:])
+		if len(out) == limit {
+			next = min(next, seq)
+			break
+		}
+		out = append(out, ViewLogEntry{Kind: v[0], Row: bytes.Clone(v[1:]), key: bytes.Clone(k)})
 	}
-	return out, it.Close()
+	return out, next, it.Close()
 }
 
 // ViewBatch is an atomic change to view state (and the view-log entries it
@@ -373,16 +447,17 @@ func nextOrPrev(it *pebble.Iterator, reverse bool) bool {
 }
 
 // logViewDeleted logs the rows a row deletion policy deleted.
-func (e *Engine) logViewDeleted(b *pebble.Batch, m *Meta, deleted []DeletedRow) error {
-	if !e.viewLogged(m.ID) {
-		return nil
+func (e *Engine) logViewDeleted(b *pebble.Batch, m *Meta, deleted []DeletedRow) (func(), error) {
+	l := e.logger(b, m)
+	if l == nil {
+		return noLog, nil
 	}
 	for _, d := range deleted {
-		if err := e.logView(b, m.ID, ViewLogRow, d.Key); err != nil {
-			return err
+		if err := l.add(ViewLogRow, d.Key); err != nil {
+			return l.end, err
 		}
 	}
-	return nil
+	return l.end, nil
 }
 
 // ViewLogged says whether the table's writes are logged for its views.

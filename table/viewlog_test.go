@@ -37,7 +37,7 @@ func TestViewLog(t *testing.T) {
 	}
 	log := func() string {
 		t.Helper()
-		es, err := e.ReadViewLog(m.ID, 100)
+		es, _, err := e.ReadViewLog(m.ID, 0, 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +78,7 @@ func TestViewLog(t *testing.T) {
 	}
 
 	// Consuming two entries with some state deletes just them.
-	es, err := e.ReadViewLog(m.ID, 2)
+	es, next, err := e.ReadViewLog(m.ID, 0, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,6 +99,11 @@ func TestViewLog(t *testing.T) {
 	vb.Close()
 	if got, want := log(), "1:c 1:sys 2:pre 2:"; got != want {
 		t.Fatalf("after consuming two: %q, want %q", got, want)
+	}
+	// Reading on from where the first read said gives the rest.
+	rest, _, err := e.ReadViewLog(m.ID, next, 100)
+	if err != nil || len(rest) != 4 || string(rest[0].Row) != "c" {
+		t.Fatalf("reading on from %d: %v, %v", next, rest, err)
 	}
 
 	// A restart keeps the log, the state and the table's logging.
