@@ -1,77 +1,109 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"github.com/ebbtable/ebbtable/cell"
-	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/gcrule"
 	"github.com/ebbtable/ebbtable/rowttl"
 	"github.com/ebbtable/ebbtable/sqlquery"
 	"github.com/ebbtable/ebbtable/table"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // Incremental maintenance of materialized views (docs/sql.md, "Materialized
-// views"). A view over a table with a change stream keeps, per source row,
-// the view rows (groups, by the view's _key) it feeds and the next time its
-// visible cells may change by time alone (its deadline: a native expiry, a
-// max-age rule, the row deletion policy); per group, the source rows that
-// feed it and its output rows. Catching up (before every read) consumes the
-// table's change records since the checkpoint and the rows whose deadline
-// has come, re-runs the view's query over each such row to learn its new
-// groups, and recomputes every group it left or joined from that group's
-// source rows only. Any schema change of the table, a change of the view's
-// query, or a checkpoint older than the stream's retention rebuilds the view.
-// The state lives in memory: the first read after a start rebuilds it.
+// views"). A view whose query groups one table (sqlquery.Incremental) is
+// kept in the engine, in its own state space (table.ViewSpace):
+//
+//	'V'              the state's header (query, table, schema it was built for)
+//	'C' row          what the row contributes (its group, its aggregates' inputs)
+//	'E' row          the row's deadline: when what a reader sees of it may
+//	                 next change by time alone (native expiry, a max-age
+//	                 rule, the row deletion policy)
+//	'D' due row      the deadlines, by due time
+//	'O' esc(_key) g  group g's output row, under its _key
+//	'G' 'M' 'U' 'L'  the groups' aggregate state (package sqlquery)
+//
+// The engine logs every row a commit changes in a table with such a view
+// (table/viewlog.go), whatever changed it: a write, a deletion, the
+// collector, a row deletion policy, DropRowRange. The maintainer consumes
+// the log — in the background as writes arrive, and before every read of
+// the view — together with the rows whose deadline has come: it reads each
+// such row once, takes its old contribution out of its group and puts the
+// new one in, recomputes the output of the groups touched, and commits the
+// new state with the log entries' deletion in one batch. A change costs the
+// row's read and the aggregates it touches, not its group's size. A schema
+// change of the table, a log the state cannot trust, or a new view builds
+// the state from one scan of the table.
 
-type mviewState struct {
-	mu       sync.Mutex
-	query    string
-	schema   string // the table's Meta as JSON when built
-	tableID  uint64
-	lower    []byte // where the next change read starts
-	cp       int64  // the commit time (micros) lower starts at or after
-	built    bool
-	rowGroup map[string][]string           // source row → group keys it feeds
-	deadline map[string]int64              // source row → next time-driven change (micros)
-	members  map[string]map[string]bool    // group key → source rows
-	out      map[string][][]sqlquery.Value // group key → its output rows
-}
+// viewStateVersion is the layout above; another rebuilds the state.
+const viewStateVersion = 1
+
+// maintBatch is how many log entries (and due rows) one batch consumes.
+const maintBatch = 512
+
+// maintPoll is how often the background maintainer looks for work without
+// being told of it (deadlines passing; a notice that came before its
+// commit).
+const maintPoll = time.Second
 
 type mviews struct {
-	mu sync.Mutex
-	m  map[string]*mviewState // instance/view → state
+	mu    sync.Mutex
+	locks map[uint64]*sync.Mutex // per table: one maintainer at a time
+	// gen counts view creations and deletions: the index is rebuilt when
+	// it moved.
+	gen      atomic.Int64
+	index    map[uint64][]*maintView
+	indexGen int64
+	indexed  bool
+
 	// baseRows counts base-table rows the view code read (queries and raw
 	// cells): tests see that a read of a maintained view reads none.
 	baseRows atomic.Int64
+
+	stop, done chan struct{}
+	stopOnce   sync.Once
+
+	// from is, per table, the view-log sequence number to read from next
+	// (table.ReadViewLog); kept under the table's lock.
+	from sync.Map
 }
 
-func (v *mviews) state(key string) *mviewState {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.m == nil {
-		v.m = map[string]*mviewState{}
-	}
-	st := v.m[key]
-	if st == nil {
-		st = &mviewState{}
-		v.m[key] = st
-	}
-	return st
+func (v *mviews) logFrom(id uint64) uint64 {
+	f, _ := v.from.Load(id)
+	n, _ := f.(uint64)
+	return n
 }
 
-// drop forgets a deleted view's state.
-func (v *mviews) drop(key string) {
-	v.mu.Lock()
-	delete(v.m, key)
-	v.mu.Unlock()
+func (v *mviews) setLogFrom(id, next uint64) { v.from.Store(id, next) }
+
+// maintView is a maintained view as planned now.
+type maintView struct {
+	inst, id, query string
+	meta            *table.Meta
+	plan            *sqlquery.Plan
+	ic              *sqlquery.Incremental
+	keyAt           int
+	space           []byte
+}
+
+type viewHeader struct {
+	Version int    `json:"version"`
+	Query   string `json:"query"`
+	TableID uint64 `json:"table_id"`
+	Schema  string `json:"schema"`
 }
 
 // countingCatalog counts the rows the view's queries read.
@@ -87,203 +119,609 @@ func (c countingCatalog) ReadRows(ctx context.Context, name string, req table.Re
 	})
 }
 
-// maintainable reports whether plan over m can be maintained: it reads the
-// table directly, the table has a change stream and no interleaving, and
-// the query does not depend on the time it runs at.
-func maintainable(plan *sqlquery.Plan, m *table.Meta, query string) bool {
-	return plan.Direct() && m.ChangeStream != nil && len(m.InterleaveSeparator) == 0 &&
-		!strings.Contains(strings.ToUpper(query), "CURRENT_")
+// start runs the background maintainer until stopMaint.
+func (v *mviews) start(s *Server) {
+	v.stop, v.done = make(chan struct{}), make(chan struct{})
+	notify := s.engine.ViewLogNotify()
+	go func() {
+		defer close(v.done)
+		t := time.NewTicker(maintPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-v.stop:
+				return
+			case <-notify:
+			case <-t.C:
+			}
+			if err := s.maintainAll(context.Background()); err != nil && !errors.Is(err, table.ErrClosed) {
+				s.log.Warn("materialized view maintenance failed", "err", err)
+			}
+		}
+	}()
 }
 
-// maintainedRows brings the view up to now and calls fn with its output
-// rows in no particular order. ok is false when the view is not
-// maintainable; the caller then computes it.
-func (s *Server) maintainedRows(ctx context.Context, inst, id, query string, plan *sqlquery.Plan, keyAt int, fn func([]sqlquery.Value) error) (ok bool, err error) {
-	if len(plan.Tables) != 1 {
-		return false, nil
+// stopMaint stops the background maintainer and waits for it.
+func (v *mviews) stopMaint() {
+	if v.stop == nil {
+		return
+	}
+	v.stopOnce.Do(func() { close(v.stop) })
+	<-v.done
+}
+
+func (v *mviews) tableLock(id uint64) *sync.Mutex {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.locks == nil {
+		v.locks = map[uint64]*sync.Mutex{}
+	}
+	l := v.locks[id]
+	if l == nil {
+		l = &sync.Mutex{}
+		v.locks[id] = l
+	}
+	return l
+}
+
+// changed tells the maintainer that views were created or deleted.
+func (v *mviews) changed() { v.gen.Add(1) }
+
+// maintainable reports whether plan over m is maintained incrementally: it
+// groups the table directly, the table is not interleaved, and the query
+// does not depend on the time it runs at.
+func maintainable(plan *sqlquery.Plan, m *table.Meta, query string) (*sqlquery.Incremental, bool) {
+	if len(m.InterleaveSeparator) != 0 || strings.Contains(strings.ToUpper(query), "CURRENT_") {
+		return nil, false
+	}
+	ic, err := plan.Incremental()
+	return ic, err == nil
+}
+
+// planMaint plans a view for maintenance; nil when it is not maintained.
+func (s *Server) planMaint(inst, id, query string) *maintView {
+	plan, err := sqlquery.Prepare(s.catalog(inst), query, nil)
+	if err != nil || len(plan.Tables) != 1 {
+		return nil
 	}
 	m, err := s.engine.Table(inst, plan.Tables[0])
-	if err != nil || !maintainable(plan, m, query) {
-		return false, nil
-	}
-	schema, err := json.Marshal(m)
 	if err != nil {
-		return false, err
+		return nil
 	}
-	st := s.mviews.state(inst + "/" + id)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	now := s.opts.Clock.Now()
-	nowMicros := clock.Micros(now)
-	cat := countingCatalog{s.catalog(inst), &s.mviews.baseRows}
-	if !st.built || st.query != query || st.schema != string(schema) || st.tableID != m.ID || st.stale(m, nowMicros) {
-		if err := st.rebuild(ctx, s, cat, m, plan, keyAt, now, query, string(schema)); err != nil {
-			return false, err
+	ic, ok := maintainable(plan, m, query)
+	if !ok {
+		return nil
+	}
+	keyAt := -1
+	for i, c := range plan.Columns {
+		if c.Name == "_key" && c.Type.Kind == sqlquery.KindBytes {
+			keyAt = i
 		}
-	} else if err := st.catchUp(ctx, s, cat, m, plan, keyAt, now); err != nil {
-		return false, err
 	}
-	for _, rows := range st.out {
-		for _, r := range rows {
-			if err := fn(r); err != nil {
-				return true, err
+	if keyAt < 0 {
+		return nil
+	}
+	return &maintView{inst: inst, id: id, query: query, meta: m, plan: plan, ic: ic, keyAt: keyAt, space: table.ViewSpace(inst + "/" + id)}
+}
+
+// views returns the maintained views by table, planned against the tables
+// as they are now (a table whose schema changed is planned again).
+func (s *Server) maintIndex() (map[uint64][]*maintView, error) {
+	v := &s.mviews
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	gen := v.gen.Load()
+	fresh := v.indexed && v.indexGen == gen
+	if fresh {
+		for _, vs := range v.index {
+			for _, mv := range vs {
+				if m, err := s.engine.Table(mv.inst, mv.meta.Name); err != nil || m != mv.meta {
+					fresh = false
+				}
 			}
 		}
 	}
-	return true, nil
+	if fresh {
+		return v.index, nil
+	}
+	index := map[uint64][]*maintView{}
+	err := s.engine.InstanceMeta(kindMaterializedView, "", func(inst, name string, b []byte) error {
+		mv := &adminpb.MaterializedView{}
+		if err := protojson.Unmarshal(b, mv); err != nil {
+			return err
+		}
+		if p := s.planMaint(inst, name, mv.GetQuery()); p != nil {
+			index[p.meta.ID] = append(index[p.meta.ID], p)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	v.index, v.indexGen, v.indexed = index, gen, true
+	return index, nil
 }
 
-// stale reports whether records the view has not read may have been
-// trimmed: its checkpoint is older than the stream keeps.
-func (st *mviewState) stale(m *table.Meta, now int64) bool {
-	return st.cp < now-m.ChangeStream.Retention.Microseconds()+time.Minute.Microseconds()
+// maintainAll brings every maintained view up to now.
+func (s *Server) maintainAll(ctx context.Context) error {
+	index, err := s.maintIndex()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for id, views := range index {
+		errs = append(errs, s.maintainTable(ctx, id, views))
+	}
+	return errors.Join(errs...)
 }
 
-// rebuild computes the view from scratch: every stored row is dirty.
-func (st *mviewState) rebuild(ctx context.Context, s *Server, cat sqlquery.Catalog, m *table.Meta, plan *sqlquery.Plan, keyAt int, now time.Time, query, schema string) error {
-	st.query, st.schema, st.tableID, st.built = query, schema, m.ID, false
-	st.rowGroup, st.deadline = map[string][]string{}, map[string]int64{}
-	st.members, st.out = map[string]map[string]bool{}, map[string][][]sqlquery.Value{}
-	// Records after the closed timestamp taken first are read again by the
-	// next catch-up; re-reading a row is idempotent.
-	closed := s.engine.ClosedTimestamp()
-	st.lower, st.cp = changestream.TimeKey(m.ID, closed+1), closed+1
-	var rows []string
-	err := s.engine.RawCells(m, nil, nil, func(c table.RawCell) error {
+// maintainTable builds what needs building and consumes the table's log and
+// due deadlines, under the table's maintenance lock.
+func (s *Server) maintainTable(ctx context.Context, tableID uint64, views []*maintView) error {
+	l := s.mviews.tableLock(tableID)
+	l.Lock()
+	defer l.Unlock()
+	if len(views) == 0 {
+		return nil
+	}
+	m := views[0].meta
+	if !s.engine.ViewLogged(tableID) {
+		if err := s.engine.SetViewLogged(tableID, true); err != nil {
+			return err
+		}
+		for _, mv := range views {
+			if err := s.rebuildView(ctx, mv); err != nil {
+				return err
+			}
+		}
+	}
+	for _, mv := range views {
+		ok, err := s.viewCurrent(mv)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			if err := s.rebuildView(ctx, mv); err != nil {
+				return err
+			}
+		}
+	}
+	for {
+		from := s.mviews.logFrom(tableID)
+		entries, next, err := s.engine.ReadViewLog(tableID, from, maintBatch)
+		if err != nil {
+			return err
+		}
+		now := s.opts.Clock.Now()
+		var rows [][]byte
+		var dropped [][]byte
+		unknown := false
+		for _, en := range entries {
+			switch en.Kind {
+			case table.ViewLogRow:
+				rows = append(rows, en.Row)
+			case table.ViewLogDropped:
+				dropped = append(dropped, en.Row)
+			default:
+				unknown = true
+			}
+		}
+		if unknown {
+			for _, mv := range views {
+				if err := s.rebuildView(ctx, mv); err != nil {
+					return err
+				}
+			}
+			rows, dropped = nil, nil
+		}
+		vb := s.engine.NewViewBatch()
+		work := len(entries) > 0
+		for _, mv := range views {
+			st := viewStore{vb: vb, space: mv.space}
+			dirty := slices.Clone(rows)
+			for _, p := range dropped {
+				if err := st.Scan(append([]byte{'C'}, p...), prefixEndOf('C', p), false, func(k, _ []byte) (bool, error) {
+					dirty = append(dirty, bytes.Clone(k[1:]))
+					return true, nil
+				}); err != nil {
+					vb.Close()
+					return err
+				}
+			}
+			due, err := st.dueRows(clock.Micros(now), maintBatch)
+			if err != nil {
+				vb.Close()
+				return err
+			}
+			work = work || len(due) > 0
+			if err := s.updateRows(ctx, mv, m, st, now, append(dirty, due...)); err != nil {
+				vb.Close()
+				return err
+			}
+		}
+		if !work {
+			vb.Close()
+			s.mviews.setLogFrom(tableID, next)
+			return nil
+		}
+		if err := vb.Consumed(entries); err != nil {
+			vb.Close()
+			return err
+		}
+		err = vb.Commit()
+		vb.Close()
+		if err != nil {
+			return err
+		}
+		s.mviews.setLogFrom(tableID, next)
+	}
+}
+
+func prefixEndOf(tag byte, p []byte) []byte {
+	if end := prefixEnd(append([]byte{tag}, p...)); end != nil {
+		return end
+	}
+	return []byte{tag + 1}
+}
+
+func (mv *maintView) header() (viewHeader, error) {
+	schema, err := json.Marshal(mv.meta)
+	return viewHeader{Version: viewStateVersion, Query: mv.query, TableID: mv.meta.ID, Schema: string(schema)}, err
+}
+
+// viewCurrent reports whether the view's stored state was built for its
+// query over the table as it is.
+func (s *Server) viewCurrent(mv *maintView) (bool, error) {
+	want, err := mv.header()
+	if err != nil {
+		return false, err
+	}
+	var got []byte
+	err = s.engine.ScanViewState(mv.space, []byte{'V'}, []byte{'W'}, false, func(_, v []byte) (bool, error) {
+		got = bytes.Clone(v)
+		return false, nil
+	})
+	if err != nil || got == nil {
+		return false, err
+	}
+	var h viewHeader
+	if json.Unmarshal(got, &h) != nil {
+		return false, nil
+	}
+	return h == want, nil
+}
+
+// rebuildView computes a view's state from one scan of its table: the
+// deadlines from the stored cells, then every row's contribution. It
+// commits as it goes; the table's log, on since before it started, names
+// every row changed meanwhile.
+func (s *Server) rebuildView(ctx context.Context, mv *maintView) error {
+	vb := s.engine.NewViewBatch()
+	defer func() { vb.Close() }()
+	if err := vb.DeleteSpace(mv.space); err != nil {
+		return err
+	}
+	flush := func() error {
+		if vb.Len() < 1<<20 {
+			return nil
+		}
+		if err := vb.Commit(); err != nil {
+			return err
+		}
+		vb.Close()
+		vb = s.engine.NewViewBatch()
+		return nil
+	}
+	now := s.opts.Clock.Now()
+	nowMicros := clock.Micros(now)
+	dl := newDeadlines(mv.meta, nowMicros)
+	var row []byte
+	var d int64
+	put := func() error {
+		if row != nil && d > 0 {
+			st := viewStore{vb: vb, space: mv.space}
+			if err := st.setDeadline(row, 0, d); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	err := s.engine.RawCells(mv.meta, nil, nil, func(c table.RawCell) error {
 		s.mviews.baseRows.Add(1)
-		if n := len(rows); n == 0 || rows[n-1] != string(c.Row) {
-			rows = append(rows, string(c.Row))
+		if !bytes.Equal(c.Row, row) {
+			if err := put(); err != nil {
+				return err
+			}
+			if err := flush(); err != nil {
+				return err
+			}
+			row, d = bytes.Clone(c.Row), 0
+		}
+		d = dl.consider(d, c)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := put(); err != nil {
+		return err
+	}
+	cat := countingCatalog{s.catalog(mv.inst), &s.mviews.baseRows}
+	var pending []*rowChange
+	apply := func() error {
+		st := viewStore{vb: vb, space: mv.space}
+		if err := s.applyChanges(ctx, mv, st, now, pending); err != nil {
+			return err
+		}
+		pending = pending[:0]
+		return flush()
+	}
+	err = mv.ic.Contributions(ctx, cat, now, nil, func(r []byte, c *sqlquery.Contribution) error {
+		if c == nil {
+			return nil
+		}
+		pending = append(pending, &rowChange{row: bytes.Clone(r), new: c})
+		if len(pending) >= maintBatch {
+			return apply()
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	if err := st.update(ctx, s, cat, m, plan, keyAt, now, rows); err != nil {
+	if err := apply(); err != nil {
 		return err
 	}
-	st.built = true
+	if mv.ic.Global() {
+		// The one group exists, and is output, even over no rows.
+		st := viewStore{vb: vb, space: mv.space}
+		if err := s.applyChanges(ctx, mv, st, now, []*rowChange{{global: true}}); err != nil {
+			return err
+		}
+	}
+	h, err := mv.header()
+	if err != nil {
+		return err
+	}
+	hb, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	if err := vb.Set(mv.space, []byte{'V'}, hb); err != nil {
+		return err
+	}
+	return vb.Commit()
+}
+
+// rowChange is one row's move from its old contribution to its new one.
+type rowChange struct {
+	row      []byte
+	old, new *sqlquery.Contribution
+	global   bool // touch the global group, changing nothing
+}
+
+// updateRows brings the given rows of the view up to now: their deadlines
+// and contributions.
+func (s *Server) updateRows(ctx context.Context, mv *maintView, m *table.Meta, st viewStore, now time.Time, rows [][]byte) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	slices.SortFunc(rows, bytes.Compare)
+	rows = slices.CompactFunc(rows, bytes.Equal)
+	nowMicros := clock.Micros(now)
+	dl := newDeadlines(mv.meta, nowMicros)
+	for _, r := range rows {
+		var d int64
+		if err := s.engine.RawCells(mv.meta, r, append(bytes.Clone(r), 0), func(c table.RawCell) error {
+			s.mviews.baseRows.Add(1)
+			d = dl.consider(d, c)
+			return nil
+		}); err != nil {
+			return err
+		}
+		old, err := st.deadline(r)
+		if err != nil {
+			return err
+		}
+		if err := st.setDeadline(r, old, d); err != nil {
+			return err
+		}
+	}
+	news := map[string]*sqlquery.Contribution{}
+	cat := countingCatalog{s.catalog(mv.inst), &s.mviews.baseRows}
+	if err := mv.ic.Contributions(ctx, cat, now, rows, func(r []byte, c *sqlquery.Contribution) error {
+		news[string(r)] = c
+		return nil
+	}); err != nil {
+		return err
+	}
+	changes := make([]*rowChange, 0, len(rows))
+	for _, r := range rows {
+		ob, _, err := st.Get(append([]byte{'C'}, r...))
+		if err != nil {
+			return err
+		}
+		nc := news[string(r)]
+		if bytes.Equal(ob, sqlquery.EncodeContribution(nc)) {
+			continue
+		}
+		oc, err := sqlquery.DecodeContribution(ob)
+		if err != nil {
+			return err
+		}
+		changes = append(changes, &rowChange{row: r, old: oc, new: nc})
+	}
+	return s.applyChanges(ctx, mv, st, now, changes)
+}
+
+// applyChanges moves rows' contributions between groups and rewrites the
+// touched groups' outputs.
+func (s *Server) applyChanges(ctx context.Context, mv *maintView, st viewStore, now time.Time, changes []*rowChange) error {
+	groups := map[string]*sqlquery.GroupState{}
+	var order []string
+	load := func(gid []byte) (*sqlquery.GroupState, error) {
+		if g, ok := groups[string(gid)]; ok {
+			return g, nil
+		}
+		g, err := sqlquery.LoadGroup(st, gid)
+		if err != nil {
+			return nil, err
+		}
+		groups[string(gid)] = g
+		order = append(order, string(gid))
+		return g, nil
+	}
+	for _, ch := range changes {
+		if ch.global {
+			if _, err := load(nil); err != nil {
+				return err
+			}
+			if groups[""] == nil {
+				groups[""] = &sqlquery.GroupState{}
+			}
+			continue
+		}
+		for _, step := range []struct {
+			c    *sqlquery.Contribution
+			sign int64
+		}{{ch.old, -1}, {ch.new, +1}} {
+			if step.c == nil {
+				continue
+			}
+			g, err := load(step.c.Group)
+			if err != nil {
+				return err
+			}
+			if g, err = mv.ic.Apply(st, ch.row, step.c, step.sign, g); err != nil {
+				return err
+			}
+			groups[string(step.c.Group)] = g
+		}
+		k := append([]byte{'C'}, ch.row...)
+		if ch.new == nil {
+			if err := st.Delete(k); err != nil {
+				return err
+			}
+		} else if err := st.Set(k, sqlquery.EncodeContribution(ch.new)); err != nil {
+			return err
+		}
+	}
+	for _, gid := range order {
+		g := groups[gid]
+		if g == nil {
+			continue
+		}
+		if g.HasOut {
+			if err := st.Delete(outKey(g.Out, []byte(gid))); err != nil {
+				return err
+			}
+			g.Out, g.HasOut = nil, false
+		}
+		if g.N > 0 || mv.ic.Global() {
+			var val []byte
+			vals, err := mv.ic.Output(ctx, st, []byte(gid), g, now)
+			if err != nil {
+				val = append([]byte{1}, err.Error()...)
+				g.Out, g.HasOut = nil, true
+			} else if k, ok := vals[mv.keyAt].([]byte); ok {
+				val = sqlquery.EncodeValue([]byte{0}, sqlquery.Struct(vals))
+				g.Out, g.HasOut = k, true
+			}
+			if g.HasOut {
+				if err := st.Set(outKey(g.Out, []byte(gid)), val); err != nil {
+					return err
+				}
+			}
+		}
+		if err := mv.ic.SaveGroup(st, []byte(gid), g); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// catchUp applies the change records since the checkpoint and the rows
-// whose deadline has passed.
-func (st *mviewState) catchUp(ctx context.Context, s *Server, cat sqlquery.Catalog, m *table.Meta, plan *sqlquery.Plan, keyAt int, now time.Time) error {
-	dirty := map[string]bool{}
-	for {
-		b, err := s.engine.ReadChanges(m, st.lower, 1000)
-		if err != nil {
-			return err
-		}
-		for _, r := range b.Records {
-			dirty[string(r.RowKey)] = true
-		}
-		if b.Full && len(b.Records) > 0 {
-			last := b.Records[len(b.Records)-1].Position
-			st.lower, st.cp = changestream.After(m.ID, last), last.Commit
+// outKey is 'O' · esc(_key) · group: outputs sort by _key.
+func outKey(key, gid []byte) []byte {
+	k := []byte{'O'}
+	for _, c := range key {
+		if c == 0 {
+			k = append(k, 0, 0xFF)
 			continue
 		}
-		st.lower, st.cp = changestream.TimeKey(m.ID, b.Closed+1), b.Closed+1
-		break
+		k = append(k, c)
 	}
-	nowMicros := clock.Micros(now)
-	for row, d := range st.deadline {
-		if d <= nowMicros {
-			dirty[row] = true
-		}
-	}
-	if len(dirty) == 0 {
-		return nil
-	}
-	rows := make([]string, 0, len(dirty))
-	for r := range dirty {
-		rows = append(rows, r)
-	}
-	slices.Sort(rows)
-	return st.update(ctx, s, cat, m, plan, keyAt, now, rows)
+	k = append(k, 0, 1)
+	return append(k, gid...)
 }
 
-// update re-derives the groups and deadlines of the given source rows and
-// recomputes every group one of them left or joined.
-func (st *mviewState) update(ctx context.Context, s *Server, cat sqlquery.Catalog, m *table.Meta, plan *sqlquery.Plan, keyAt int, now time.Time, rows []string) error {
-	nowMicros := clock.Micros(now)
-	affected := map[string]bool{}
-	for _, row := range rows {
-		for _, g := range st.rowGroup[row] {
-			affected[g] = true
-			delete(st.members[g], row)
-		}
-		delete(st.rowGroup, row)
-		delete(st.deadline, row)
-		var groups []string
-		err := plan.RunOver(ctx, cat, nil, now, [][]byte{[]byte(row)}, func(vals []sqlquery.Value) error {
-			k, _ := vals[keyAt].([]byte)
-			if k != nil && !slices.Contains(groups, string(k)) {
-				groups = append(groups, string(k))
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, g := range groups {
-			affected[g] = true
-			if st.members[g] == nil {
-				st.members[g] = map[string]bool{}
-			}
-			st.members[g][row] = true
-		}
-		if len(groups) > 0 {
-			st.rowGroup[row] = groups
-		}
-		d, err := rowDeadline(s, m, []byte(row), nowMicros)
-		if err != nil {
-			return err
-		}
-		if d > 0 {
-			st.deadline[row] = d
-		}
+// viewStore is a view's state space through a view batch.
+type viewStore struct {
+	vb    *table.ViewBatch
+	space []byte
+}
+
+func (v viewStore) Get(k []byte) ([]byte, bool, error) { return v.vb.Get(v.space, k) }
+func (v viewStore) Set(k, val []byte) error            { return v.vb.Set(v.space, k, val) }
+func (v viewStore) Delete(k []byte) error              { return v.vb.Delete(v.space, k) }
+func (v viewStore) Scan(lo, hi []byte, reverse bool, fn func(k, v []byte) (bool, error)) error {
+	return v.vb.Scan(v.space, lo, hi, reverse, fn)
+}
+
+func (v viewStore) deadline(row []byte) (int64, error) {
+	b, ok, err := v.Get(append([]byte{'E'}, row...))
+	if err != nil || !ok || len(b) != 8 {
+		return 0, err
 	}
-	// Recompute the affected groups from their own source rows.
-	srcSet := map[string]bool{}
-	for g := range affected {
-		delete(st.out, g)
-		for r := range st.members[g] {
-			srcSet[r] = true
-		}
-		if len(st.members[g]) == 0 {
-			delete(st.members, g)
-		}
-	}
-	if len(srcSet) == 0 {
+	return int64(binary.BigEndian.Uint64(b)), nil
+}
+
+func dueKey(d int64, row []byte) []byte {
+	return append(binary.BigEndian.AppendUint64([]byte{'D'}, uint64(d)), row...)
+}
+
+// setDeadline moves row's deadline from old to d (0: none).
+func (v viewStore) setDeadline(row []byte, old, d int64) error {
+	if old == d {
 		return nil
 	}
-	src := make([][]byte, 0, len(srcSet))
-	for r := range srcSet {
-		src = append(src, []byte(r))
-	}
-	slices.SortFunc(src, func(a, b []byte) int { return strings.Compare(string(a), string(b)) })
-	return plan.RunOver(ctx, cat, nil, now, src, func(vals []sqlquery.Value) error {
-		k, _ := vals[keyAt].([]byte)
-		if k != nil && affected[string(k)] {
-			st.out[string(k)] = append(st.out[string(k)], slices.Clone(vals))
+	if old > 0 {
+		if err := v.Delete(dueKey(old, row)); err != nil {
+			return err
 		}
-		return nil
+	}
+	if d == 0 {
+		return v.Delete(append([]byte{'E'}, row...))
+	}
+	if err := v.Set(dueKey(d, row), nil); err != nil {
+		return err
+	}
+	return v.Set(append([]byte{'E'}, row...), binary.BigEndian.AppendUint64(nil, uint64(d)))
+}
+
+// dueRows lists up to limit rows whose deadline is at or before now.
+func (v viewStore) dueRows(now int64, limit int) ([][]byte, error) {
+	var rows [][]byte
+	err := v.Scan([]byte{'D'}, binary.BigEndian.AppendUint64([]byte{'D'}, uint64(now+1)), false, func(k, _ []byte) (bool, error) {
+		rows = append(rows, bytes.Clone(k[9:]))
+		return len(rows) < limit, nil
 	})
+	return rows, err
 }
 
-// rowDeadline is the earliest time after now (micros) at which what a
-// reader sees of row may change by time alone, 0 if never: a stored cell's
-// native expiry, a cell passing one of its family's max ages, the row
-// deletion policy's column value passing the policy's interval. It may be
-// early (a cell an intersection rule keeps), never late.
-func rowDeadline(s *Server, m *table.Meta, row []byte, now int64) (int64, error) {
-	ages := map[string][]int64{}
+// deadlines computes a row's next time-driven change from its stored cells.
+type deadlines struct {
+	now  int64
+	ages map[string][]int64
+	pol  *rowttl.Policy
+}
+
+func newDeadlines(m *table.Meta, now int64) *deadlines {
+	d := &deadlines{now: now, ages: map[string][]int64{}}
 	for _, f := range m.Families {
 		var walk func(r gcrule.Rule)
 		walk = func(r gcrule.Rule) {
 			if r.Kind() == gcrule.KindMaxAge {
-				ages[f.Name] = append(ages[f.Name], r.Age().Microseconds())
+				d.ages[f.Name] = append(d.ages[f.Name], r.Age().Microseconds())
 			}
 			for _, c := range r.Children() {
 				walk(c)
@@ -291,31 +729,116 @@ func rowDeadline(s *Server, m *table.Meta, row []byte, now int64) (int64, error)
 		}
 		walk(f.GC)
 	}
-	var pol *rowttl.Policy
 	if m.RowPolicy != nil {
 		p := rowttl.FromTable(*m.RowPolicy)
-		pol = &p
+		d.pol = &p
 	}
-	var d int64
-	consider := func(t int64) {
-		if t += 1; t > now && (d == 0 || t < d) {
-			d = t
-		}
-	}
-	err := s.engine.RawCells(m, row, append(slices.Clone(row), 0), func(c table.RawCell) error {
-		s.mviews.baseRows.Add(1)
-		if c.ExpireAt > 0 {
-			consider(c.ExpireAt)
-		}
-		for _, a := range ages[c.Family] {
-			consider(c.Timestamp + a)
-		}
-		if pol != nil && c.Family == pol.Family && string(c.Qualifier) == string(pol.Qualifier) {
-			if ts, ok := rowttl.ParseTimestamp(c.Value); ok {
-				consider(ts + pol.Days*24*time.Hour.Microseconds())
+	return d
+}
+
+// consider returns the earlier of cur (0: none) and the next time after now
+// at which c's visibility may change: its native expiry, its passing one of
+// its family's max ages, the row deletion policy's column passing the
+// policy's interval (each at the moment and a microsecond after). It may be early (a cell an intersection rule keeps),
+// never late.
+func (d *deadlines) consider(cur int64, c table.RawCell) int64 {
+	// Whether a cell goes at its time t or just after it, the row is
+	// looked at again at both.
+	take := func(t int64) {
+		for _, at := range [2]int64{t, t + 1} {
+			if at > d.now && (cur == 0 || at < cur) {
+				cur = at
 			}
 		}
-		return nil
-	})
-	return d, err
+	}
+	if c.ExpireAt > 0 {
+		take(c.ExpireAt)
+	}
+	for _, a := range d.ages[c.Family] {
+		take(c.Timestamp + a)
+	}
+	if d.pol != nil && c.Family == d.pol.Family && string(c.Qualifier) == string(d.pol.Qualifier) {
+		if ts, ok := rowttl.ParseTimestamp(c.Value); ok {
+			take(ts + d.pol.Days*24*time.Hour.Microseconds())
+		}
+	}
+	return cur
+}
+
+// maintainedRows brings the view up to now and calls fn with its output
+// rows in _key order (those of keys only, when keys is not empty). ok is
+// false when the view is not maintained; the caller then computes it.
+func (s *Server) maintainedRows(ctx context.Context, inst, id string, keys [][]byte, fn func([]sqlquery.Value) error) (ok bool, err error) {
+	index, err := s.maintIndex()
+	if err != nil {
+		return false, err
+	}
+	var mv *maintView
+	for _, vs := range index {
+		for _, v := range vs {
+			if v.inst == inst && v.id == id {
+				mv = v
+			}
+		}
+	}
+	if mv == nil {
+		return false, nil
+	}
+	if err := s.maintainTable(ctx, mv.meta.ID, index[mv.meta.ID]); err != nil {
+		return false, err
+	}
+	emit := func(_, v []byte) (bool, error) {
+		if len(v) == 0 {
+			return false, fmt.Errorf("ebbtable: corrupt materialized view row")
+		}
+		if v[0] == 1 {
+			return false, fmt.Errorf("%w: %s", sqlquery.ErrInvalid, v[1:])
+		}
+		x, _, err := sqlquery.DecodeValue(v[1:])
+		if err != nil {
+			return false, err
+		}
+		vals, _ := x.(sqlquery.Struct)
+		return true, fn(vals)
+	}
+	if len(keys) == 0 {
+		return true, s.engine.ScanViewState(mv.space, []byte{'O'}, []byte{'P'}, false, emit)
+	}
+	for _, k := range keys {
+		p := outKey(k, nil)
+		if err := s.engine.ScanViewState(mv.space, p, prefixEnd(p), false, emit); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
+}
+
+// dropView deletes a deleted view's state, and stops the log of a table no
+// other maintained view reads.
+func (s *Server) dropView(inst, id string) error {
+	s.mviews.changed()
+	vb := s.engine.NewViewBatch()
+	defer vb.Close()
+	if err := vb.DeleteSpace(table.ViewSpace(inst + "/" + id)); err != nil {
+		return err
+	}
+	if err := vb.Commit(); err != nil {
+		return err
+	}
+	index, err := s.maintIndex()
+	if err != nil {
+		return err
+	}
+	for _, m := range s.engine.Tables("") {
+		if s.engine.ViewLogged(m.ID) && len(index[m.ID]) == 0 {
+			l := s.mviews.tableLock(m.ID)
+			l.Lock()
+			err := s.engine.SetViewLogged(m.ID, false)
+			l.Unlock()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -2,20 +2,11 @@ package server
 
 import (
 	"context"
-	"syscall"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/bigtable"
 )
-
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // BenchmarkForwarding measures what forwarding costs: point reads and
 // writes sent to the tablet's owner against the same sent to the other

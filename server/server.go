@@ -335,6 +335,7 @@ func (s *Server) Start() error {
 	s.autoBkps = s.startAutoBackups()
 	s.purge = s.startPurge()
 	s.ttl.Start()
+	s.mviews.start(s) // mviewmaint.go
 	go s.watchReload()
 	for _, p := range s.peers.list() {
 		s.repl.Run(p.ID)
@@ -388,6 +389,7 @@ func (s *Server) Close() error {
 	s.purge.Stop()
 	s.backups.Stop()
 	s.ttl.Stop()
+	s.mviews.stopMaint()
 	s.peers.close()
 	if s.cluster != nil {
 		s.cluster.close()

@@ -27,8 +27,9 @@ import (
 // Logical and materialized views are instance metadata (protojson of
 // adminpb.LogicalView and adminpb.MaterializedView). Both are queried by
 // name in SQL's FROM; a materialized view is also read with ReadRows and
-// SampleRowKeys. A materialized view is computed when read (see
-// docs/sql.md), not maintained incrementally.
+// SampleRowKeys. A materialized view grouping one table is maintained
+// incrementally (mviewmaint.go); any other is computed when read (see
+// docs/sql.md).
 const (
 	kindLogicalView      = "logicalview"
 	kindMaterializedView = "materializedview"
@@ -124,6 +125,9 @@ func (s *Server) createView(kind, coll, parent, id string, v sqlView, meta func(
 	}
 	if err := s.putView(kind, inst, coll, id, v); err != nil {
 		return nil, err
+	}
+	if kind == kindMaterializedView {
+		s.mviews.changed()
 	}
 	return s.ops.done(v.GetName(), v, meta(timestamppb.New(s.opts.Clock.Now())))
 }
@@ -319,7 +323,9 @@ func (a *instanceServer) DeleteMaterializedView(ctx context.Context, req *adminp
 		return nil, err
 	}
 	if inst, id, err := splitChild(req.GetName(), "materializedViews"); err == nil {
-		a.s.mviews.drop(inst + "/" + id)
+		if err := a.s.dropView(inst, id); err != nil {
+			return nil, toStatus(err)
+		}
 	}
 	return &emptypb.Empty{}, nil
 }
@@ -388,14 +394,14 @@ func (s *Server) materializedRows(ctx context.Context, name string, rr *table.Re
 		return nil
 	}
 	// A maintained view (mviewmaint.go) catches up and serves its stored
-	// rows; otherwise the query runs now. A view whose _key is the table's
-	// row key, asked for some rows, reads just those rows (a maintained
-	// view's first read would scan the table).
-	keyed := plan.KeyColumn() >= 0 && (len(keys) > 0 || len(ranges) > 0)
-	maintained := false
-	if !keyed {
-		maintained, err = s.maintainedRows(ctx, inst, id, mv.GetQuery(), plan, keyAt, emit)
+	// rows (those of the keys asked for); otherwise the query runs now,
+	// and a view whose _key is the table's row key, asked for some rows,
+	// reads just those rows.
+	var only [][]byte
+	if len(ranges) == 0 {
+		only = keys
 	}
+	maintained, err := s.maintainedRows(ctx, inst, id, only, emit)
 	if err == nil && !maintained {
 		err = plan.RunKeys(ctx, countingCatalog{cat, &s.mviews.baseRows}, nil, s.opts.Clock.Now(), keys, ranges, emit)
 	}

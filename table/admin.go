@@ -523,5 +523,10 @@ func (e *Engine) DropRowRange(instance, name string, prefix []byte, all bool) er
 	if err := b.DeleteRange(lo, hi, nil); err != nil {
 		return err
 	}
+	logged, err := e.logViewDropped(b, m, prefix, all) // viewlog.go
+	defer logged()
+	if err != nil {
+		return err
+	}
 	return e.commitRecorded(b, m, nil, recs, pebble.Sync, true)
 }

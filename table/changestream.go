@@ -155,6 +155,11 @@ func (e *Engine) CommitSystem(b *DeleteBatch, m *Meta, rows [][]byte, recs []cha
 	if sync {
 		opts = pebble.Sync
 	}
+	logged, err := e.logViewRows(b.b, m, rows, recs) // viewlog.go
+	defer logged()
+	if err != nil {
+		return err
+	}
 	return e.commitRecorded(b.b, m, rows, recs, opts, false)
 }
 

@@ -180,6 +180,8 @@ type Engine struct {
 	closeMu sync.RWMutex
 	closed  atomic.Bool
 
+	// views is the log of changed rows kept for materialized views (viewlog.go).
+	views viewLog
 	// dur keeps readers to what is durable (durable.go).
 	dur *durability
 	// undeleteRetention: see Options.UndeleteRetention.
@@ -467,6 +469,15 @@ func (e *Engine) Tables(instance string) []*Meta {
 // cells only, which point reads skip rather than wait for
 // (durability.beginCells).
 func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs []changestream.Record, ts int64, cells []newCell) (func() error, error) {
+	logged, err := e.logViewRows(b, m, rows, nil) // viewlog.go
+	defer logged()
+	if err != nil {
+		if ts != 0 {
+			e.seq.end(ts)
+		}
+		b.Close()
+		return nil, err
+	}
 	recorded := len(recs) > 0 && (ts != 0 || m.ChangeStream != nil)
 	if !recorded && ts != 0 {
 		e.seq.end(ts)
@@ -486,7 +497,6 @@ func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs [
 		}
 	}
 	var synced func() error
-	var err error
 	if cells != nil {
 		synced, err = e.applySyncedTicket(b, e.dur.beginCells(tableSlot(m.ID), cellStripes(cells), cells))
 	} else {

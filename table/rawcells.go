@@ -152,7 +152,12 @@ func (e *Engine) RepairCell(m *Meta, c RawCell) (bool, error) {
 	if err := b.Set(k, storage.EncodeStamped(c.Value, c.ExpireAt, c.Stamp), nil); err != nil {
 		return false, err
 	}
-	e.cellGen.Add(1) // a cell not written through applyOne (columnNewest)
+	e.cellGen.Add(1)                                         // a cell not written through applyOne (columnNewest)
+	logged, err := e.logViewRows(b, m, [][]byte{c.Row}, nil) // viewlog.go
+	defer logged()
+	if err != nil {
+		return false, err
+	}
 	return true, e.commit(b)
 }
 
@@ -173,6 +178,11 @@ func (e *Engine) DeleteRawCell(m *Meta, c RawCell) error {
 	b := e.store.NewBatch()
 	defer b.Close()
 	if err := b.Delete(storage.CellKey(m.ID, c.Row, f.ID, c.Qualifier, c.Timestamp), nil); err != nil {
+		return err
+	}
+	logged, err := e.logViewRows(b, m, [][]byte{c.Row}, nil) // viewlog.go
+	defer logged()
+	if err != nil {
 		return err
 	}
 	return e.commit(b)

@@ -417,6 +417,11 @@ func (e *Engine) ApplyReplicated(m *Meta, origin string, recs []changestream.Rec
 	if err := setCheckpoint(b, origin, m.ID, through); err != nil {
 		return st, err
 	}
+	logged, err := e.logViewRows(b, m, rows, nil) // viewlog.go
+	defer logged()
+	if err != nil {
+		return st, err
+	}
 	// Not synced: a batch lost in a crash takes its checkpoint with it, and
 	// the records are pulled again.
 	return st, e.commitRecorded(b, m, nil, out, pebble.NoSync, true)

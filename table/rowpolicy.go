@@ -267,6 +267,11 @@ func (e *Engine) DeleteRows(ctx context.Context, m *Meta, keys [][]byte, still f
 	} else {
 		cur = m
 	}
+	logged, err := e.logViewDeleted(b, m, deleted) // viewlog.go
+	defer logged()
+	if err != nil {
+		return nil, err
+	}
 	if err := e.commitRecorded(b, cur, nil, recs, pebble.Sync, true); err != nil {
 		return nil, err
 	}
