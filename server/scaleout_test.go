@@ -41,13 +41,20 @@ type scaleCluster struct {
 	etcd, shared string
 	splitBytes   int64
 	nodes        map[string]*scaleNode
+	// tune, when set, adjusts each node's options before it starts (a
+	// shared clock, GC settings).
+	tune func(*Options)
 }
 
 func (sc *scaleCluster) start(t testing.TB, id, dir string) *scaleNode {
 	t.Helper()
-	srv, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: dir, Cluster: &ClusterOptions{
+	opts := Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: dir, Cluster: &ClusterOptions{
 		Etcd: []string{sc.etcd}, NodeID: id, LeaseTTL: 2 * time.Second, SharedStorage: "file://" + sc.shared,
-		SplitBytes: sc.splitBytes, SplitInterval: 50 * time.Millisecond}})
+		SplitBytes: sc.splitBytes, SplitInterval: 50 * time.Millisecond}}
+	if sc.tune != nil {
+		sc.tune(&opts)
+	}
+	srv, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +99,12 @@ func startScaleCluster(t testing.TB, ids ...string) *scaleCluster {
 
 func startScaleClusterSplitting(t testing.TB, splitBytes int64, ids ...string) *scaleCluster {
 	t.Helper()
-	sc := &scaleCluster{etcd: etcdtest.Start(t), shared: t.TempDir(), splitBytes: splitBytes, nodes: map[string]*scaleNode{}}
+	return startScaleClusterTuned(t, splitBytes, nil, ids...)
+}
+
+func startScaleClusterTuned(t testing.TB, splitBytes int64, tune func(*Options), ids ...string) *scaleCluster {
+	t.Helper()
+	sc := &scaleCluster{etcd: etcdtest.Start(t), shared: t.TempDir(), splitBytes: splitBytes, nodes: map[string]*scaleNode{}, tune: tune}
 	for _, id := range ids {
 		n := sc.start(t, id, filepath.Join(t.TempDir(), id))
 		t.Cleanup(n.stop)
