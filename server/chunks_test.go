@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"flag"
 	"math/rand/v2"
 	"testing"
 
@@ -75,6 +76,11 @@ func modelChunks(rows []cell.Row) *btpb.ReadRowsResponse {
 	return resp
 }
 
+// chunkCases is how many random row sets TestChunkWriterEncoding encodes;
+// a quarter of their cells are one or two chunks' worth of value, which
+// the race detector makes slow, so the default is modest.
+var chunkCases = flag.Int("chunks.cases", 60, "TestChunkWriterEncoding: random row sets to encode")
+
 func randomRow(rng *rand.Rand) cell.Row {
 	pick := func(choices ...string) string { return choices[rng.IntN(len(choices))] }
 	r := cell.Row{Key: []byte(pick("r", "row-0001", string(bytes.Repeat([]byte{0xff}, 300))))}
@@ -107,7 +113,7 @@ func randomRow(rng *rand.Rand) cell.Row {
 // them; a response holds whole rows.
 func TestChunkWriterEncoding(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for iter := range 200 {
+	for iter := range *chunkCases {
 		rows := make([]cell.Row, 1+rng.IntN(4))
 		for i := range rows {
 			rows[i] = randomRow(rng)
