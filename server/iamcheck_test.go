@@ -14,11 +14,8 @@ import (
 	"cloud.google.com/go/bigtable"
 	"cloud.google.com/go/iam"
 	"github.com/ebbtable/ebbtable/auth"
-	"golang.org/x/oauth2"
 	"google.golang.org/api/option"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 )
 
@@ -106,10 +103,8 @@ func newIAMEnv(t *testing.T, more ...envOption) *iamEnv {
 		e.data[tok], e.admin[tok] = mustClients(t, srv.Addr(), cfg, tok)
 	}
 	e.root = e.admin[tokRoot]
-	inst, err := bigtable.NewInstanceAdminClient(ctx, testProject,
-		option.WithEndpoint(srv.Addr()),
-		option.WithGRPCDialOption(grpc.WithTransportCredentials(credentials.NewTLS(cfg))),
-		option.WithTokenSource(oauth2.StaticTokenSource(&oauth2.Token{AccessToken: tokRoot})))
+	inst, err := bigtable.NewInstanceAdminClient(ctx, testProject, // dialled here: see tlsClients
+		option.WithGRPCConn(dialTLS(t, srv.Addr(), cfg, tokRoot)), option.WithoutAuthentication())
 	if err != nil {
 		t.Fatal(err)
 	}

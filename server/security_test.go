@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials/oauth"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
@@ -214,22 +215,19 @@ func TestTokenLimitedToInstances(t *testing.T) {
 	}
 }
 
-// tlsClients connects the official clients the way a user does against a
-// server with TLS: an endpoint, TLS credentials, and a token source. The
-// data client primes its connections (PingAndWarm), so a refused
+// tlsClients connects the official clients to a server with TLS: TLS
+// credentials and, when token is set, the token as each call's bearer
+// credential. The connection is dialled here and handed to the clients:
+// given an endpoint and a token source themselves, they would also ask
+// whether they run on Google Cloud (a DNS lookup and a call to the
+// metadata server, off this machine), and tests talk to loopback only.
+// The data client primes its connection (PingAndWarm), so a refused
 // connection or credential fails here.
 func tlsClients(t *testing.T, addr string, tlsCfg *tls.Config, token string) (*bigtable.Client, *bigtable.AdminClient, error) {
 	t.Helper()
 	ctx := context.Background()
-	opts := []option.ClientOption{
-		option.WithEndpoint(addr),
-		option.WithGRPCDialOption(grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg))),
-	}
-	if token != "" {
-		opts = append(opts, option.WithTokenSource(oauth2.StaticTokenSource(&oauth2.Token{AccessToken: token})))
-	} else {
-		opts = append(opts, option.WithoutAuthentication())
-	}
+	conn := dialTLS(t, addr, tlsCfg, token)
+	opts := []option.ClientOption{option.WithGRPCConn(conn), option.WithoutAuthentication()}
 	admin, err := bigtable.NewAdminClient(ctx, testProject, testInstance, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -241,6 +239,10 @@ func tlsClients(t *testing.T, addr string, tlsCfg *tls.Config, token string) (*b
 		return nil, admin, err
 	}
 	t.Cleanup(func() { client.Close() })
+	// Prime the connection as the client does with an endpoint of its own.
+	if _, err := btpb.NewBigtableClient(conn).PingAndWarm(ctx, &btpb.PingAndWarmRequest{Name: "projects/" + testProject + "/instances/" + testInstance}); err != nil {
+		return nil, admin, err
+	}
 	return client, admin, nil
 }
 
@@ -600,4 +602,20 @@ func refusedHandshake(err error) bool {
 		}
 	}
 	return false
+}
+
+// dialTLS dials addr with TLS and, when token is set, the token as a
+// bearer credential on every call.
+func dialTLS(t *testing.T, addr string, tlsCfg *tls.Config, token string) *grpc.ClientConn {
+	t.Helper()
+	dopts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg))}
+	if token != "" {
+		dopts = append(dopts, grpc.WithPerRPCCredentials(oauth.TokenSource{TokenSource: oauth2.StaticTokenSource(&oauth2.Token{AccessToken: token})}))
+	}
+	conn, err := grpc.NewClient(addr, dopts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
 }
