@@ -30,13 +30,20 @@ import (
 //
 // Results stream as ProtoRows batches of whole rows (about batchBytes
 // each), sent in pieces of at most pieceBytes; the last piece of a batch
-// carries the batch's CRC32C and a resume token, the number of rows
-// delivered so far. A retry with a token skips that many rows of the
-// re-run query. Every stream ends with a token, even an empty result.
+// carries the batch's CRC32C and a resume token. For a plan whose rows
+// come one per table row in key order (sqlquery's Resumable) the token
+// names the row key of the last row delivered and a retry scans after
+// it, so rows written or deleted in between are neither repeated nor
+// skipped; for others it is the number of rows delivered so far and a
+// retry skips that many rows of the re-run query. Every stream ends with
+// a token, even an empty result.
 
 const (
 	preparedMagic = "ebq1"
 	resumeMagic   = "ebr1"
+	// resumeKeyMagic starts a resumable plan's token: the count, then the
+	// row key of the last row delivered.
+	resumeKeyMagic = "ebk1"
 	// preparedTTL is how long a prepared query stays valid.
 	preparedTTL = time.Hour
 	batchBytes  = 1 << 20
@@ -240,27 +247,53 @@ func (d *dataServer) ExecuteQuery(req *btpb.ExecuteQueryRequest, stream btpb.Big
 	if err != nil {
 		return err
 	}
+	// A resumable plan's tokens name the row key of the last row
+	// delivered (and the count, for the tokens after it); others count.
+	resumable := x.plan.Resumable()
 	var skip uint64
+	var after []byte
 	if tok := req.GetResumeToken(); len(tok) > 0 {
-		if len(tok) != 12 || string(tok[:4]) != resumeMagic {
+		switch {
+		case len(tok) == 12 && string(tok[:4]) == resumeMagic:
+			skip = binary.BigEndian.Uint64(tok[4:])
+		case len(tok) >= 12 && string(tok[:4]) == resumeKeyMagic && resumable:
+			skip, after = binary.BigEndian.Uint64(tok[4:12]), bytes.Clone(tok[12:])
+		default:
 			return status.Error(codes.InvalidArgument, "ebbtable: resume_token was not made by this server")
 		}
-		skip = binary.BigEndian.Uint64(tok[4:])
 	}
 	if x.md != nil {
 		if err := stream.Send(&btpb.ExecuteQueryResponse{Response: &btpb.ExecuteQueryResponse_Metadata{Metadata: x.md}}); err != nil {
 			return err
 		}
 	}
-	w := &resultWriter{stream: stream, delivered: skip}
-	var seen uint64
-	err = d.runQuery(stream.Context(), x, func(row []sqlquery.Value) error {
-		seen++
-		if seen <= skip {
-			return nil
-		}
-		return w.row(row)
-	})
+	w := &resultWriter{stream: stream, delivered: skip, keyed: after != nil, lastKey: after}
+	if after != nil {
+		err = sqlErr(x.plan.RunAfter(stream.Context(), x.cat, x.params, d.s.opts.Clock.Now(), after, func(key []byte, row []sqlquery.Value) error {
+			w.lastKey = append(w.lastKey[:0], key...)
+			return w.row(row)
+		}))
+	} else if resumable {
+		var seen uint64
+		err = sqlErr(x.plan.RunAfter(stream.Context(), x.cat, x.params, d.s.opts.Clock.Now(), nil, func(key []byte, row []sqlquery.Value) error {
+			seen++
+			if seen <= skip {
+				return nil
+			}
+			w.keyed = true
+			w.lastKey = append(w.lastKey[:0], key...)
+			return w.row(row)
+		}))
+	} else {
+		var seen uint64
+		err = d.runQuery(stream.Context(), x, func(row []sqlquery.Value) error {
+			seen++
+			if seen <= skip {
+				return nil
+			}
+			return w.row(row)
+		})
+	}
 	if err != nil {
 		return err
 	}
@@ -271,7 +304,11 @@ func (d *dataServer) ExecuteQuery(req *btpb.ExecuteQueryRequest, stream btpb.Big
 // fn; its error is the status ExecuteQuery answers. The web console's SQL
 // page runs queries here too.
 func (d *dataServer) runQuery(ctx context.Context, x *execSetup, fn func(row []sqlquery.Value) error) error {
-	err := x.plan.Run(ctx, x.cat, x.params, d.s.opts.Clock.Now(), fn)
+	return sqlErr(x.plan.Run(ctx, x.cat, x.params, d.s.opts.Clock.Now(), fn))
+}
+
+// sqlErr is the status ExecuteQuery answers for a run's error.
+func sqlErr(err error) error {
 	if err != nil {
 		if _, ok := status.FromError(err); ok && !errors.Is(err, sqlquery.ErrInvalid) {
 			return err
@@ -286,7 +323,10 @@ type resultWriter struct {
 	stream    btpb.Bigtable_ExecuteQueryServer
 	n         int
 	delivered uint64
-	sent      bool
+	// keyed: tokens carry lastKey, the row key of the last row delivered.
+	keyed   bool
+	lastKey []byte
+	sent    bool
 	// buf is the batch's ProtoRows, encoded as rows arrive.
 	buf []byte
 }
@@ -303,8 +343,15 @@ func (w *resultWriter) row(vals []sqlquery.Value) error {
 }
 
 func (w *resultWriter) token() []byte {
-	tok := append([]byte(resumeMagic), make([]byte, 8)...)
+	magic := resumeMagic
+	if w.keyed {
+		magic = resumeKeyMagic
+	}
+	tok := append([]byte(magic), make([]byte, 8)...)
 	binary.BigEndian.PutUint64(tok[4:], w.delivered)
+	if w.keyed {
+		tok = append(tok, w.lastKey...)
+	}
 	return tok
 }
 

@@ -11,7 +11,7 @@ import (
 var aggregates = map[string]bool{
 	"COUNT": true, "COUNTIF": true, "SUM": true, "AVG": true, "MIN": true, "MAX": true,
 	"ANY_VALUE": true, "ARRAY_AGG": true, "STRING_AGG": true, "LOGICAL_AND": true, "LOGICAL_OR": true,
-	"BIT_AND": true, "BIT_OR": true, "BIT_XOR": true,
+	"BIT_AND": true, "BIT_OR": true, "BIT_XOR": true, "APPROX_COUNT_DISTINCT": true,
 }
 
 // aggSpec is one aggregate of a grouped query.
@@ -40,6 +40,14 @@ type acc struct {
 }
 
 func (p *planner) aggregate(at ast.Node, name string, args []ast.Arg, distinct bool, sc *scope) (evalFn, *Type, error) {
+	approx, orig := name == "APPROX_COUNT_DISTINCT", name
+	if approx {
+		// An exact COUNT(DISTINCT x): a permitted estimate with no error.
+		if distinct {
+			return nil, nil, p.errf(at, "APPROX_COUNT_DISTINCT does not take DISTINCT")
+		}
+		name, distinct = "COUNT", true
+	}
 	spec := &aggSpec{name: name, distinct: distinct}
 	if args == nil && name == "COUNT" {
 		spec.star = true
@@ -61,8 +69,8 @@ func (p *planner) aggregate(at ast.Node, name string, args []ast.Arg, distinct b
 	if name == "STRING_AGG" && len(ts) == 2 {
 		want = 2
 	}
-	if !spec.star && len(ts) != want {
-		return nil, nil, p.errf(at, "wrong number of arguments to %s", name)
+	if !spec.star && len(ts) != want || approx && spec.star {
+		return nil, nil, p.errf(at, "wrong number of arguments to %s", orig)
 	}
 	var in *Type
 	if len(ts) > 0 {
@@ -72,6 +80,9 @@ func (p *planner) aggregate(at ast.Node, name string, args []ast.Arg, distinct b
 	switch name {
 	case "COUNT", "COUNTIF":
 		spec.out = TInt64
+		if approx && (in.Kind == KindArray || in.Kind == KindStruct || in.Kind == KindMap) {
+			return nil, nil, p.errf(at, "APPROX_COUNT_DISTINCT cannot take a %s", in)
+		}
 		if name == "COUNTIF" && in.Kind != KindBool && in.Kind != KindNull {
 			return nil, nil, p.errf(at, "COUNTIF needs a BOOL, not %s", in)
 		}

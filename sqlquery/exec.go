@@ -70,6 +70,9 @@ func (q *query) run(x *execCtx, outer []keyRange, fn func([]Value) error) error 
 			vals[i] = v
 		}
 		if len(q.order) == 0 {
+			if x.rowKey != nil && e.row != nil {
+				x.rowKey(e.row.Key)
+			}
 			if err := fn(vals); err != nil {
 				return err
 			}

@@ -23,6 +23,8 @@ type fnDef struct {
 	typ      func(ts []*Type) (*Type, string)
 	eval     func(x *execCtx, a []Value) (Value, error)
 	keepNull bool
+	// evalT, when set, is called instead of eval with the argument types.
+	evalT func(ts []*Type, a []Value) (Value, error)
 }
 
 func fixed(t *Type, want ...Kind) func([]*Type) (*Type, string) {
@@ -1017,7 +1019,13 @@ func (p *planner) call(e *ast.CallExpr, sc *scope) (evalFn, *Type, error) {
 			}
 			args[i] = v
 		}
-		v, err := def.eval(r.x, args)
+		var v Value
+		var err error
+		if def.evalT != nil {
+			v, err = def.evalT(ts, args)
+		} else {
+			v, err = def.eval(r.x, args)
+		}
 		if err != nil && safe {
 			return nil, nil
 		}

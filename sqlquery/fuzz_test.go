@@ -24,6 +24,9 @@ func FuzzQuery(f *testing.F) {
 		"SELECT * FROM UNPACK((SELECT _key, f FROM t(with_history => TRUE)))",
 		"SELECT SUBSTR('abc', -5, 2), TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL 1 HOUR), [1,2][SAFE_OFFSET(9)]",
 		"SELECT @p FROM v WHERE _key IN UNNEST(@a)",
+		"SELECT LEFT(_key, 1), FORMAT('%-5d|%'.2f|%T', @p, 1234.5, f), FORMAT_TIMESTAMP('%F %E3S %Ez', CURRENT_TIMESTAMP(), '+05:30') FROM t",
+		"SELECT PARSE_TIMESTAMP('%Y-%m-%d %I:%M %p %z', '2024-06-01 03:04 PM +0100'), PARSE_DATE('%b %e %y', 'Jun  1 24')",
+		"SELECT JSON_VALUE('{\"a\":[1,{\"b\":2}]}', '$.a[1].b'), TO_JSON_STRING(f), APPROX_COUNT_DISTINCT(_key) FROM t",
 		"SELECT",
 	} {
 		f.Add(s)

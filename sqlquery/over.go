@@ -9,6 +9,9 @@ import (
 // ErrNotDirect is returned by RunOver for a query whose FROM is not a table.
 var ErrNotDirect = errors.New("ebbtable: the query does not read a table directly")
 
+// ErrNotResumable is returned by RunAfter for a plan that is not Resumable.
+var ErrNotResumable = errors.New("ebbtable: the query's result has no row-key position")
+
 // Direct reports whether the query's FROM is a table (not a view, subquery
 // or UNPACK), so RunOver can narrow it to chosen rows of that table.
 func (p *Plan) Direct() bool {

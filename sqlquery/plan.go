@@ -138,6 +138,9 @@ func Prepare(cat Catalog, sql string, params map[string]*Type) (plan *Plan, err 
 }
 
 func (p *planner) planSQL(sql string) (*query, error) {
+	if q := quoteKeywordCalls(sql); q != sql {
+		sql, p.file = q, &token.File{Buffer: q}
+	}
 	stmt, err := memefish.ParseQuery("", sql)
 	if err != nil {
 		var me memefish.MultiError

@@ -21,6 +21,9 @@ type execCtx struct {
 	cat    Catalog
 	params map[string]Value
 	now    time.Time
+	// rowKey, when set, is told the table row key of each result row of
+	// an unordered query just before the row is passed on (RunAfter).
+	rowKey func(key []byte)
 }
 
 // rowEnv is the row an expression is evaluated on.
