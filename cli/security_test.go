@@ -74,8 +74,11 @@ func TestCbtOverTLSWithToken(t *testing.T) {
 	if r := cbt(readerToken, "set", "t", "r2", "cf:c=v2"); r.code == 0 || !strings.Contains(r.stderr, "PermissionDenied") {
 		t.Errorf("cbt set with a reader token: exit %d\n%s", r.code, r.stderr)
 	}
-	if r := cbt("", "ls"); r.code == 0 {
-		t.Errorf("cbt ls without a token succeeded:\n%s", r.stdout)
+	// A token the server does not know is refused. (cbt with no token at
+	// all would look for Google's default credentials: a call to the
+	// metadata server, off this machine.)
+	if r := cbt("not-a-known-token-000000", "ls"); r.code == 0 || !strings.Contains(r.stderr, "Unauthenticated") {
+		t.Errorf("cbt ls with an unknown token: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
 

@@ -26,7 +26,7 @@ func TestEmulatorModeCluster(t *testing.T) {
 		}
 	}
 	res, out := runSuite(t, suite, dir, addr, 5*time.Minute,
-		"-test.run", "^TestIntegration_", "-test.skip", "^TestIntegration_SessionVRpc_")
+		"-test.run", "^TestIntegration_", "-test.skip", noNetwork)
 	passed := judge(t, res, emulatorFailures, out)
 	t.Logf("emulator mode, three-node cluster: %d of %d passed", passed, len(res))
 	if len(res) < 30 {

@@ -181,6 +181,16 @@ func newBrowser(t *testing.T, exe string) *browser {
 		chromedp.DisableGPU,
 		chromedp.WindowSize(1100, 750),
 		chromedp.Flag("disable-dev-shm-usage", true),
+		// Tests talk to loopback only: Chromium resolves no host name but
+		// the loopback ones, and does not probe for DNS over HTTPS, update
+		// components or fetch field trials.
+		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE localhost , EXCLUDE 127.0.0.1"),
+		chromedp.Flag("disable-features", "DnsOverHttps,OptimizationHints,MediaRouter,Translate,AutofillServerCommunication,CertificateTransparencyComponentUpdater"),
+		chromedp.Flag("dns-over-https-mode", "off"),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-domain-reliability", true),
+		chromedp.Flag("disable-field-trial-config", true),
+		chromedp.Flag("no-pings", true),
 	)
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelC := chromedp.NewContext(actx)
