@@ -49,32 +49,24 @@ func (c *clusterMember) dirOf(tableName string) (tablets.Directory, tableRef, er
 // splitTablet cuts the tablet holding key at key (a directory change: the
 // owner keeps both halves, so no data moves).
 func (c *clusterMember) splitTablet(ctx context.Context, tableName string, key []byte) (tablets.Directory, error) {
-	for {
-		d, _, err := c.dirOf(tableName)
-		if err != nil {
-			return d, err
-		}
-		next, err := d.Split(key)
-		if err != nil {
-			return d, clusterStatus(err)
-		}
-		next, err = c.m.UpdateDirectory(ctx, d, next)
-		if errors.Is(err, tablets.ErrConflict) && ctx.Err() == nil {
-			continue
-		}
-		return next, clusterStatus(err)
-	}
+	return c.changeDirectory(ctx, tableName, func(d tablets.Directory) (tablets.Directory, error) { return d.Split(key) })
 }
 
 // mergeTablet joins a tablet with its right neighbour; both must have the
 // same owner (move one first), so no data moves.
 func (c *clusterMember) mergeTablet(ctx context.Context, tableName string, id uint64) (tablets.Directory, error) {
+	return c.changeDirectory(ctx, tableName, func(d tablets.Directory) (tablets.Directory, error) { return d.Merge(id) })
+}
+
+// changeDirectory applies change to the table's directory in etcd, reading
+// it again and retrying when another node changed it first.
+func (c *clusterMember) changeDirectory(ctx context.Context, tableName string, change func(tablets.Directory) (tablets.Directory, error)) (tablets.Directory, error) {
 	for {
 		d, _, err := c.dirOf(tableName)
 		if err != nil {
 			return d, err
 		}
-		next, err := d.Merge(id)
+		next, err := change(d)
 		if err != nil {
 			return d, clusterStatus(err)
 		}
