@@ -276,6 +276,13 @@ func (c *clusterMember) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return cc, nil
 	}
+	select {
+	case <-c.stop:
+		// close has closed the connections, or is about to under mu: a
+		// new one would outlive the node.
+		return nil, status.Error(codes.Unavailable, "ebbtable: this node is leaving the cluster")
+	default:
+	}
 	cc, err := grpc.NewClient("passthrough:///"+addr, c.s.sec.peerDialOptions(addr, c.s.opts.MaxMessageBytes)...)
 	if err != nil {
 		return nil, err
