@@ -12,6 +12,7 @@ var aggregates = map[string]bool{
 	"COUNT": true, "COUNTIF": true, "SUM": true, "AVG": true, "MIN": true, "MAX": true,
 	"ANY_VALUE": true, "ARRAY_AGG": true, "STRING_AGG": true, "LOGICAL_AND": true, "LOGICAL_OR": true,
 	"BIT_AND": true, "BIT_OR": true, "BIT_XOR": true, "APPROX_COUNT_DISTINCT": true,
+	"APPROX_QUANTILES": true, "APPROX_TOP_COUNT": true, "APPROX_TOP_SUM": true,
 }
 
 // aggSpec is one aggregate of a grouped query.
@@ -22,6 +23,8 @@ type aggSpec struct {
 	distinct bool
 	out      *Type
 	in       *Type
+	// count is the approximate aggregates' n argument.
+	count evalFn
 }
 
 // acc accumulates one aggregate over one group.
@@ -37,9 +40,14 @@ type acc struct {
 	seen  map[string]bool
 	set   bool
 	err   error
+	x     *approxState
 }
 
 func (p *planner) aggregate(at ast.Node, name string, args []ast.Arg, distinct bool, sc *scope) (evalFn, *Type, error) {
+	switch name {
+	case "APPROX_QUANTILES", "APPROX_TOP_COUNT", "APPROX_TOP_SUM":
+		return p.approxAgg(at, name, args, distinct, sc)
+	}
 	approx, orig := name == "APPROX_COUNT_DISTINCT", name
 	if approx {
 		// An exact COUNT(DISTINCT x): a permitted estimate with no error.
@@ -138,6 +146,9 @@ func (a *acc) add(e *rowEnv) error {
 		a.n++
 		return nil
 	}
+	if s.count != nil {
+		return a.addApprox(e)
+	}
 	v, err := s.args[0](e)
 	if err != nil {
 		return err
@@ -225,6 +236,9 @@ func (a *acc) add(e *rowEnv) error {
 
 func (a *acc) result() Value {
 	s := a.spec
+	if s.count != nil {
+		return a.approxResult()
+	}
 	switch s.name {
 	case "COUNT":
 		return a.n

@@ -106,6 +106,9 @@ func (p *planner) compile(x ast.Expr, sc *scope) (evalFn, *Type, error) {
 		case *ast.CallExpr:
 			name := strings.ToUpper(funcName(c.Func))
 			if _, ok := aggregates[name]; ok {
+				if c.NullHandling != nil || c.Having != nil || c.OrderBy != nil || c.Limit != nil || len(c.NamedArgs) > 0 {
+					return nil, nil, p.errf(c, "unsupported modifiers in call to %s", name)
+				}
 				return p.aggregate(c, name, c.Args, c.Distinct, sc)
 			}
 		case *ast.Ident:

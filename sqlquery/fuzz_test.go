@@ -27,6 +27,7 @@ func FuzzQuery(f *testing.F) {
 		"SELECT LEFT(_key, 1), FORMAT('%-5d|%'.2f|%T', @p, 1234.5, f), FORMAT_TIMESTAMP('%F %E3S %Ez', CURRENT_TIMESTAMP(), '+05:30') FROM t",
 		"SELECT PARSE_TIMESTAMP('%Y-%m-%d %I:%M %p %z', '2024-06-01 03:04 PM +0100'), PARSE_DATE('%b %e %y', 'Jun  1 24')",
 		"SELECT JSON_VALUE('{\"a\":[1,{\"b\":2}]}', '$.a[1].b'), TO_JSON_STRING(f), APPROX_COUNT_DISTINCT(_key) FROM t",
+		"SELECT APPROX_QUANTILES(DISTINCT TO_INT64(f['q']), @n), APPROX_TOP_COUNT(_key, 2), APPROX_TOP_SUM(f['q'], 1.5, 3) FROM t",
 		"SELECT",
 	} {
 		f.Add(s)

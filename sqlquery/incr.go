@@ -50,6 +50,9 @@ func (p *Plan) Incremental() (*Incremental, error) {
 		return nil, fmt.Errorf("%w: it has a LIMIT", ErrNotIncremental)
 	}
 	for _, a := range q.aggs {
+		if a.count != nil {
+			return nil, fmt.Errorf("%w: %s", ErrNotIncremental, a.name)
+		}
 		if a.distinct && (a.name == "ARRAY_AGG" || a.name == "STRING_AGG") {
 			return nil, fmt.Errorf("%w: %s(DISTINCT …)", ErrNotIncremental, a.name)
 		}
