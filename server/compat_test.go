@@ -15,6 +15,8 @@ import (
 	"google.golang.org/api/iterator"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/ebbtable/ebbtable/internal/testkit"
 )
 
 // Tests for the API surface the client's prod-mode integration suite
@@ -240,11 +242,7 @@ func TestDeclaredInstance(t *testing.T) {
 		t.Errorf("clusters: %q, want %q", got, want)
 	}
 	// Its tables go with it.
-	admin, err := bigtable.NewAdminClient(ctx, testProject, "made")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
+	admin := testkit.Admin(t, env.srv.Addr(), testProject, "made")
 	if err := admin.CreateTable(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}

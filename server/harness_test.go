@@ -59,9 +59,6 @@ func (env *testEnv) start(t *testing.T, o Options) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	// For the clients tests make themselves, as the official client's
-	// emulator mode: a test that sets it cannot run in parallel.
-	t.Setenv("BIGTABLE_EMULATOR_HOST", srv.Addr())
 	env.srv = srv
 	env.client, env.admin = testkit.Clients(t, srv.Addr(), testProject, testInstance, "")
 }

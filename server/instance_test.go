@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/ebbtable/ebbtable/internal/testkit"
 )
 
 func (env *testEnv) instanceAdmin(t *testing.T) *bigtable.InstanceAdminClient {
@@ -165,12 +167,7 @@ func TestAppProfiles(t *testing.T) {
 	}
 
 	client := func(profile string) *bigtable.Table {
-		c, err := bigtable.NewClientWithConfig(ctx, testProject, testInstance, bigtable.ClientConfig{AppProfile: profile})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c.Open("t")
+		return testkit.Client(t, env.srv.Addr(), testProject, testInstance, profile).Open("t")
 	}
 	set := bigtable.NewMutation()
 	set.Set("f", "c", 1000, []byte("v"))

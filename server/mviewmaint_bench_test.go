@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+
+	"github.com/ebbtable/ebbtable/internal/testkit"
 )
 
 // loadGrouped writes total rows to a table: f:g one of 10 groups, f:v a
@@ -43,11 +45,7 @@ func BenchmarkMaterializedViewRead(b *testing.B) {
 	const total = 20000
 	env := newBenchEnv(b)
 	ctx := context.Background()
-	iac, err := bigtable.NewInstanceAdminClient(ctx, testProject)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer iac.Close()
+	iac := testkit.InstanceAdmin(b, env.srv.Addr(), testProject)
 	for _, name := range []string{"m", "c"} {
 		conf := &bigtable.TableConf{TableID: name, ColumnFamilies: map[string]bigtable.Family{"f": {}}}
 		if err := env.admin.CreateTableFromConf(ctx, conf); err != nil {
@@ -114,11 +112,7 @@ func BenchmarkMaterializedViewWrite(b *testing.B) {
 	const total, writes = 20000, 100
 	env := newBenchEnv(b)
 	ctx := context.Background()
-	iac, err := bigtable.NewInstanceAdminClient(ctx, testProject)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer iac.Close()
+	iac := testkit.InstanceAdmin(b, env.srv.Addr(), testProject)
 	for _, name := range []string{"plain", "viewed"} {
 		if err := env.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: name, ColumnFamilies: map[string]bigtable.Family{"f": {}}}); err != nil {
 			b.Fatal(err)

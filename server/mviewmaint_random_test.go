@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+
 	"github.com/ebbtable/ebbtable/collector"
+	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/ebbtable/ebbtable/sqlquery"
 	"github.com/ebbtable/ebbtable/table"
 )
@@ -63,11 +65,7 @@ func testMaintRandom(t *testing.T, vis table.Visibility, seed uint64) {
 	ctx := context.Background()
 	inst := "projects/" + testProject + "/instances/" + testInstance
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.MaxAgePolicy(time.Hour), "k": nil})
-	iac, err := bigtable.NewInstanceAdminClient(ctx, testProject)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer iac.Close()
+	iac := testkit.InstanceAdmin(t, env.srv.Addr(), testProject)
 	names := make([]string, 0, len(maintQueries))
 	for name, q := range maintQueries {
 		if err := iac.CreateMaterializedView(ctx, testInstance, &bigtable.MaterializedViewInfo{MaterializedViewID: name, Query: q}); err != nil {

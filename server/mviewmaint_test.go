@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/collector"
+	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/ebbtable/ebbtable/rowttl"
 	"github.com/ebbtable/ebbtable/sqlquery"
 )
@@ -37,11 +39,7 @@ func TestMaterializedViewMaintained(t *testing.T) {
 	}
 	tbl := env.client.Open("t")
 	const query = "SELECT f['g'] AS _key, COUNT(f['v']) AS n, MAX(f['v']) AS mx, MIN(f['v']) AS mn FROM t GROUP BY f['g']"
-	iac, err := bigtable.NewInstanceAdminClient(ctx, testProject)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer iac.Close()
+	iac := testkit.InstanceAdmin(t, env.srv.Addr(), testProject)
 	if err := iac.CreateMaterializedView(ctx, testInstance, &bigtable.MaterializedViewInfo{MaterializedViewID: "mv", Query: query}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/ebbtable/ebbtable/replication"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Peers are the other clusters of this process's instance: other ebbtable
@@ -59,6 +61,9 @@ type peerSet struct {
 	m  map[string]*peer
 	// onAdd is called (without mu) for a peer added after load.
 	onAdd func(peerInfo)
+	// closed is set by close: no connection is opened after it, since
+	// none would be closed again.
+	closed bool
 }
 
 func newPeerSet(s *Server) *peerSet { return &peerSet{s: s, m: map[string]*peer{}} }
@@ -161,6 +166,9 @@ func (ps *peerSet) conn(id string) (*grpc.ClientConn, error) {
 		return nil, fmt.Errorf("%w: cluster %q is not a known peer", errNotFound, id)
 	}
 	if p.conn == nil {
+		if ps.closed {
+			return nil, status.Error(codes.Unavailable, "ebbtable: this server is shutting down")
+		}
 		if err := ps.s.sec.allowPeer(p.info.Addr); err != nil {
 			return nil, err
 		}
@@ -203,6 +211,7 @@ func (ps *peerSet) healthy(id string) bool {
 func (ps *peerSet) close() {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
+	ps.closed = true
 	for _, p := range ps.m {
 		if p.conn != nil {
 			p.conn.Close()

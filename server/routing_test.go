@@ -9,7 +9,6 @@ import (
 
 	"cloud.google.com/go/bigtable"
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
-	"github.com/ebbtable/ebbtable/clock"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -17,6 +16,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/internal/testkit"
 )
 
 // clusterNode is one process of a multi-cluster instance in a routing test.
@@ -73,12 +75,7 @@ func startClusters(t *testing.T, ids ...string) (map[string]*clusterNode, *clock
 	}
 	for _, id := range ids {
 		n := nodes[id]
-		t.Setenv("BIGTABLE_EMULATOR_HOST", n.srv.Addr())
-		admin, err := bigtable.NewAdminClient(ctx, testProject, testInstance)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { admin.Close() })
+		admin := testkit.Admin(t, n.srv.Addr(), testProject, testInstance)
 		if err := admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", ColumnFamilies: map[string]bigtable.Family{"f": {GCPolicy: bigtable.NoGcPolicy()}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -100,13 +97,7 @@ func startClusters(t *testing.T, ids ...string) (map[string]*clusterNode, *clock
 // routedClient opens table "t" on a node through an app profile.
 func routedClient(t *testing.T, n *clusterNode, profile string) *bigtable.Table {
 	t.Helper()
-	t.Setenv("BIGTABLE_EMULATOR_HOST", n.srv.Addr())
-	c, err := bigtable.NewClientWithConfig(context.Background(), testProject, testInstance, bigtable.ClientConfig{AppProfile: profile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c.Open("t")
+	return testkit.Client(t, n.srv.Addr(), testProject, testInstance, profile).Open("t")
 }
 
 func (n *clusterNode) profile(t *testing.T, id string, rc bigtable.RoutingPolicyConfig) {
@@ -208,12 +199,7 @@ func TestRoutingSingleClusterForwards(t *testing.T) {
 	}
 	// A table with a change stream only on b: the change-stream RPCs through
 	// p find it, the same RPC on a's own cluster does not.
-	t.Setenv("BIGTABLE_EMULATOR_HOST", b.srv.Addr())
-	badmin, err := bigtable.NewAdminClient(ctx, testProject, testInstance)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer badmin.Close()
+	badmin := testkit.Admin(t, b.srv.Addr(), testProject, testInstance)
 	if err := badmin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "cs", ColumnFamilies: map[string]bigtable.Family{"f": {}}, ChangeStreamRetention: 24 * time.Hour}); err != nil {
 		t.Fatal(err)
 	}
@@ -496,12 +482,7 @@ func TestRoutingChangeStreamRelay(t *testing.T) {
 	a, b := nodes["a"], nodes["b"]
 	ctx := context.Background()
 	a.profile(t, "p", &bigtable.SingleClusterRoutingConfig{ClusterID: "b"})
-	t.Setenv("BIGTABLE_EMULATOR_HOST", b.srv.Addr())
-	badmin, err := bigtable.NewAdminClient(ctx, testProject, testInstance)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer badmin.Close()
+	badmin := testkit.Admin(t, b.srv.Addr(), testProject, testInstance)
 	start := fake.Now()
 	if err := badmin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "cs", ColumnFamilies: map[string]bigtable.Family{"f": {GCPolicy: bigtable.NoGcPolicy()}}, ChangeStreamRetention: 24 * time.Hour}); err != nil {
 		t.Fatal(err)

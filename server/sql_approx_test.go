@@ -9,6 +9,8 @@ import (
 	"cloud.google.com/go/bigtable"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/ebbtable/ebbtable/internal/testkit"
 )
 
 // The approximate aggregates through the official client, directly and in
@@ -31,11 +33,7 @@ func TestSQLApproxAggregates(t *testing.T) {
 		put(fmt.Sprintf("r%d", i), f, int64(i+1))
 	}
 	const query = "SELECT APPROX_TOP_COUNT(CAST(f['fruit'] AS STRING), 2) AS top, APPROX_QUANTILES(TO_INT64(f['n']), 2) AS q FROM t"
-	iac, err := bigtable.NewInstanceAdminClient(ctx, testProject)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer iac.Close()
+	iac := testkit.InstanceAdmin(t, env.srv.Addr(), testProject)
 	if err := iac.CreateMaterializedView(ctx, testInstance, &bigtable.MaterializedViewInfo{MaterializedViewID: "mv", Query: query}); err != nil {
 		t.Fatal(err)
 	}

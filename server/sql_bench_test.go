@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+
+	"github.com/ebbtable/ebbtable/internal/testkit"
 )
 
 // BenchmarkSQLKeyRange compares a _key-ranged SELECT with ReadRows of the
@@ -89,20 +91,7 @@ func newBenchEnv(b *testing.B) *testEnv {
 	if err := srv.Start(); err != nil {
 		b.Fatal(err)
 	}
-	b.Setenv("BIGTABLE_EMULATOR_HOST", srv.Addr())
-	ctx := context.Background()
-	client, err := bigtable.NewClient(ctx, testProject, testInstance)
-	if err != nil {
-		b.Fatal(err)
-	}
-	admin, err := bigtable.NewAdminClient(ctx, testProject, testInstance)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		client.Close()
-		admin.Close()
-		srv.Close()
-	})
+	b.Cleanup(func() { srv.Close() })
+	client, admin := testkit.Clients(b, srv.Addr(), testProject, testInstance, "")
 	return &testEnv{srv: srv, client: client, admin: admin}
 }

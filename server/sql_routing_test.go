@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"cloud.google.com/go/bigtable"
+
+	"github.com/ebbtable/ebbtable/internal/testkit"
 )
 
 // PrepareQuery and ExecuteQuery follow app-profile routing as reads do:
@@ -19,12 +21,7 @@ func TestRoutingSQL(t *testing.T) {
 	}
 	a.profile(t, "p", &bigtable.SingleClusterRoutingConfig{ClusterID: "b"})
 	count := func(profile string) int {
-		t.Setenv("BIGTABLE_EMULATOR_HOST", a.srv.Addr())
-		c, err := bigtable.NewClientWithConfig(ctx, testProject, testInstance, bigtable.ClientConfig{AppProfile: profile})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
+		c := testkit.Client(t, a.srv.Addr(), testProject, testInstance, profile)
 		ps, err := c.PrepareStatement(ctx, "SELECT _key FROM t", nil)
 		if err != nil {
 			t.Fatal(err)

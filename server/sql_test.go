@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/ebbtable/ebbtable/internal/testkit"
 )
 
 const sqlInstance = "projects/" + testProject + "/instances/" + testInstance
@@ -332,11 +334,7 @@ func TestSQLLogicalView(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	iac, err := bigtable.NewInstanceAdminClient(ctx, testProject)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer iac.Close()
+	iac := testkit.InstanceAdmin(t, env.srv.Addr(), testProject)
 	if err := iac.CreateLogicalView(ctx, testInstance, &bigtable.LogicalViewInfo{LogicalViewID: "lv", Query: "SELECT _key, CAST(f['q'] AS STRING) AS q FROM t", DeletionProtection: bigtable.Protected}); err != nil {
 		t.Fatal(err)
 	}
@@ -408,11 +406,7 @@ func TestSQLMaterializedViewReadRows(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	iac, err := bigtable.NewInstanceAdminClient(ctx, testProject)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer iac.Close()
+	iac := testkit.InstanceAdmin(t, env.srv.Addr(), testProject)
 	if err := iac.CreateMaterializedView(ctx, testInstance, &bigtable.MaterializedViewInfo{MaterializedViewID: "mv",
 		Query: "SELECT _key, COUNT(f['q']) AS `agg.n`, MAX(f['r']) AS last FROM t GROUP BY _key"}); err != nil {
 		t.Fatal(err)

@@ -59,3 +59,30 @@ func InstanceAdmin(t testing.TB, addr, project string) *bigtable.InstanceAdminCl
 	t.Cleanup(func() { iac.Close() })
 	return iac
 }
+
+// Client connects the official data client to a server at addr with an
+// app profile ("" for the default), over a connection of its own; both are
+// closed at the test's cleanup.
+func Client(t testing.TB, addr, project, instance, profile string) *bigtable.Client {
+	t.Helper()
+	client, err := bigtable.NewClientWithConfig(context.Background(), project, instance,
+		bigtable.ClientConfig{AppProfile: profile, MetricsProvider: bigtable.NoopMetricsProvider{}},
+		option.WithGRPCConn(Dial(t, addr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	return client
+}
+
+// Admin connects the official table-admin client to a server at addr,
+// over a connection of its own; both are closed at the test's cleanup.
+func Admin(t testing.TB, addr, project, instance string) *bigtable.AdminClient {
+	t.Helper()
+	admin, err := bigtable.NewAdminClient(context.Background(), project, instance, option.WithGRPCConn(Dial(t, addr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	return admin
+}
