@@ -14,11 +14,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/internal/durable"
 	"github.com/ebbtable/ebbtable/progress"
 	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Expiry windows, as the Admin API sets them: a backup's expire time lies
@@ -298,13 +300,13 @@ func (m *Manager) publish(tmp string, name Name) error {
 	if err := mkdirSynced(filepath.Dir(dst)); err != nil {
 		return err
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := durable.SyncDir(tmp); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, dst); err != nil {
 		return err
 	}
-	return errors.Join(syncDir(filepath.Dir(dst)), syncDir(m.root))
+	return errors.Join(durable.SyncDir(filepath.Dir(dst)), durable.SyncDir(m.root))
 }
 
 // Create starts a backup of table sourceTable (a table id in name's
@@ -538,7 +540,7 @@ func (m *Manager) deleteLocked(name Name) (trash string, err error) {
 	if err := os.Rename(dir, trash); err != nil {
 		return "", fmt.Errorf("ebbtable: delete backup %s: %w", name, err)
 	}
-	if err := errors.Join(syncDir(filepath.Dir(dir)), syncDir(m.root)); err != nil {
+	if err := errors.Join(durable.SyncDir(filepath.Dir(dir)), durable.SyncDir(m.root)); err != nil {
 		return "", fmt.Errorf("ebbtable: delete backup %s: %w", name, err)
 	}
 	delete(m.backups, name)
@@ -663,5 +665,5 @@ func linkOrCopy(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	return writeFileSync(dst, b)
+	return durable.WriteFile(dst, b)
 }

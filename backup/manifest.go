@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ebbtable/ebbtable/internal/durable"
 	"github.com/ebbtable/ebbtable/table"
 )
 
@@ -212,14 +213,7 @@ func writeManifest(dir string, m *Manifest) error {
 	if err != nil {
 		return fmt.Errorf("ebbtable: encode backup manifest: %w", err)
 	}
-	tmp := filepath.Join(dir, manifestFile+".tmp")
-	if err := writeFileSync(tmp, b); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, manifestFile)); err != nil {
-		return err
-	}
-	return syncDir(dir)
+	return durable.ReplaceFile(filepath.Join(dir, manifestFile), b)
 }
 
 // checksum is the manifest's checksum: CRC-32C of its canonical JSON
@@ -250,32 +244,6 @@ func (m *Manifest) verifyChecksum() error {
 	return nil
 }
 
-func writeFileSync(path string, b []byte) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// syncDir makes a directory's entries (creations, renames) durable.
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	return errors.Join(err, f.Close())
-}
-
 // mkdirSynced creates dir and any missing parents, syncing each parent
 // after a child appears in it.
 func mkdirSynced(dir string) error {
@@ -291,5 +259,5 @@ func mkdirSynced(dir string) error {
 	if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
 		return err
 	}
-	return syncDir(parent)
+	return durable.SyncDir(parent)
 }

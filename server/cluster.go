@@ -16,6 +16,7 @@ import (
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	tablets "github.com/ebbtable/ebbtable/cluster"
 	"github.com/ebbtable/ebbtable/clusteretcd"
+	"github.com/ebbtable/ebbtable/internal/durable"
 	"github.com/ebbtable/ebbtable/objstore"
 	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"github.com/ebbtable/ebbtable/storage"
@@ -157,7 +158,7 @@ func (c *clusterMember) checkDataDir() error {
 		}
 		return nil
 	case errors.Is(err, os.ErrNotExist):
-		return writeFileSync(p, []byte(c.opts.NodeID+"\n"))
+		return durable.ReplaceFile(p, []byte(c.opts.NodeID+"\n"))
 	default:
 		return err
 	}
@@ -200,7 +201,7 @@ func (c *clusterMember) start(addr string) error {
 		return err
 	}
 	c.m = m
-	if err := writeFileSync(filepath.Join(c.s.opts.DataDir, clusterLeaseFile), []byte(strconv.FormatInt(m.LeaseID(), 10))); err != nil {
+	if err := durable.ReplaceFile(filepath.Join(c.s.opts.DataDir, clusterLeaseFile), []byte(strconv.FormatInt(m.LeaseID(), 10))); err != nil {
 		m.Close()
 		return err
 	}
@@ -235,7 +236,7 @@ func (c *clusterMember) leaseFileLoop() {
 		}
 		if id := c.m.LeaseID(); id != last {
 			last = id
-			if err := writeFileSync(filepath.Join(c.s.opts.DataDir, clusterLeaseFile), []byte(strconv.FormatInt(id, 10))); err != nil {
+			if err := durable.ReplaceFile(filepath.Join(c.s.opts.DataDir, clusterLeaseFile), []byte(strconv.FormatInt(id, 10))); err != nil {
 				c.s.log.Warn("record lease id", "err", err)
 			}
 		}
@@ -398,34 +399,6 @@ func readUint(path string) (uint64, error) {
 	}
 	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	return uint64(v), err
-}
-
-// writeFileSync replaces a small file durably.
-func writeFileSync(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
 }
 
 // dataService is the Data API: the local one, or in cluster mode the one

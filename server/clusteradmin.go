@@ -11,6 +11,7 @@ import (
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	tablets "github.com/ebbtable/ebbtable/cluster"
 	"github.com/ebbtable/ebbtable/clusteretcd"
+	"github.com/ebbtable/ebbtable/internal/durable"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -217,7 +218,7 @@ func (c *clusterMember) catchUp(ctx context.Context) error {
 		if res.err != nil {
 			c.s.log.Info("schema change failed here", "seq", e.Seq, "method", e.Method, "table", e.Table, "err", res.err)
 		}
-		if err := writeFileSync(filepath.Join(c.s.opts.DataDir, clusterAppliedFile), []byte(strconv.FormatUint(e.Seq, 10))); err != nil {
+		if err := durable.ReplaceFile(filepath.Join(c.s.opts.DataDir, clusterAppliedFile), []byte(strconv.FormatUint(e.Seq, 10))); err != nil {
 			return err
 		}
 		c.applyMu.Lock()
