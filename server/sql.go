@@ -309,6 +309,9 @@ func (d *dataServer) runQuery(ctx context.Context, x *execSetup, fn func(row []s
 
 // sqlErr is the status ExecuteQuery answers for a run's error.
 func sqlErr(err error) error {
+	if errors.Is(err, sqlquery.ErrStale) {
+		return expired(err.Error())
+	}
 	if err != nil {
 		if _, ok := status.FromError(err); ok && !errors.Is(err, sqlquery.ErrInvalid) {
 			return err

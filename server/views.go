@@ -73,8 +73,20 @@ func (s *Server) viewQuery(inst, name string) (string, bool) {
 	return "", false
 }
 
-// catalog is the SQL catalog of one instance.
+// catalog is the SQL catalog of one instance: a maintained materialized
+// view is read from its stored rows (mviewread.go).
 func (s *Server) catalog(inst string) sqlquery.EngineCatalog {
+	c := s.tableCatalog(inst)
+	c.Kept = func(name string) bool { return s.viewKept(inst, name) }
+	c.ScanKept = func(ctx context.Context, name string, ranges []table.RowRange, after []byte, fn func(pos []byte, row []sqlquery.Value) error) (bool, error) {
+		return s.scanKept(ctx, inst, name, ranges, after, fn)
+	}
+	return c
+}
+
+// tableCatalog is the SQL catalog of one instance in which every view
+// runs its query; view maintenance plans with it.
+func (s *Server) tableCatalog(inst string) sqlquery.EngineCatalog {
 	return sqlquery.EngineCatalog{Engine: s.engine, Instance: inst, Views: func(name string) (string, bool) { return s.viewQuery(inst, name) }}
 }
 
@@ -98,7 +110,7 @@ func (s *Server) checkViewQuery(inst, q string) error {
 	if strings.TrimSpace(q) == "" {
 		return status.Error(codes.InvalidArgument, "ebbtable: a view needs a query")
 	}
-	if _, err := sqlquery.Prepare(s.catalog(inst), q, nil); err != nil {
+	if _, err := sqlquery.Prepare(s.tableCatalog(inst), q, nil); err != nil {
 		return sqlStatus(err)
 	}
 	return nil
@@ -348,7 +360,7 @@ func (s *Server) materializedRows(ctx context.Context, name string, rr *table.Re
 	} else if !ok {
 		return status.Errorf(codes.NotFound, "ebbtable: materialized view %s not found", name)
 	}
-	cat := s.catalog(inst)
+	cat := s.tableCatalog(inst)
 	plan, err := sqlquery.Prepare(cat, mv.GetQuery(), nil)
 	if err != nil {
 		return status.Errorf(codes.FailedPrecondition, "ebbtable: materialized view %s no longer plans: %v", name, err)

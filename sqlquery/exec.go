@@ -70,8 +70,12 @@ func (q *query) run(x *execCtx, outer []keyRange, fn func([]Value) error) error 
 			vals[i] = v
 		}
 		if len(q.order) == 0 {
-			if x.rowKey != nil && e.row != nil {
-				x.rowKey(e.row.Key)
+			if x.rowKey != nil {
+				if e.row != nil {
+					x.rowKey(e.row.Key)
+				} else if e.pos != nil {
+					x.rowKey(e.pos)
+				}
 			}
 			if err := fn(vals); err != nil {
 				return err

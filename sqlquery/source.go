@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -21,9 +22,14 @@ type execCtx struct {
 	cat    Catalog
 	params map[string]Value
 	now    time.Time
-	// rowKey, when set, is told the table row key of each result row of
-	// an unordered query just before the row is passed on (RunAfter).
+	// rowKey, when set, is told the table row key (or a kept view's
+	// position) of each result row of an unordered query just before the
+	// row is passed on (RunAfter).
 	rowKey func(key []byte)
+	// afterSrc, when set, is the kept view whose positions RunAfter
+	// reports; after is the position to resume after (nil: the start).
+	after    []byte
+	afterSrc source
 }
 
 // rowEnv is the row an expression is evaluated on.
@@ -33,6 +39,8 @@ type rowEnv struct {
 	row *cell.Row
 	// vals are the row's column values (derived sources).
 	vals []Value
+	// pos is the position of a kept view's row.
+	pos []byte
 	// gkeys and aggv are a group's key values and aggregate results.
 	gkeys []Value
 	aggv  []Value
@@ -264,13 +272,21 @@ func columnValue(r *cell.Row, fam string, q []byte, history bool) Value {
 	return nil
 }
 
-// derivedSource is a view or subquery: the inner query's rows.
+// derivedSource is a view or subquery: the inner query's rows, or a kept
+// materialized view's stored rows.
 type derivedSource struct {
 	q      *query
 	alias  string
-	keyCol int // index of a pass-through _key column, or -1
-	// passKeys: key ranges on keyCol may narrow the inner query's scan.
+	keyCol int // index of the _key column ranges apply to, or -1
+	// passKeys: key ranges on keyCol may narrow the scan (and are then
+	// applied exactly): innerPass, or the view's rows are kept.
 	passKeys bool
+	// innerPass: key ranges on keyCol may narrow the inner query's scan.
+	innerPass bool
+	// stored names a kept materialized view (StoredViews) read instead of
+	// running q; q still gives its columns, and runs if the view is no
+	// longer kept.
+	stored string
 }
 
 func (d *derivedSource) columns() []Column { return d.q.cols }
@@ -288,14 +304,57 @@ func (d *derivedSource) has(name string) bool { _, ok := d.column(name); return 
 
 func (d *derivedSource) scan(x *execCtx, keys []keyRange, fn func(*rowEnv) error) error {
 	env := &rowEnv{x: x}
+	var after []byte
+	if x.afterSrc == d {
+		after = x.after
+	}
+	if d.stored != "" {
+		if sv, ok := x.cat.(StoredViews); ok {
+			if keys != nil && len(keys) == 0 {
+				return nil
+			}
+			var ranges []table.RowRange
+			for _, k := range keys {
+				ranges = append(ranges, table.RowRange{Start: k.lo, End: k.hi})
+			}
+			kept, err := sv.ScanStored(x.ctx, d.stored, ranges, after, func(pos []byte, vals []Value) error {
+				env.vals, env.pos = vals, pos
+				return fn(env)
+			})
+			if kept || err != nil {
+				return err
+			}
+		}
+		if x.afterSrc == d {
+			// Its rows would have no positions.
+			return fmt.Errorf("%w: materialized view %s is no longer kept", ErrStale, d.stored)
+		}
+	}
 	var inner []keyRange
-	if d.passKeys {
+	if d.innerPass {
 		inner = keys
 	}
+	exact := keys != nil && !d.innerPass && d.keyCol >= 0
 	return d.q.run(x, inner, func(vals []Value) error {
+		if exact {
+			k, _ := vals[d.keyCol].([]byte)
+			if k == nil || !inRanges(keys, k) {
+				return nil
+			}
+		}
 		env.vals = vals
 		return fn(env)
 	})
+}
+
+// inRanges reports whether k lies in one of rs.
+func inRanges(rs []keyRange, k []byte) bool {
+	for _, r := range rs {
+		if bytes.Compare(k, r.lo) >= 0 && (r.hi == nil || bytes.Compare(k, r.hi) < 0) {
+			return true
+		}
+	}
+	return false
 }
 
 // unpackSource is UNPACK(subquery): one row per timestamp of the inner
@@ -502,7 +561,18 @@ func (p *planner) setKeyPass(d *derivedSource) {
 		}
 	}
 	if d.keyCol >= 0 && q.limit < 0 && q.limitPar == "" {
-		d.passKeys = !q.grouped || len(q.groups) == 1 && q.groupedByKey
+		d.innerPass = !q.grouped || len(q.groups) == 1 && q.groupedByKey
+	}
+	d.passKeys = d.innerPass
+	if d.stored == "" {
+		return
+	}
+	// A kept view's rows are stored by their _key column: ranges on it
+	// narrow the read, whatever the view's query.
+	for i, c := range q.cols {
+		if c.Name == "_key" && c.Type.Kind == KindBytes {
+			d.keyCol, d.passKeys = i, true
+		}
 	}
 }
 
@@ -528,6 +598,9 @@ func (p *planner) namedSource(at ast.Node, name, alias string, args []*ast.Named
 			return nil, err
 		}
 		d := &derivedSource{q: vq, alias: alias, keyCol: -1}
+		if sv, ok := p.cat.(StoredViews); ok && sv.Stored(name) {
+			d.stored = name
+		}
 		p.setKeyPass(d)
 		return d, nil
 	}

@@ -1,0 +1,219 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"cloud.google.com/go/bigtable"
+	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"github.com/ebbtable/ebbtable/internal/testkit"
+	"github.com/ebbtable/ebbtable/sqlquery"
+)
+
+// sqlRows runs q through the official client (PrepareStatement, Bind,
+// Execute) and formats each row as "v1|v2|...", BYTES as text, INT64 as a
+// number.
+func sqlRows(t *testing.T, c *bigtable.Client, q string) ([]string, error) {
+	t.Helper()
+	ctx := context.Background()
+	ps, err := c.PrepareStatement(ctx, q, nil)
+	if err != nil {
+		return nil, err
+	}
+	bs, err := ps.Bind(nil)
+	if err != nil {
+		return nil, err
+	}
+	var got []string
+	err = bs.Execute(ctx, func(r bigtable.ResultRow) bool {
+		var parts []string
+		for i := range r.Metadata.Columns {
+			var v any
+			if err := r.GetByIndex(i, &v); err != nil {
+				t.Fatal(err)
+			}
+			switch x := v.(type) {
+			case []byte:
+				parts = append(parts, string(x))
+			case *int64:
+				parts = append(parts, fmt.Sprint(*x))
+			default:
+				parts = append(parts, fmt.Sprint(x))
+			}
+		}
+		got = append(got, strings.Join(parts, "|"))
+		return true
+	})
+	return got, err
+}
+
+// SQL's FROM a maintained materialized view reads the view's stored rows,
+// brought up to date first: a row put into the stored state shows (a
+// recomputation would not have it), a write shows in the next read after
+// maintenance read only that row, and key conditions narrow the read of
+// the state.
+func TestSQLFromMaterializedViewReadsState(t *testing.T) {
+	env := newTestEnv(t)
+	ctx := context.Background()
+	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
+	put := func(row, g string, v int64) {
+		t.Helper()
+		m := bigtable.NewMutation()
+		m.Set("f", "g", 1000, []byte(g))
+		m.Set("f", "v", 1000, binary.BigEndian.AppendUint64(nil, uint64(v)))
+		if err := tbl.Apply(ctx, row, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 60 {
+		put(fmt.Sprintf("r%03d", i), string(rune('a'+i%3)), int64(i))
+	}
+	const query = "SELECT f['g'] AS _key, COUNT(*) AS n, SUM(TO_INT64(f['v'])) AS s FROM t GROUP BY f['g']"
+	iac := testkit.InstanceAdmin(t, env.srv.Addr(), testProject)
+	if err := iac.CreateMaterializedView(ctx, testInstance, &bigtable.MaterializedViewInfo{MaterializedViewID: "mv", Query: query}); err != nil {
+		t.Fatal(err)
+	}
+	if env.srv.planMaint(sqlInstance, "mv", query) == nil {
+		t.Fatal("the view is not maintained")
+	}
+	check := func(what, q string, want ...string) {
+		t.Helper()
+		got, err := sqlRows(t, env.client, q)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: %q, want %q", what, got, want)
+		}
+	}
+	check("whole view", "SELECT * FROM mv", "a|20|570", "b|20|590", "c|20|610")
+
+	// A row only the stored state has: SQL shows it, so it read the state.
+	mv, _, err := env.srv.keptView(sqlInstance, "mv")
+	if err != nil || mv == nil {
+		t.Fatal("no kept view", err)
+	}
+	forged := outKey([]byte("bb"), []byte("forged"))
+	vb := env.srv.engine.NewViewBatch()
+	if err := vb.Set(mv.space, forged, sqlquery.EncodeValue([]byte{0}, sqlquery.Struct{[]byte("bb"), int64(7), int64(8)})); err != nil {
+		t.Fatal(err)
+	}
+	if err := vb.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	vb.Close()
+	check("with a stored-only row", "SELECT _key, n, s FROM mv", "a|20|570", "b|20|590", "bb|7|8", "c|20|610")
+	check("a key range of the state", "SELECT _key, n FROM mv WHERE _key > 'a' AND _key < 'c'", "b|20", "bb|7")
+	check("a key of the state", "SELECT n FROM mv WHERE _key = 'bb'", "7")
+	check("ordered", "SELECT _key, s FROM mv ORDER BY s DESC LIMIT 2", "c|610", "b|590")
+	// Through a logical view over it.
+	if err := iac.CreateLogicalView(ctx, testInstance, &bigtable.LogicalViewInfo{LogicalViewID: "lv", Query: "SELECT _key, n FROM mv WHERE n > 10"}); err != nil {
+		t.Fatal(err)
+	}
+	check("a logical view over it", "SELECT * FROM lv", "a|20", "b|20", "c|20")
+	vb = env.srv.engine.NewViewBatch()
+	if err := vb.Delete(mv.space, forged); err != nil {
+		t.Fatal(err)
+	}
+	if err := vb.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	vb.Close()
+
+	// A write: the next read shows it; maintenance read only that row.
+	before := env.srv.mviews.baseRows.Load()
+	put("r999", "b", 1000)
+	check("after a write", "SELECT * FROM mv WHERE _key = 'b'", "b|21|1590")
+	if n := env.srv.mviews.baseRows.Load() - before; n > 4 {
+		t.Errorf("a one-row write made maintenance read %d base rows (cells), want the row's", n)
+	}
+	m := bigtable.NewMutation()
+	m.DeleteRow()
+	if err := tbl.Apply(ctx, "r000", m); err != nil {
+		t.Fatal(err)
+	}
+	check("after a deletion", "SELECT _key, n, s FROM mv", "a|19|570", "b|21|1590", "c|20|610")
+}
+
+// A stream over a kept view resumes after the position of its last row:
+// groups created, changed or deleted between the attempts before that
+// position are not repeated, those after it are read as they are now.
+func TestSQLResumeOverMaterializedView(t *testing.T) {
+	env := newTestEnv(t)
+	ctx := context.Background()
+	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
+	big := bytes.Repeat([]byte("x"), 300<<10)
+	put := func(row, g string) {
+		t.Helper()
+		m := bigtable.NewMutation()
+		m.Set("f", "g", 1000, []byte(g))
+		m.Set("f", "big", 1000, big)
+		if err := tbl.Apply(ctx, row, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	del := func(row string) {
+		t.Helper()
+		m := bigtable.NewMutation()
+		m.DeleteRow()
+		if err := tbl.Apply(ctx, row, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var groups []string
+	for i := range 12 {
+		g := fmt.Sprintf("g%02d", i)
+		groups = append(groups, g)
+		put("r"+g, g)
+	}
+	iac := testkit.InstanceAdmin(t, env.srv.Addr(), testProject)
+	const query = "SELECT f['g'] AS _key, COUNT(*) AS n, MAX(f['big']) AS big FROM t GROUP BY f['g']"
+	if err := iac.CreateMaterializedView(ctx, testInstance, &bigtable.MaterializedViewInfo{MaterializedViewID: "mv", Query: query}); err != nil {
+		t.Fatal(err)
+	}
+	raw := env.raw(t)
+	prep := prepareRaw(t, raw, "SELECT _key, n, big FROM mv WHERE LENGTH(big) > 0", nil)
+	req := &btpb.ExecuteQueryRequest{InstanceName: sqlInstance, PreparedQuery: prep.GetPreparedQuery()}
+	full, err := executeRaw(t, raw, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(full.tokens) < 3 {
+		t.Fatalf("%d tokens, want several batches", len(full.tokens))
+	}
+	got := full.rows[0] / 3
+	last := groups[got-1]
+	// Changes on both sides of the position.
+	del("r" + groups[0])   // before it
+	del("r" + groups[got]) // the next group goes
+	put("rnew1", "g00a")   // a new group before it
+	put("rnew2", last+"x") // and one just after it
+	put("rmore", groups[got+1])
+	req.ResumeToken = full.tokens[0]
+	rest, err := executeRaw(t, raw, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gotRows []string
+	for j := 0; j+2 < len(rest.values); j += 3 {
+		gotRows = append(gotRows, fmt.Sprintf("%s:%d", rest.values[j].GetBytesValue(), rest.values[j+1].GetIntValue()))
+	}
+	want := []string{last + "x:1", groups[got+1] + ":2"}
+	for _, g := range groups[got+2:] {
+		want = append(want, g+":1")
+	}
+	if !slices.Equal(gotRows, want) {
+		t.Fatalf("resumed after %q: %q, want %q", last, gotRows, want)
+	}
+	// The last token again: nothing more.
+	req.ResumeToken = rest.tokens[len(rest.tokens)-1]
+	again, err := executeRaw(t, raw, req)
+	if err != nil || len(again.values) != 0 {
+		t.Fatalf("retry with the last token: %v, %+v", err, again)
+	}
+}
