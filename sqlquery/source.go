@@ -3,6 +3,7 @@ package sqlquery
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -30,6 +31,8 @@ type execCtx struct {
 	// reports; after is the position to resume after (nil: the start).
 	after    []byte
 	afterSrc source
+	// resume, when set, is a positioned run's state (position.go).
+	resume *resumeState
 }
 
 // rowEnv is the row an expression is evaluated on.
@@ -414,9 +417,40 @@ func (u *unpackSource) column(name string) (Column, bool) {
 
 func (u *unpackSource) has(name string) bool { _, ok := u.column(name); return ok }
 
+// direct reports whether the inner query reads a table row by row in key
+// order (not grouped, no ORDER BY): its rows then have positions, the
+// row key and the timestamp (newest first).
+func (u *unpackSource) direct() bool {
+	q := u.inner.q
+	_, ok := q.src.(*tableSource)
+	return ok && !q.grouped && len(q.order) == 0
+}
+
+// unpackPos is the position of the row for timestamp ts of table row key:
+// the escaped key, then the timestamp descending.
+func unpackPos(key []byte, ts time.Time) []byte {
+	b := make([]byte, 0, len(key)+10)
+	for _, c := range key {
+		if c == 0 {
+			b = append(b, 0, 0xFF)
+			continue
+		}
+		b = append(b, c)
+	}
+	b = append(b, 0, 1)
+	return binary.BigEndian.AppendUint64(b, ^(uint64(ts.UnixMicro()) ^ 1<<63))
+}
+
 func (u *unpackSource) scan(x *execCtx, keys []keyRange, fn func(*rowEnv) error) error {
 	env := &rowEnv{x: x}
-	return u.inner.scan(x, keys, func(in *rowEnv) error {
+	ix := x
+	var rowKey []byte
+	if u.direct() {
+		c := *x
+		c.rowKey = func(k []byte) { rowKey = k }
+		ix = &c
+	}
+	return u.inner.scan(ix, keys, func(in *rowEnv) error {
 		var stamps []time.Time
 		add := func(a Array) {
 			for _, s := range a {
@@ -475,7 +509,10 @@ func (u *unpackSource) scan(x *execCtx, keys []keyRange, fn func(*rowEnv) error)
 			if u.tsAt == len(in.vals) {
 				out = append(out, ts)
 			}
-			env.vals = out
+			env.vals, env.pos = out, nil
+			if rowKey != nil {
+				env.pos = unpackPos(rowKey, ts)
+			}
 			if err := fn(env); err != nil {
 				return err
 			}
