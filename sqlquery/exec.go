@@ -205,6 +205,9 @@ func (q *query) run(x *execCtx, outer []keyRange, fn func([]Value) error) error 
 			e := &rowEnv{x: x, gkeys: g.keys, pos: []byte(g.id), aggv: make([]Value, len(g.accs))}
 			for i, a := range g.accs {
 				e.aggv[i] = a.result()
+				if a.err != nil {
+					return a.err
+				}
 			}
 			if err := emit(e); err != nil {
 				if errors.Is(err, errStop) {

@@ -53,6 +53,9 @@ func (p *Plan) Incremental() (*Incremental, error) {
 		if a.count != nil {
 			return nil, fmt.Errorf("%w: %s", ErrNotIncremental, a.name)
 		}
+		if a.mods != nil {
+			return nil, fmt.Errorf("%w: %s with IGNORE NULLS, ORDER BY or LIMIT", ErrNotIncremental, a.name)
+		}
 		if a.distinct && (a.name == "ARRAY_AGG" || a.name == "STRING_AGG") {
 			return nil, fmt.Errorf("%w: %s(DISTINCT …)", ErrNotIncremental, a.name)
 		}
