@@ -8,8 +8,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/bigtable"
+	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/ebbtable/ebbtable/sqlquery"
@@ -216,4 +218,66 @@ func TestSQLResumeOverMaterializedView(t *testing.T) {
 	if err != nil || len(again.values) != 0 {
 		t.Fatalf("retry with the last token: %v, %+v", err, again)
 	}
+}
+
+// A maintained view stays right across a table's restore from a backup and
+// its undelete, which write no view log: the state is rebuilt (or kept)
+// to match the table read back.
+func TestMaterializedViewAfterRestoreAndUndelete(t *testing.T) {
+	env := newTestEnv(t)
+	ctx := context.Background()
+	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
+	put := func(tbl *bigtable.Table, row, g string) {
+		t.Helper()
+		m := bigtable.NewMutation()
+		m.Set("f", "g", 1000, []byte(g))
+		if err := tbl.Apply(ctx, row, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(tbl, "r1", "a")
+	put(tbl, "r2", "a")
+	put(tbl, "r3", "b")
+	const query = "SELECT f['g'] AS _key, COUNT(*) AS n FROM t GROUP BY f['g']"
+	iac := testkit.InstanceAdmin(t, env.srv.Addr(), testProject)
+	if err := iac.CreateMaterializedView(ctx, testInstance, &bigtable.MaterializedViewInfo{MaterializedViewID: "mv", Query: query}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, want ...string) {
+		t.Helper()
+		for _, q := range []string{"SELECT * FROM mv", query} {
+			got, err := sqlRows(t, env.client, q)
+			if err != nil {
+				t.Fatalf("%s: %s: %v", what, q, err)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s: %s: %q, want %q", what, q, got, want)
+			}
+		}
+	}
+	check("before", "a|2", "b|1")
+	if err := env.admin.CreateBackup(ctx, "t", "c1", "bk", env.clock.Now().Add(7*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	put(tbl, "r4", "b")
+	check("after a write", "a|2", "b|2")
+	if err := env.admin.DeleteTable(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.admin.RestoreTable(ctx, "t", "c1", "bk"); err != nil {
+		t.Fatal(err)
+	}
+	check("restored from the backup", "a|2", "b|1")
+	put(tbl, "r5", "c")
+	check("a write after the restore", "a|2", "b|1", "c|1")
+	if err := env.admin.DeleteTable(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	raw := env.rawAdmin(t)
+	if _, err := raw.UndeleteTable(ctx, &adminpb.UndeleteTableRequest{Name: tableName("t")}); err != nil {
+		t.Fatal(err)
+	}
+	check("undeleted", "a|2", "b|1", "c|1")
+	put(tbl, "r6", "c")
+	check("a write after the undelete", "a|2", "b|1", "c|2")
 }
