@@ -191,12 +191,7 @@ func (s *Server) planMaint(inst, id, query string) *maintView {
 	if !ok {
 		return nil
 	}
-	keyAt := -1
-	for i, c := range plan.Columns {
-		if c.Name == "_key" && c.Type.Kind == sqlquery.KindBytes {
-			keyAt = i
-		}
-	}
+	keyAt := viewKeyColumn(plan.Columns)
 	if keyAt < 0 {
 		return nil
 	}
@@ -622,7 +617,7 @@ func (s *Server) applyChanges(ctx context.Context, mv *maintView, st viewStore, 
 			if err != nil {
 				val = append([]byte{1}, err.Error()...)
 				g.Out, g.HasOut = nil, true
-			} else if k, ok := vals[mv.keyAt].([]byte); ok {
+			} else if k := viewKey(vals[mv.keyAt]); k != nil {
 				val = sqlquery.EncodeValue([]byte{0}, sqlquery.Struct(vals))
 				g.Out, g.HasOut = k, true
 			}

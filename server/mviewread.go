@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/ebbtable/ebbtable/sqlquery"
 	"github.com/ebbtable/ebbtable/table"
@@ -115,4 +116,48 @@ func (s *Server) scanKept(ctx context.Context, inst, id string, ranges []table.R
 		}
 	}
 	return true, nil
+}
+
+// readSpans turns a read's keys and ranges into sorted, disjoint
+// half-open ranges of row keys (nil when both are empty: everything).
+func readSpans(keys [][]byte, ranges []table.RowRange) []table.RowRange {
+	var out []table.RowRange
+	for _, k := range keys {
+		out = append(out, table.RowRange{Start: k, End: append(bytes.Clone(k), 0)})
+	}
+	for _, r := range ranges {
+		s := table.RowRange{Start: r.Start, End: r.End}
+		if s.Start == nil {
+			s.Start = []byte{}
+		}
+		if r.StartOpen {
+			s.Start = append(bytes.Clone(r.Start), 0)
+		}
+		if r.EndClosed && r.End != nil {
+			s.End = append(bytes.Clone(r.End), 0)
+		}
+		if s.End != nil && bytes.Compare(s.Start, s.End) >= 0 {
+			continue
+		}
+		out = append(out, s)
+	}
+	if len(out) == 0 {
+		if len(keys) > 0 || len(ranges) > 0 {
+			return []table.RowRange{{Start: []byte{}, End: []byte{}}} // nothing
+		}
+		return nil
+	}
+	slices.SortFunc(out, func(a, b table.RowRange) int { return bytes.Compare(a.Start, b.Start) })
+	merged := out[:1]
+	for _, s := range out[1:] {
+		last := &merged[len(merged)-1]
+		if last.End == nil || bytes.Compare(s.Start, last.End) <= 0 {
+			if last.End != nil && (s.End == nil || bytes.Compare(s.End, last.End) > 0) {
+				last.End = s.End
+			}
+			continue
+		}
+		merged = append(merged, s)
+	}
+	return merged
 }

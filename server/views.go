@@ -105,13 +105,21 @@ func validViewID(id string) error {
 	return nil
 }
 
-// checkViewQuery plans a view's query against the instance as it is.
-func (s *Server) checkViewQuery(inst, q string) error {
+// checkViewQuery plans a view's query against the instance as it is; a
+// materialized view's must also have a shape Cloud Bigtable accepts
+// (sqlquery's CheckMaterialized).
+func (s *Server) checkViewQuery(kind, inst, q string) error {
 	if strings.TrimSpace(q) == "" {
 		return status.Error(codes.InvalidArgument, "ebbtable: a view needs a query")
 	}
-	if _, err := sqlquery.Prepare(s.tableCatalog(inst), q, nil); err != nil {
+	plan, err := sqlquery.Prepare(s.tableCatalog(inst), q, nil)
+	if err != nil {
 		return sqlStatus(err)
+	}
+	if kind == kindMaterializedView {
+		if err := plan.CheckMaterialized(); err != nil {
+			return sqlStatus(err)
+		}
 	}
 	return nil
 }
@@ -127,7 +135,7 @@ func (s *Server) createView(kind, coll, parent, id string, v sqlView, meta func(
 	if v == nil {
 		return nil, status.Error(codes.InvalidArgument, "ebbtable: the view is missing")
 	}
-	if err := s.checkViewQuery(inst, v.GetQuery()); err != nil {
+	if err := s.checkViewQuery(kind, inst, v.GetQuery()); err != nil {
 		return nil, err
 	}
 	s.inst.mu.Lock()
@@ -220,7 +228,7 @@ func (s *Server) updateView(kind, coll string, in sqlView, paths []string, cur s
 			if kind == kindMaterializedView && in.GetQuery() != cur.GetQuery() {
 				return status.Error(codes.InvalidArgument, "ebbtable: a materialized view's query cannot be changed")
 			}
-			if err := s.checkViewQuery(inst, in.GetQuery()); err != nil {
+			if err := s.checkViewQuery(kind, inst, in.GetQuery()); err != nil {
 				return err
 			}
 			setQuery(in.GetQuery())
@@ -365,14 +373,9 @@ func (s *Server) materializedRows(ctx context.Context, name string, rr *table.Re
 	if err != nil {
 		return status.Errorf(codes.FailedPrecondition, "ebbtable: materialized view %s no longer plans: %v", name, err)
 	}
-	keyAt := -1
-	for i, c := range plan.Columns {
-		if c.Name == "_key" && c.Type.Kind == sqlquery.KindBytes {
-			keyAt = i
-		}
-	}
+	keyAt := viewKeyColumn(plan.Columns)
 	if keyAt < 0 {
-		return status.Errorf(codes.FailedPrecondition, "ebbtable: materialized view %s has no _key column to read rows by", name)
+		return status.Errorf(codes.FailedPrecondition, "ebbtable: materialized view %s has no BYTES or STRING _key column to read rows by", name)
 	}
 	var rows []cell.Row
 	var keys [][]byte
@@ -381,7 +384,7 @@ func (s *Server) materializedRows(ctx context.Context, name string, rr *table.Re
 		keys, ranges = rr.Keys, rr.Ranges
 	}
 	emit := func(vals []sqlquery.Value) error {
-		k, _ := vals[keyAt].([]byte)
+		k := viewKey(vals[keyAt])
 		if k == nil {
 			return nil
 		}
@@ -406,14 +409,10 @@ func (s *Server) materializedRows(ctx context.Context, name string, rr *table.Re
 		return nil
 	}
 	// A maintained view (mviewmaint.go) catches up and serves its stored
-	// rows (those of the keys asked for); otherwise the query runs now,
+	// rows (those of the keys and ranges asked for); otherwise the query runs now,
 	// and a view whose _key is the table's row key, asked for some rows,
 	// reads just those rows.
-	var only [][]byte
-	if len(ranges) == 0 {
-		only = keys
-	}
-	maintained, err := s.maintainedRows(ctx, inst, id, only, emit)
+	maintained, err := s.scanKept(ctx, inst, id, readSpans(keys, ranges), nil, func(_ []byte, row []sqlquery.Value) error { return emit(row) })
 	if err == nil && !maintained {
 		err = plan.RunKeys(ctx, countingCatalog{cat, &s.mviews.baseRows}, nil, s.opts.Clock.Now(), keys, ranges, emit)
 	}
@@ -536,4 +535,27 @@ func (d *dataServer) sampleMaterializedView(req *btpb.SampleRowKeysRequest, stre
 		return err
 	}
 	return stream.Send(&btpb.SampleRowKeysResponse{RowKey: []byte{}, OffsetBytes: size})
+}
+
+// viewKeyColumn is the index of a materialized view's _key column, BYTES
+// or STRING (as Cloud Bigtable's `'*' AS _key`); -1 when there is none.
+func viewKeyColumn(cols []sqlquery.Column) int {
+	for i, c := range cols {
+		if c.Name == "_key" && (c.Type.Kind == sqlquery.KindBytes || c.Type.Kind == sqlquery.KindString) {
+			return i
+		}
+	}
+	return -1
+}
+
+// viewKey is a view row's key: its _key value's bytes (a STRING's UTF-8);
+// nil for NULL.
+func viewKey(v sqlquery.Value) []byte {
+	switch k := v.(type) {
+	case []byte:
+		return k
+	case string:
+		return []byte(k)
+	}
+	return nil
 }

@@ -342,7 +342,10 @@ func (p *planner) planSelect(s *ast.Select, order *ast.OrderBy, limit *ast.Limit
 						return nil, p.errf(lit, "GROUP BY position %s names no expression", lit.Value)
 					}
 				}
-				if id, ok := ge.(*ast.Ident); ok && !q.src.has(id.Name) {
+				// A select-list alias overrides a FROM column of the same
+				// name (GoogleSQL; Bigtable's `'*' AS _key ... GROUP BY
+				// _key`).
+				if id, ok := ge.(*ast.Ident); ok {
 					if ae, ok := aliases[strings.ToLower(id.Name)]; ok {
 						ge = ae
 					}
