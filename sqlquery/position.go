@@ -158,13 +158,20 @@ func (p *Plan) RunFrom(ctx context.Context, cat Catalog, params map[string]Value
 		*rs.at = *from
 	}
 	x := &execCtx{ctx: ctx, cat: cat, params: params, now: now.UTC(), resume: rs}
-	if from != nil && from.set && len(p.root.order) == 0 && !p.root.grouped {
-		// An unordered scan resumes after the tie, its row's position.
+	if len(p.root.order) == 0 && !p.root.grouped {
+		// An unordered scan resumes after the tie, its row's position. A
+		// kept view's rows are positioned by the view: were it no longer
+		// kept, its computed rows would have none (ErrStale).
 		switch p.root.src.(type) {
 		case *tableSource:
-			return p.root.run(x, []keyRange{{lo: from.Tie}}, func(row []Value) error { return fn(rs.at, row) })
+			if from != nil && from.set {
+				return p.root.run(x, []keyRange{{lo: from.Tie}}, func(row []Value) error { return fn(rs.at, row) })
+			}
 		case *derivedSource:
-			x.after, x.afterSrc = from.Tie, p.root.src
+			x.afterSrc = p.root.src
+			if from != nil && from.set {
+				x.after = from.Tie
+			}
 		}
 	}
 	return p.root.run(x, nil, func(row []Value) error { return fn(rs.at, row) })
