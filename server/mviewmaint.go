@@ -47,8 +47,10 @@ import (
 // change of the table, a log the state cannot trust, or a new view builds
 // the state from one scan of the table.
 
-// viewStateVersion is the layout above; another rebuilds the state.
-const viewStateVersion = 1
+// viewStateVersion is the layout above; another rebuilds the state. 2:
+// GROUP BY prefers a select-list alias to a column (a query's groups may
+// have changed), and STRING _key views are maintained.
+const viewStateVersion = 2
 
 // maintBatch is how many log entries (and due rows) one batch consumes.
 const maintBatch = 512
