@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -280,4 +281,66 @@ func TestMaterializedViewAfterRestoreAndUndelete(t *testing.T) {
 	check("undeleted", "a|2", "b|1", "c|1")
 	put(tbl, "r6", "c")
 	check("a write after the undelete", "a|2", "b|1", "c|2")
+}
+
+// SQL reads of a maintained view while rows are written: each read sees
+// every write acknowledged before it began and none not yet begun, and
+// the view's count never goes backwards.
+func TestSQLKeptViewUnderWrites(t *testing.T) {
+	env := newTestEnv(t)
+	ctx := context.Background()
+	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
+	iac := testkit.InstanceAdmin(t, env.srv.Addr(), testProject)
+	const query = "SELECT '*' AS _key, COUNT(*) AS n FROM t GROUP BY _key"
+	if err := iac.CreateMaterializedView(ctx, testInstance, &bigtable.MaterializedViewInfo{MaterializedViewID: "mv", Query: query}); err != nil {
+		t.Fatal(err)
+	}
+	const writes = 150
+	var started, acked atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		for i := range writes {
+			m := bigtable.NewMutation()
+			m.Set("f", "q", 1000, []byte("v"))
+			started.Add(1)
+			if err := tbl.Apply(ctx, fmt.Sprintf("r%04d", i), m); err != nil {
+				done <- err
+				return
+			}
+			acked.Add(1)
+		}
+		done <- nil
+	}()
+	ps, err := env.client.PrepareStatement(ctx, "SELECT n FROM mv", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := int64(0)
+	for reads := 0; ; reads++ {
+		lo := acked.Load()
+		bs, err := ps.Bind(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := int64(0)
+		if err := bs.Execute(ctx, func(r bigtable.ResultRow) bool {
+			if err := r.GetByName("n", &n); err != nil {
+				t.Fatal(err)
+			}
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		hi := started.Load()
+		if n < lo || n > hi || n < last {
+			t.Fatalf("read %d: count %d, want within [%d, %d] and not below %d", reads, n, lo, hi, last)
+		}
+		last = n
+		if n == writes {
+			break
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
