@@ -186,9 +186,10 @@ func TestSQLResumeUnpack(t *testing.T) {
 	}
 }
 
-// A query with no position (a view without ORDER BY) resumes by count
-// while its result is unchanged, and refuses, with FAILED_PRECONDITION,
-// a retry whose result changed before the point reached.
+// A query with no position (over a view whose rows are not table rows in
+// key order, without ORDER BY) resumes by count while its result is
+// unchanged, and refuses, with FAILED_PRECONDITION, a retry whose result
+// changed before the point reached.
 func TestSQLResumeCountedRefusesChange(t *testing.T) {
 	r := newResumeEnv(t)
 	for i := range 12 {
@@ -196,7 +197,7 @@ func TestSQLResumeCountedRefusesChange(t *testing.T) {
 	}
 	iac := testkit.InstanceAdmin(t, r.env.srv.Addr(), testProject)
 	if err := iac.CreateLogicalView(context.Background(), testInstance, &bigtable.LogicalViewInfo{LogicalViewID: "lv",
-		Query: "SELECT _key, f['big'] AS big FROM t LIMIT 11"}); err != nil {
+		Query: "SELECT _key, f['big'] AS big FROM t ORDER BY _key LIMIT 11"}); err != nil {
 		t.Fatal(err)
 	}
 	const q = "SELECT _key, big FROM lv"
@@ -287,5 +288,33 @@ func TestSQLPositionedThroughClient(t *testing.T) {
 		if strings.Join(keys, " ") != c.want {
 			t.Errorf("%s: %s, want %s", c.q, strings.Join(keys, " "), c.want)
 		}
+	}
+}
+
+// A logical view reading a table row by row is positioned by row key: a
+// stream over it resumes after the last row got, whatever changed.
+func TestSQLResumeOverLogicalView(t *testing.T) {
+	r := newResumeEnv(t)
+	var keys []string
+	for i := range 12 {
+		keys = append(keys, fmt.Sprintf("r%02d", i))
+		r.put(keys[i], "", 1000)
+	}
+	iac := testkit.InstanceAdmin(t, r.env.srv.Addr(), testProject)
+	if err := iac.CreateLogicalView(context.Background(), testInstance, &bigtable.LogicalViewInfo{LogicalViewID: "lv",
+		Query: "SELECT _key, f['big'] AS big FROM t"}); err != nil {
+		t.Fatal(err)
+	}
+	first, rest := r.run("SELECT _key, big FROM lv", 2, func(first []string) {
+		last := first[len(first)-1]
+		i := slices.Index(keys, last)
+		r.del(keys[0])            // before the position
+		r.del(keys[i+1])          // the next row
+		r.put(last+"x", "", 1000) // just after it
+	})
+	i := slices.Index(keys, first[len(first)-1])
+	want := append([]string{keys[i] + "x"}, keys[i+2:]...)
+	if !slices.Equal(rest, want) {
+		t.Fatalf("resumed after %q: %q, want %q", keys[i], rest, want)
 	}
 }

@@ -138,7 +138,7 @@ func (p *Plan) Positioned() bool {
 	case *tableSource:
 		return true
 	case *derivedSource:
-		return s.stored != ""
+		return s.stored != "" || s.direct()
 	case *unpackSource:
 		return s.direct()
 	}
@@ -168,6 +168,8 @@ func (p *Plan) RunFrom(ctx context.Context, cat Catalog, params map[string]Value
 				return p.root.run(x, []keyRange{{lo: from.Tie}}, func(row []Value) error { return fn(rs.at, row) })
 			}
 		case *derivedSource:
+			// (A view reading a table row by row is positioned by row
+			// key; its scan starts at the position's row.)
 			x.afterSrc = p.root.src
 			if from != nil && from.set {
 				x.after = from.Tie

@@ -336,18 +336,41 @@ func (d *derivedSource) scan(x *execCtx, keys []keyRange, fn func(*rowEnv) error
 	var inner []keyRange
 	if d.innerPass {
 		inner = keys
+		if after != nil && d.direct() {
+			// Resuming (RunFrom): the rows before the position's row
+			// need not be read.
+			inner = intersect(inner, []keyRange{{lo: after}})
+		}
 	}
 	exact := keys != nil && !d.innerPass && d.keyCol >= 0
-	return d.q.run(x, inner, func(vals []Value) error {
+	ix := x
+	var rowKey []byte
+	if d.direct() {
+		// Each row is one table row, in key order: its row key is its
+		// position.
+		c := *x
+		c.rowKey = func(k []byte) { rowKey = k }
+		ix = &c
+	}
+	return d.q.run(ix, inner, func(vals []Value) error {
 		if exact {
 			k, _ := vals[d.keyCol].([]byte)
 			if k == nil || !inRanges(keys, k) {
 				return nil
 			}
 		}
-		env.vals = vals
+		env.vals, env.pos = vals, rowKey
 		return fn(env)
 	})
+}
+
+// direct reports whether the inner query reads a table row by row in key
+// order (not grouped, no ORDER BY; a LIMIT allowed): each of its rows is
+// then positioned by its table row key.
+func (d *derivedSource) direct() bool {
+	q := d.q
+	_, ok := q.src.(*tableSource)
+	return ok && d.stored == "" && !q.grouped && len(q.order) == 0
 }
 
 // inRanges reports whether k lies in one of rs.
@@ -420,11 +443,7 @@ func (u *unpackSource) has(name string) bool { _, ok := u.column(name); return o
 // direct reports whether the inner query reads a table row by row in key
 // order (not grouped, no ORDER BY): its rows then have positions, the
 // row key and the timestamp (newest first).
-func (u *unpackSource) direct() bool {
-	q := u.inner.q
-	_, ok := q.src.(*tableSource)
-	return ok && !q.grouped && len(q.order) == 0
-}
+func (u *unpackSource) direct() bool { return u.inner.direct() }
 
 // unpackPos is the position of the row for timestamp ts of table row key:
 // the escaped key, then the timestamp descending.
@@ -443,14 +462,13 @@ func unpackPos(key []byte, ts time.Time) []byte {
 
 func (u *unpackSource) scan(x *execCtx, keys []keyRange, fn func(*rowEnv) error) error {
 	env := &rowEnv{x: x}
-	ix := x
-	var rowKey []byte
-	if u.direct() {
-		c := *x
-		c.rowKey = func(k []byte) { rowKey = k }
-		ix = &c
-	}
-	return u.inner.scan(ix, keys, func(in *rowEnv) error {
+	direct := u.direct()
+	return u.inner.scan(x, keys, func(in *rowEnv) error {
+		// A direct inner query's rows carry their table row key.
+		var rowKey []byte
+		if direct {
+			rowKey = in.pos
+		}
 		var stamps []time.Time
 		add := func(a Array) {
 			for _, s := range a {
