@@ -378,7 +378,7 @@ func sqlErr(err error) error {
 // resultChanged refuses a retry whose result no longer begins with the
 // rows already got.
 func resultChanged() error {
-	return status.Error(codes.FailedPrecondition, "ebbtable: the query's result changed since the resume token was issued, and the query has no position to resume at (it reads a view or subquery without ORDER BY); run it again")
+	return status.Error(codes.FailedPrecondition, "ebbtable: the query's result changed since the resume token was issued, and the query has no position to resume at (it reads a view or subquery that groups or orders, without ORDER BY); run it again")
 }
 
 // resultWriter batches result rows into checksummed ProtoRows batches.
