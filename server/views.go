@@ -225,8 +225,13 @@ func (s *Server) updateView(kind, coll string, in sqlView, paths []string, cur s
 	for _, p := range paths {
 		switch p {
 		case "query":
-			if kind == kindMaterializedView && in.GetQuery() != cur.GetQuery() {
-				return status.Error(codes.InvalidArgument, "ebbtable: a materialized view's query cannot be changed")
+			if kind == kindMaterializedView {
+				// It cannot change, so it is not checked again (a view
+				// made before a rule keeps working).
+				if in.GetQuery() != cur.GetQuery() {
+					return status.Error(codes.InvalidArgument, "ebbtable: a materialized view's query cannot be changed")
+				}
+				continue
 			}
 			if err := s.checkViewQuery(kind, inst, in.GetQuery()); err != nil {
 				return err
