@@ -291,30 +291,36 @@ func TestSQLPositionedThroughClient(t *testing.T) {
 	}
 }
 
-// A logical view reading a table row by row is positioned by row key: a
-// stream over it resumes after the last row got, whatever changed.
+// A logical view reading a table row by row (directly, or through another
+// such view) is positioned by row key: a stream over it resumes after the
+// last row got, whatever changed.
 func TestSQLResumeOverLogicalView(t *testing.T) {
-	r := newResumeEnv(t)
-	var keys []string
-	for i := range 12 {
-		keys = append(keys, fmt.Sprintf("r%02d", i))
-		r.put(keys[i], "", 1000)
-	}
-	iac := testkit.InstanceAdmin(t, r.env.srv.Addr(), testProject)
-	if err := iac.CreateLogicalView(context.Background(), testInstance, &bigtable.LogicalViewInfo{LogicalViewID: "lv",
-		Query: "SELECT _key, f['big'] AS big FROM t"}); err != nil {
-		t.Fatal(err)
-	}
-	first, rest := r.run("SELECT _key, big FROM lv", 2, func(first []string) {
-		last := first[len(first)-1]
-		i := slices.Index(keys, last)
-		r.del(keys[0])            // before the position
-		r.del(keys[i+1])          // the next row
-		r.put(last+"x", "", 1000) // just after it
-	})
-	i := slices.Index(keys, first[len(first)-1])
-	want := append([]string{keys[i] + "x"}, keys[i+2:]...)
-	if !slices.Equal(rest, want) {
-		t.Fatalf("resumed after %q: %q, want %q", keys[i], rest, want)
+	for _, view := range []string{"lv", "lv2"} {
+		t.Run(view, func(t *testing.T) {
+			r := newResumeEnv(t)
+			var keys []string
+			for i := range 12 {
+				keys = append(keys, fmt.Sprintf("r%02d", i))
+				r.put(keys[i], "", 1000)
+			}
+			iac := testkit.InstanceAdmin(t, r.env.srv.Addr(), testProject)
+			for id, q := range map[string]string{"lv": "SELECT _key, f['big'] AS big FROM t", "lv2": "SELECT _key, big FROM lv WHERE big IS NOT NULL"} {
+				if err := iac.CreateLogicalView(context.Background(), testInstance, &bigtable.LogicalViewInfo{LogicalViewID: id, Query: q}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first, rest := r.run("SELECT _key, big FROM "+view, 2, func(first []string) {
+				last := first[len(first)-1]
+				i := slices.Index(keys, last)
+				r.del(keys[0])            // before the position
+				r.del(keys[i+1])          // the next row
+				r.put(last+"x", "", 1000) // just after it
+			})
+			i := slices.Index(keys, first[len(first)-1])
+			want := append([]string{keys[i] + "x"}, keys[i+2:]...)
+			if !slices.Equal(rest, want) {
+				t.Fatalf("resumed after %q: %q, want %q", keys[i], rest, want)
+			}
+		})
 	}
 }

@@ -365,12 +365,20 @@ func (d *derivedSource) scan(x *execCtx, keys []keyRange, fn func(*rowEnv) error
 }
 
 // direct reports whether the inner query reads a table row by row in key
-// order (not grouped, no ORDER BY; a LIMIT allowed): each of its rows is
-// then positioned by its table row key.
+// order (not grouped, no ORDER BY; a LIMIT allowed), directly or through
+// views that do: each of its rows is then positioned by its table row key.
 func (d *derivedSource) direct() bool {
 	q := d.q
-	_, ok := q.src.(*tableSource)
-	return ok && d.stored == "" && !q.grouped && len(q.order) == 0
+	if d.stored != "" || q.grouped || len(q.order) > 0 {
+		return false
+	}
+	switch s := q.src.(type) {
+	case *tableSource:
+		return true
+	case *derivedSource:
+		return s.direct()
+	}
+	return false
 }
 
 // inRanges reports whether k lies in one of rs.
