@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -48,8 +47,10 @@ import (
 // change of the table, a log the state cannot trust, or a new view builds
 // the state from one scan of the table.
 
-// viewStateVersion is the layout above; another rebuilds the state.
-const viewStateVersion = 1
+// viewStateVersion is the layout above; another rebuilds the state. 2:
+// GROUP BY prefers a select-list alias to a column (a query's groups may
+// have changed), and STRING _key views are maintained.
+const viewStateVersion = 2
 
 // maintBatch is how many log entries (and due rows) one batch consumes.
 const maintBatch = 512
@@ -180,7 +181,7 @@ func maintainable(plan *sqlquery.Plan, m *table.Meta, query string) (*sqlquery.I
 
 // planMaint plans a view for maintenance; nil when it is not maintained.
 func (s *Server) planMaint(inst, id, query string) *maintView {
-	plan, err := sqlquery.Prepare(s.catalog(inst), query, nil)
+	plan, err := sqlquery.Prepare(s.tableCatalog(inst), query, nil)
 	if err != nil || len(plan.Tables) != 1 {
 		return nil
 	}
@@ -192,12 +193,7 @@ func (s *Server) planMaint(inst, id, query string) *maintView {
 	if !ok {
 		return nil
 	}
-	keyAt := -1
-	for i, c := range plan.Columns {
-		if c.Name == "_key" && c.Type.Kind == sqlquery.KindBytes {
-			keyAt = i
-		}
-	}
+	keyAt := viewKeyColumn(plan.Columns)
 	if keyAt < 0 {
 		return nil
 	}
@@ -446,7 +442,7 @@ func (s *Server) rebuildView(ctx context.Context, mv *maintView) error {
 	if err := put(); err != nil {
 		return err
 	}
-	cat := countingCatalog{s.catalog(mv.inst), &s.mviews.baseRows}
+	cat := countingCatalog{s.tableCatalog(mv.inst), &s.mviews.baseRows}
 	var pending []*rowChange
 	apply := func() error {
 		st := viewStore{vb: vb, space: mv.space}
@@ -528,7 +524,7 @@ func (s *Server) updateRows(ctx context.Context, mv *maintView, m *table.Meta, s
 		}
 	}
 	news := map[string]*sqlquery.Contribution{}
-	cat := countingCatalog{s.catalog(mv.inst), &s.mviews.baseRows}
+	cat := countingCatalog{s.tableCatalog(mv.inst), &s.mviews.baseRows}
 	if err := mv.ic.Contributions(ctx, cat, now, rows, func(r []byte, c *sqlquery.Contribution) error {
 		news[string(r)] = c
 		return nil
@@ -623,7 +619,7 @@ func (s *Server) applyChanges(ctx context.Context, mv *maintView, st viewStore, 
 			if err != nil {
 				val = append([]byte{1}, err.Error()...)
 				g.Out, g.HasOut = nil, true
-			} else if k, ok := vals[mv.keyAt].([]byte); ok {
+			} else if k := viewKey(vals[mv.keyAt]); k != nil {
 				val = sqlquery.EncodeValue([]byte{0}, sqlquery.Struct(vals))
 				g.Out, g.HasOut = k, true
 			}
@@ -769,48 +765,14 @@ func (d *deadlines) consider(cur int64, c table.RawCell) int64 {
 // rows in _key order (those of keys only, when keys is not empty). ok is
 // false when the view is not maintained; the caller then computes it.
 func (s *Server) maintainedRows(ctx context.Context, inst, id string, keys [][]byte, fn func([]sqlquery.Value) error) (ok bool, err error) {
-	index, err := s.maintIndex()
-	if err != nil {
-		return false, err
-	}
-	var mv *maintView
-	for _, vs := range index {
-		for _, v := range vs {
-			if v.inst == inst && v.id == id {
-				mv = v
-			}
-		}
-	}
-	if mv == nil {
-		return false, nil
-	}
-	if err := s.maintainTable(ctx, mv.meta.ID, index[mv.meta.ID]); err != nil {
-		return false, err
-	}
-	emit := func(_, v []byte) (bool, error) {
-		if len(v) == 0 {
-			return false, fmt.Errorf("ebbtable: corrupt materialized view row")
-		}
-		if v[0] == 1 {
-			return false, fmt.Errorf("%w: %s", sqlquery.ErrInvalid, v[1:])
-		}
-		x, _, err := sqlquery.DecodeValue(v[1:])
-		if err != nil {
-			return false, err
-		}
-		vals, _ := x.(sqlquery.Struct)
-		return true, fn(vals)
-	}
-	if len(keys) == 0 {
-		return true, s.engine.ScanViewState(mv.space, []byte{'O'}, []byte{'P'}, false, emit)
-	}
+	keys = slices.Clone(keys)
+	slices.SortFunc(keys, bytes.Compare)
+	keys = slices.CompactFunc(keys, bytes.Equal)
+	var ranges []table.RowRange
 	for _, k := range keys {
-		p := outKey(k, nil)
-		if err := s.engine.ScanViewState(mv.space, p, prefixEnd(p), false, emit); err != nil {
-			return true, err
-		}
+		ranges = append(ranges, table.RowRange{Start: k, End: append(bytes.Clone(k), 0)})
 	}
-	return true, nil
+	return s.scanKept(ctx, inst, id, ranges, nil, func(_ []byte, row []sqlquery.Value) error { return fn(row) })
 }
 
 // dropView deletes a deleted view's state, and stops the log of a table no

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"hash"
 	"hash/crc32"
 	"hash/fnv"
 	"time"
@@ -40,10 +41,15 @@ import (
 
 const (
 	preparedMagic = "ebq1"
-	resumeMagic   = "ebr1"
 	// resumeKeyMagic starts a resumable plan's token: the count, then the
-	// row key of the last row delivered.
+	// row key (or kept view position) of the last row delivered.
 	resumeKeyMagic = "ebk1"
+	// resumePosMagic starts a positioned plan's token: a
+	// sqlquery.Position.
+	resumePosMagic = "ebp1"
+	// resumeCountMagic starts the token of a plan with no position: the
+	// count of rows delivered and the FNV-64a hash of their encodings.
+	resumeCountMagic = "ebr2"
 	// preparedTTL is how long a prepared query stays valid.
 	preparedTTL = time.Hour
 	batchBytes  = 1 << 20
@@ -183,15 +189,25 @@ func (d *dataServer) setupExecute(req *btpb.ExecuteQueryRequest) (*execSetup, er
 		if pq.GetInstanceName() != inst {
 			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: prepared_query belongs to instance %s, not %s", pq.GetInstanceName(), inst)
 		}
-		if !d.s.opts.Clock.Now().Before(until) {
+		// A retry with a resume token continues a stream whose rows the
+		// client already has: the plan must not change under it, so it
+		// is not expired by time, and a schema change that altered its
+		// result fails it without asking the client to prepare again
+		// (the client prepares again only before its first token).
+		stale := expired
+		if len(req.GetResumeToken()) > 0 {
+			stale = func(msg string) error {
+				return status.Error(codes.FailedPrecondition, "ebbtable: the query cannot resume: "+msg+"; run it again")
+			}
+		} else if !d.s.opts.Clock.Now().Before(until) {
 			return nil, expired("valid until " + until.UTC().Format(time.RFC3339Nano))
 		}
 		plan, cat, err := d.prepare(pq)
 		if err != nil {
-			return nil, expired("the query no longer plans against the schema: " + status.Convert(err).Message())
+			return nil, stale("the query no longer plans against the schema: " + status.Convert(err).Message())
 		}
 		if fingerprint(metadataProto(plan.Columns)) != fp {
-			return nil, expired("the schema changed since the query was prepared")
+			return nil, stale("the schema changed since the query was prepared")
 		}
 		x.plan, x.cat = plan, cat
 	} else {
@@ -247,19 +263,27 @@ func (d *dataServer) ExecuteQuery(req *btpb.ExecuteQueryRequest, stream btpb.Big
 	if err != nil {
 		return err
 	}
-	// A resumable plan's tokens name the row key of the last row
-	// delivered (and the count, for the tokens after it); others count.
+	// Each kind of plan has its kind of token (see the top of the file).
 	resumable := x.plan.Resumable()
+	positioned := !resumable && x.plan.Positioned()
 	var skip uint64
 	var after []byte
+	var from *sqlquery.Position
+	var prefix uint64
 	if tok := req.GetResumeToken(); len(tok) > 0 {
+		var err error
 		switch {
-		case len(tok) == 12 && string(tok[:4]) == resumeMagic:
-			skip = binary.BigEndian.Uint64(tok[4:])
 		case len(tok) >= 12 && string(tok[:4]) == resumeKeyMagic && resumable:
 			skip, after = binary.BigEndian.Uint64(tok[4:12]), bytes.Clone(tok[12:])
+		case len(tok) > 4 && string(tok[:4]) == resumePosMagic && positioned:
+			from, err = sqlquery.DecodePosition(tok[4:])
+		case len(tok) == 20 && string(tok[:4]) == resumeCountMagic && !resumable && !positioned:
+			skip, prefix = binary.BigEndian.Uint64(tok[4:12]), binary.BigEndian.Uint64(tok[12:])
 		default:
-			return status.Error(codes.InvalidArgument, "ebbtable: resume_token was not made by this server")
+			err = errors.New("not made by this server for this query")
+		}
+		if err != nil {
+			return status.Error(codes.InvalidArgument, "ebbtable: resume_token was not made by this server for this query")
 		}
 	}
 	if x.md != nil {
@@ -267,15 +291,17 @@ func (d *dataServer) ExecuteQuery(req *btpb.ExecuteQueryRequest, stream btpb.Big
 			return err
 		}
 	}
-	w := &resultWriter{stream: stream, delivered: skip, keyed: after != nil, lastKey: after}
-	if after != nil {
-		err = sqlErr(x.plan.RunAfter(stream.Context(), x.cat, x.params, d.s.opts.Clock.Now(), after, func(key []byte, row []sqlquery.Value) error {
+	w := &resultWriter{stream: stream, delivered: skip, keyed: after != nil, lastKey: after, hash: fnv.New64a()}
+	now := d.s.opts.Clock.Now()
+	switch {
+	case after != nil:
+		err = sqlErr(x.plan.RunAfter(stream.Context(), x.cat, x.params, now, after, func(key []byte, row []sqlquery.Value) error {
 			w.lastKey = append(w.lastKey[:0], key...)
 			return w.row(row)
 		}))
-	} else if resumable {
+	case resumable:
 		var seen uint64
-		err = sqlErr(x.plan.RunAfter(stream.Context(), x.cat, x.params, d.s.opts.Clock.Now(), nil, func(key []byte, row []sqlquery.Value) error {
+		err = sqlErr(x.plan.RunAfter(stream.Context(), x.cat, x.params, now, nil, func(key []byte, row []sqlquery.Value) error {
 			seen++
 			if seen <= skip {
 				return nil
@@ -284,15 +310,43 @@ func (d *dataServer) ExecuteQuery(req *btpb.ExecuteQueryRequest, stream btpb.Big
 			w.lastKey = append(w.lastKey[:0], key...)
 			return w.row(row)
 		}))
-	} else {
+	case positioned:
+		if from != nil {
+			w.delivered = from.Done
+		}
+		w.pos = from
+		if w.pos == nil {
+			w.pos = &sqlquery.Position{}
+		}
+		err = sqlErr(x.plan.RunFrom(stream.Context(), x.cat, x.params, now, from, func(at *sqlquery.Position, row []sqlquery.Value) error {
+			w.pos = at
+			return w.row(row)
+		}))
+	default:
+		// No position: the retry runs the query again and skips the rows
+		// got, which must be the rows got (their hash), else the result
+		// changed and the retry is refused.
+		w.counted = true
 		var seen uint64
+		var enc []byte
 		err = d.runQuery(stream.Context(), x, func(row []sqlquery.Value) error {
 			seen++
-			if seen <= skip {
-				return nil
+			if seen > skip {
+				return w.row(row)
 			}
-			return w.row(row)
+			enc = enc[:0]
+			for _, v := range row {
+				enc = appendRowValue(enc, v)
+			}
+			w.hash.Write(enc)
+			if seen == skip && w.hash.Sum64() != prefix {
+				return resultChanged()
+			}
+			return nil
 		})
+		if err == nil && seen < skip {
+			err = resultChanged()
+		}
 	}
 	if err != nil {
 		return err
@@ -309,6 +363,9 @@ func (d *dataServer) runQuery(ctx context.Context, x *execSetup, fn func(row []s
 
 // sqlErr is the status ExecuteQuery answers for a run's error.
 func sqlErr(err error) error {
+	if errors.Is(err, sqlquery.ErrStale) {
+		return status.Error(codes.FailedPrecondition, err.Error()+"; run the query again")
+	}
 	if err != nil {
 		if _, ok := status.FromError(err); ok && !errors.Is(err, sqlquery.ErrInvalid) {
 			return err
@@ -316,6 +373,12 @@ func sqlErr(err error) error {
 		return sqlStatus(err)
 	}
 	return nil
+}
+
+// resultChanged refuses a retry whose result no longer begins with the
+// rows already got.
+func resultChanged() error {
+	return status.Error(codes.FailedPrecondition, "ebbtable: the query's result changed since the resume token was issued, and the query has no position to resume at (it reads a view or subquery that groups or orders, without ORDER BY); run it again")
 }
 
 // resultWriter batches result rows into checksummed ProtoRows batches.
@@ -326,14 +389,24 @@ type resultWriter struct {
 	// keyed: tokens carry lastKey, the row key of the last row delivered.
 	keyed   bool
 	lastKey []byte
+	// pos, when set, is the position tokens carry (a positioned plan).
+	pos *sqlquery.Position
+	// counted: tokens carry the count of rows delivered and hash, the
+	// hash of their encodings.
+	counted bool
+	hash    hash.Hash64
 	sent    bool
 	// buf is the batch's ProtoRows, encoded as rows arrive.
 	buf []byte
 }
 
 func (w *resultWriter) row(vals []sqlquery.Value) error {
+	start := len(w.buf)
 	for _, v := range vals {
 		w.buf = appendRowValue(w.buf, v)
+	}
+	if w.counted {
+		w.hash.Write(w.buf[start:])
 	}
 	w.n++
 	if len(w.buf) >= batchBytes || w.n >= batchRows {
@@ -343,16 +416,18 @@ func (w *resultWriter) row(vals []sqlquery.Value) error {
 }
 
 func (w *resultWriter) token() []byte {
-	magic := resumeMagic
-	if w.keyed {
-		magic = resumeKeyMagic
+	switch {
+	case w.pos != nil:
+		return append([]byte(resumePosMagic), w.pos.Encode()...)
+	case w.keyed:
+		tok := binary.BigEndian.AppendUint64([]byte(resumeKeyMagic), w.delivered)
+		return append(tok, w.lastKey...)
+	case w.counted:
+		tok := binary.BigEndian.AppendUint64([]byte(resumeCountMagic), w.delivered)
+		return binary.BigEndian.AppendUint64(tok, w.hash.Sum64())
 	}
-	tok := append([]byte(magic), make([]byte, 8)...)
-	binary.BigEndian.PutUint64(tok[4:], w.delivered)
-	if w.keyed {
-		tok = append(tok, w.lastKey...)
-	}
-	return tok
+	// A resumable plan's stream before its first row.
+	return binary.BigEndian.AppendUint64([]byte(resumeKeyMagic), 0)
 }
 
 func (w *resultWriter) flush() error {

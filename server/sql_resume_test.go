@@ -13,7 +13,7 @@ import (
 
 // A keyed scan's resume token is a position in the table: rows written or
 // deleted between the attempts, before or after that position, are
-// neither repeated nor skipped. A grouped query's tokens still count.
+// neither repeated nor skipped. A grouped query's tokens are positions.
 func TestSQLResumeAfterChanges(t *testing.T) {
 	env := newTestEnv(t)
 	ctx := context.Background()
@@ -81,7 +81,7 @@ func TestSQLResumeAfterChanges(t *testing.T) {
 		t.Fatalf("retry with the last token: %v, %+v", err, again)
 	}
 
-	// A grouped query has no key order: its tokens count rows.
+	// A grouped query's tokens are positions (its groups' keys).
 	prep = prepareRaw(t, raw, "SELECT _key, COUNT(*) AS n FROM t GROUP BY _key", nil)
 	req = &btpb.ExecuteQueryRequest{InstanceName: sqlInstance, PreparedQuery: prep.GetPreparedQuery()}
 	counted, err := executeRaw(t, raw, req)
@@ -89,8 +89,8 @@ func TestSQLResumeAfterChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := counted.tokens[len(counted.tokens)-1]
-	if string(tok[:4]) != resumeMagic || len(tok) != 12 {
-		t.Fatalf("grouped query's token %q, want a count", tok)
+	if string(tok[:4]) != resumePosMagic {
+		t.Fatalf("grouped query's token %q, want a position", tok)
 	}
 	// A keyed token does not fit a counted plan.
 	req.ResumeToken = full.tokens[0]

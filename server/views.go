@@ -73,8 +73,20 @@ func (s *Server) viewQuery(inst, name string) (string, bool) {
 	return "", false
 }
 
-// catalog is the SQL catalog of one instance.
+// catalog is the SQL catalog of one instance: a maintained materialized
+// view is read from its stored rows (mviewread.go).
 func (s *Server) catalog(inst string) sqlquery.EngineCatalog {
+	c := s.tableCatalog(inst)
+	c.Kept = func(name string) bool { return s.viewKept(inst, name) }
+	c.ScanKept = func(ctx context.Context, name string, ranges []table.RowRange, after []byte, fn func(pos []byte, row []sqlquery.Value) error) (bool, error) {
+		return s.scanKept(ctx, inst, name, ranges, after, fn)
+	}
+	return c
+}
+
+// tableCatalog is the SQL catalog of one instance in which every view
+// runs its query; view maintenance plans with it.
+func (s *Server) tableCatalog(inst string) sqlquery.EngineCatalog {
 	return sqlquery.EngineCatalog{Engine: s.engine, Instance: inst, Views: func(name string) (string, bool) { return s.viewQuery(inst, name) }}
 }
 
@@ -93,13 +105,21 @@ func validViewID(id string) error {
 	return nil
 }
 
-// checkViewQuery plans a view's query against the instance as it is.
-func (s *Server) checkViewQuery(inst, q string) error {
+// checkViewQuery plans a view's query against the instance as it is; a
+// materialized view's must also have a shape Cloud Bigtable accepts
+// (sqlquery's CheckMaterialized).
+func (s *Server) checkViewQuery(kind, inst, q string) error {
 	if strings.TrimSpace(q) == "" {
 		return status.Error(codes.InvalidArgument, "ebbtable: a view needs a query")
 	}
-	if _, err := sqlquery.Prepare(s.catalog(inst), q, nil); err != nil {
+	plan, err := sqlquery.Prepare(s.tableCatalog(inst), q, nil)
+	if err != nil {
 		return sqlStatus(err)
+	}
+	if kind == kindMaterializedView {
+		if err := plan.CheckMaterialized(); err != nil {
+			return sqlStatus(err)
+		}
 	}
 	return nil
 }
@@ -115,7 +135,7 @@ func (s *Server) createView(kind, coll, parent, id string, v sqlView, meta func(
 	if v == nil {
 		return nil, status.Error(codes.InvalidArgument, "ebbtable: the view is missing")
 	}
-	if err := s.checkViewQuery(inst, v.GetQuery()); err != nil {
+	if err := s.checkViewQuery(kind, inst, v.GetQuery()); err != nil {
 		return nil, err
 	}
 	s.inst.mu.Lock()
@@ -205,10 +225,15 @@ func (s *Server) updateView(kind, coll string, in sqlView, paths []string, cur s
 	for _, p := range paths {
 		switch p {
 		case "query":
-			if kind == kindMaterializedView && in.GetQuery() != cur.GetQuery() {
-				return status.Error(codes.InvalidArgument, "ebbtable: a materialized view's query cannot be changed")
+			if kind == kindMaterializedView {
+				// It cannot change, so it is not checked again (a view
+				// made before a rule keeps working).
+				if in.GetQuery() != cur.GetQuery() {
+					return status.Error(codes.InvalidArgument, "ebbtable: a materialized view's query cannot be changed")
+				}
+				continue
 			}
-			if err := s.checkViewQuery(inst, in.GetQuery()); err != nil {
+			if err := s.checkViewQuery(kind, inst, in.GetQuery()); err != nil {
 				return err
 			}
 			setQuery(in.GetQuery())
@@ -348,19 +373,14 @@ func (s *Server) materializedRows(ctx context.Context, name string, rr *table.Re
 	} else if !ok {
 		return status.Errorf(codes.NotFound, "ebbtable: materialized view %s not found", name)
 	}
-	cat := s.catalog(inst)
+	cat := s.tableCatalog(inst)
 	plan, err := sqlquery.Prepare(cat, mv.GetQuery(), nil)
 	if err != nil {
 		return status.Errorf(codes.FailedPrecondition, "ebbtable: materialized view %s no longer plans: %v", name, err)
 	}
-	keyAt := -1
-	for i, c := range plan.Columns {
-		if c.Name == "_key" && c.Type.Kind == sqlquery.KindBytes {
-			keyAt = i
-		}
-	}
+	keyAt := viewKeyColumn(plan.Columns)
 	if keyAt < 0 {
-		return status.Errorf(codes.FailedPrecondition, "ebbtable: materialized view %s has no _key column to read rows by", name)
+		return status.Errorf(codes.FailedPrecondition, "ebbtable: materialized view %s has no BYTES or STRING _key column to read rows by", name)
 	}
 	var rows []cell.Row
 	var keys [][]byte
@@ -369,7 +389,7 @@ func (s *Server) materializedRows(ctx context.Context, name string, rr *table.Re
 		keys, ranges = rr.Keys, rr.Ranges
 	}
 	emit := func(vals []sqlquery.Value) error {
-		k, _ := vals[keyAt].([]byte)
+		k := viewKey(vals[keyAt])
 		if k == nil {
 			return nil
 		}
@@ -394,14 +414,10 @@ func (s *Server) materializedRows(ctx context.Context, name string, rr *table.Re
 		return nil
 	}
 	// A maintained view (mviewmaint.go) catches up and serves its stored
-	// rows (those of the keys asked for); otherwise the query runs now,
+	// rows (those of the keys and ranges asked for); otherwise the query runs now,
 	// and a view whose _key is the table's row key, asked for some rows,
 	// reads just those rows.
-	var only [][]byte
-	if len(ranges) == 0 {
-		only = keys
-	}
-	maintained, err := s.maintainedRows(ctx, inst, id, only, emit)
+	maintained, err := s.scanKept(ctx, inst, id, readSpans(keys, ranges), nil, func(_ []byte, row []sqlquery.Value) error { return emit(row) })
 	if err == nil && !maintained {
 		err = plan.RunKeys(ctx, countingCatalog{cat, &s.mviews.baseRows}, nil, s.opts.Clock.Now(), keys, ranges, emit)
 	}
@@ -524,4 +540,27 @@ func (d *dataServer) sampleMaterializedView(req *btpb.SampleRowKeysRequest, stre
 		return err
 	}
 	return stream.Send(&btpb.SampleRowKeysResponse{RowKey: []byte{}, OffsetBytes: size})
+}
+
+// viewKeyColumn is the index of a materialized view's _key column, BYTES
+// or STRING (as Cloud Bigtable's `'*' AS _key`); -1 when there is none.
+func viewKeyColumn(cols []sqlquery.Column) int {
+	for i, c := range cols {
+		if c.Name == "_key" && (c.Type.Kind == sqlquery.KindBytes || c.Type.Kind == sqlquery.KindString) {
+			return i
+		}
+	}
+	return -1
+}
+
+// viewKey is a view row's key: its _key value's bytes (a STRING's UTF-8);
+// nil for NULL.
+func viewKey(v sqlquery.Value) []byte {
+	switch k := v.(type) {
+	case []byte:
+		return k
+	case string:
+		return []byte(k)
+	}
+	return nil
 }

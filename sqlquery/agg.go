@@ -25,6 +25,8 @@ type aggSpec struct {
 	in       *Type
 	// count is the approximate aggregates' n argument.
 	count evalFn
+	// mods are ARRAY_AGG's and STRING_AGG's modifiers (aggmod.go).
+	mods *aggMods
 }
 
 // acc accumulates one aggregate over one group.
@@ -41,6 +43,10 @@ type acc struct {
 	set   bool
 	err   error
 	x     *approxState
+	// A modified list aggregate's elements and LIMIT (aggmod.go).
+	items  []modItem
+	lim    int64
+	limSet bool
 }
 
 func (p *planner) aggregate(at ast.Node, name string, args []ast.Arg, distinct bool, sc *scope) (evalFn, *Type, error) {
@@ -153,6 +159,34 @@ func (a *acc) add(e *rowEnv) error {
 	if err != nil {
 		return err
 	}
+	if m := s.mods; m != nil {
+		// NULLs: STRING_AGG and ARRAY_AGG IGNORE NULLS drop them; else
+		// ARRAY_AGG keeps them, an error if one is in the result.
+		if v == nil && (s.name == "STRING_AGG" || m.ignoreNulls) {
+			return nil
+		}
+		if s.distinct {
+			k := "\x00"
+			if v != nil {
+				k = "\x01" + Format(v)
+			}
+			if a.seen == nil {
+				a.seen = map[string]bool{}
+			}
+			if a.seen[k] {
+				return nil
+			}
+			a.seen[k] = true
+		}
+		if s.name == "STRING_AGG" && len(s.args) > 1 && a.v == nil {
+			sep, err := s.args[1](e)
+			if err != nil {
+				return err
+			}
+			a.v = sep
+		}
+		return a.addMod(e, v)
+	}
 	if s.name == "ARRAY_AGG" {
 		if v == nil {
 			return invalidf("ARRAY_AGG cannot hold NULL elements")
@@ -248,6 +282,21 @@ func (a *acc) result() Value {
 	if a.n == 0 {
 		return nil
 	}
+	if s.mods != nil {
+		vals, err := a.modResult()
+		if err != nil {
+			a.err = err
+			return nil
+		}
+		if s.name == "ARRAY_AGG" {
+			return Array(vals)
+		}
+		parts := make([][]byte, len(vals))
+		for i, v := range vals {
+			parts[i] = asBytes(v)
+		}
+		a.parts = parts
+	}
 	switch s.name {
 	case "SUM":
 		if s.out.Kind == KindInt64 {
@@ -259,6 +308,7 @@ func (a *acc) result() Value {
 	case "ARRAY_AGG":
 		return a.arr
 	case "STRING_AGG":
+		// (a.parts: the elements, ordered and cut when modified)
 		sep := []byte(",")
 		if a.v != nil {
 			sep = asBytes(a.v)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -270,5 +271,48 @@ func (c *corpusEnv) query(t *testing.T, args []string, sql string) string {
 	if err != nil {
 		return "error: " + err.Error()
 	}
+	if plan.Positioned() {
+		c.checkResume(t, plan, vals, sql, lines[1:])
+	}
 	return strings.Join(lines, "\n")
+}
+
+// checkResume checks a positioned query's resumption on unchanged data:
+// RunFrom gives Run's rows, and resumed from the position after any row
+// gives exactly the rows after it.
+func (c *corpusEnv) checkResume(t *testing.T, plan *sqlquery.Plan, vals map[string]sqlquery.Value, sql string, want []string) {
+	t.Helper()
+	format := func(row []sqlquery.Value) string {
+		parts := make([]string, len(row))
+		for i, v := range row {
+			parts[i] = sqlquery.Format(v)
+		}
+		return strings.Join(parts, " | ")
+	}
+	run := func(from *sqlquery.Position) ([]string, [][]byte) {
+		var rows []string
+		var toks [][]byte
+		if err := plan.RunFrom(context.Background(), c.catalog(), vals, c.clk.Now(), from, func(at *sqlquery.Position, row []sqlquery.Value) error {
+			rows = append(rows, format(row))
+			toks = append(toks, at.Encode())
+			return nil
+		}); err != nil {
+			t.Errorf("%s: RunFrom: %v", sql, err)
+		}
+		return rows, toks
+	}
+	rows, toks := run(nil)
+	if !slices.Equal(rows, want) {
+		t.Errorf("%s: RunFrom gave %q, Run %q", sql, rows, want)
+		return
+	}
+	for i, tok := range toks {
+		from, err := sqlquery.DecodePosition(tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rest, _ := run(from); !slices.Equal(rest, rows[i+1:]) {
+			t.Errorf("%s: resumed after row %d: %q, want %q", sql, i, rest, rows[i+1:])
+		}
+	}
 }

@@ -1,9 +1,11 @@
 package sqlquery
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/ebbtable/ebbtable/table"
@@ -40,25 +42,28 @@ func (q *query) run(x *execCtx, outer []keyRange, fn func([]Value) error) error 
 			return invalidf("LIMIT must not be negative")
 		}
 	}
+	// A positioned run resumed after a position: the LIMIT counts the
+	// rows got before, and rows at or before the position are skipped.
+	rs := x.resume
+	if rs != nil && rs.q != q {
+		rs = nil
+	}
+	if rs != nil && rs.from != nil && limit > 0 {
+		if limit -= int64(rs.from.Done); limit <= 0 {
+			return nil
+		}
+	}
 	if limit == 0 {
 		return nil
 	}
 	type sorted struct {
 		vals, keys []Value
+		tie        []byte
 	}
 	var buf []sorted
 	var emitted int64
 	less := func(a, b sorted) int {
-		for i, o := range q.order {
-			c := compare(a.keys[i], b.keys[i])
-			if o.desc {
-				c = -c
-			}
-			if c != 0 {
-				return c
-			}
-		}
-		return 0
+		return q.comparePos(a.keys, a.tie, b.keys, b.tie)
 	}
 	emit := func(e *rowEnv) error {
 		vals := make([]Value, len(q.items))
@@ -69,9 +74,38 @@ func (q *query) run(x *execCtx, outer []keyRange, fn func([]Value) error) error 
 			}
 			vals[i] = v
 		}
+		// The row's position (position.go): ORDER BY values, then the
+		// group's keys, then a tie.
+		var ks []Value
+		for _, o := range q.order {
+			if o.out >= 0 {
+				ks = append(ks, vals[o.out])
+				continue
+			}
+			v, err := o.eval(e)
+			if err != nil {
+				return err
+			}
+			ks = append(ks, v)
+		}
+		ks = append(ks, e.gkeys...)
+		var tie []byte
+		if rs != nil || len(q.order) > 0 {
+			tie = tieOf(e, vals)
+			if rs != nil && rs.skip(ks, tie) {
+				return nil
+			}
+		}
 		if len(q.order) == 0 {
-			if x.rowKey != nil && e.row != nil {
-				x.rowKey(e.row.Key)
+			if x.rowKey != nil {
+				if e.row != nil {
+					x.rowKey(e.row.Key)
+				} else if e.pos != nil {
+					x.rowKey(e.pos)
+				}
+			}
+			if rs != nil {
+				rs.at.advance(q, ks, tie)
 			}
 			if err := fn(vals); err != nil {
 				return err
@@ -82,24 +116,11 @@ func (q *query) run(x *execCtx, outer []keyRange, fn func([]Value) error) error 
 			}
 			return nil
 		}
-		ks := make([]Value, len(q.order))
-		for i, o := range q.order {
-			if o.out >= 0 {
-				ks[i] = vals[o.out]
-				continue
-			}
-			v, err := o.eval(e)
-			if err != nil {
-				return err
-			}
-			ks[i] = v
-		}
-		buf = append(buf, sorted{vals, ks})
+		buf = append(buf, sorted{vals, ks, bytes.Clone(tie)})
 		// ORDER BY with LIMIT keeps only the best rows so far: sort and
-		// cut whenever twice the limit has gathered (a stable sort keeps
-		// earlier rows first among equals).
+		// cut whenever twice the limit has gathered.
 		if limit > 0 && int64(len(buf)) >= 2*limit+1024 {
-			slices.SortStableFunc(buf, less)
+			slices.SortFunc(buf, less)
 			clear(buf[limit:])
 			buf = buf[:limit]
 		}
@@ -107,6 +128,7 @@ func (q *query) run(x *execCtx, outer []keyRange, fn func([]Value) error) error 
 	}
 	type group struct {
 		keys []Value
+		id   string
 		accs []*acc
 	}
 	var groups []*group
@@ -147,6 +169,7 @@ func (q *query) run(x *execCtx, outer []keyRange, fn func([]Value) error) error 
 		g := index[string(id)]
 		if g == nil {
 			g = newGroup(gk)
+			g.id = string(id)
 			index[string(id)] = g
 			groups = append(groups, g)
 		}
@@ -167,10 +190,24 @@ func (q *query) run(x *execCtx, outer []keyRange, fn func([]Value) error) error 
 		if len(groups) == 0 && len(q.groups) == 0 {
 			groups = append(groups, newGroup(nil))
 		}
+		if len(q.order) == 0 {
+			// Groups come in the order of their keys (their positions).
+			slices.SortFunc(groups, func(a, b *group) int {
+				for i := range a.keys {
+					if c := compare(a.keys[i], b.keys[i]); c != 0 {
+						return c
+					}
+				}
+				return strings.Compare(a.id, b.id)
+			})
+		}
 		for _, g := range groups {
-			e := &rowEnv{x: x, gkeys: g.keys, aggv: make([]Value, len(g.accs))}
+			e := &rowEnv{x: x, gkeys: g.keys, pos: []byte(g.id), aggv: make([]Value, len(g.accs))}
 			for i, a := range g.accs {
 				e.aggv[i] = a.result()
+				if a.err != nil {
+					return a.err
+				}
 			}
 			if err := emit(e); err != nil {
 				if errors.Is(err, errStop) {
@@ -183,10 +220,13 @@ func (q *query) run(x *execCtx, outer []keyRange, fn func([]Value) error) error 
 	if len(q.order) == 0 {
 		return nil
 	}
-	slices.SortStableFunc(buf, less)
+	slices.SortFunc(buf, less)
 	for i, r := range buf {
 		if limit > 0 && int64(i) >= limit {
 			break
+		}
+		if rs != nil {
+			rs.at.advance(q, r.keys, r.tie)
 		}
 		if err := fn(r.vals); err != nil {
 			return err
@@ -249,4 +289,16 @@ func (p *Plan) RunKeys(ctx context.Context, cat Catalog, params map[string]Value
 	}
 	x := &execCtx{ctx: ctx, cat: cat, params: params, now: now.UTC()}
 	return p.root.run(x, normalize(rs), fn)
+}
+
+// tieOf is the last part of a row's position: the table row key, a kept
+// view's or UNPACK's position, a group's key, or else the row's values.
+func tieOf(e *rowEnv, vals []Value) []byte {
+	switch {
+	case e.row != nil:
+		return e.row.Key
+	case e.pos != nil:
+		return e.pos
+	}
+	return encodeList(nil, vals)
 }

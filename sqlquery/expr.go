@@ -106,10 +106,7 @@ func (p *planner) compile(x ast.Expr, sc *scope) (evalFn, *Type, error) {
 		case *ast.CallExpr:
 			name := strings.ToUpper(funcName(c.Func))
 			if _, ok := aggregates[name]; ok {
-				if c.NullHandling != nil || c.Having != nil || c.OrderBy != nil || c.Limit != nil || len(c.NamedArgs) > 0 {
-					return nil, nil, p.errf(c, "unsupported modifiers in call to %s", name)
-				}
-				return p.aggregate(c, name, c.Args, c.Distinct, sc)
+				return p.aggregateCall(c, name, sc)
 			}
 		case *ast.Ident:
 			if _, _, ok := sc.inner.column(c.Name); ok {

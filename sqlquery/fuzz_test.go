@@ -3,6 +3,8 @@ package sqlquery_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -28,6 +30,10 @@ func FuzzQuery(f *testing.F) {
 		"SELECT PARSE_TIMESTAMP('%Y-%m-%d %I:%M %p %z', '2024-06-01 03:04 PM +0100'), PARSE_DATE('%b %e %y', 'Jun  1 24')",
 		"SELECT JSON_VALUE('{\"a\":[1,{\"b\":2}]}', '$.a[1].b'), TO_JSON_STRING(f), APPROX_COUNT_DISTINCT(_key) FROM t",
 		"SELECT APPROX_QUANTILES(DISTINCT TO_INT64(f['q']), @n), APPROX_TOP_COUNT(_key, 2), APPROX_TOP_SUM(f['q'], 1.5, 3) FROM t",
+		"SELECT f['g'] AS g, ARRAY_AGG(TO_INT64(f['n']) IGNORE NULLS ORDER BY _key DESC LIMIT 2), STRING_AGG(DISTINCT f['a'] ORDER BY f['a'] LIMIT @p) FROM t GROUP BY g",
+		"SELECT _key, f['n'] FROM t ORDER BY f['n'] DESC, _key LIMIT 2",
+		"SELECT a, COUNT(*) FROM v GROUP BY a",
+		"SELECT _key, _timestamp FROM UNPACK((SELECT _key, f['a'] AS a FROM t(with_history => TRUE))) LIMIT 4",
 		"SELECT",
 	} {
 		f.Add(s)
@@ -70,6 +76,36 @@ func FuzzQuery(f *testing.F) {
 		err = plan.Run(ctx, cat, params, clk.Now(), func([]sqlquery.Value) error { n++; return nil })
 		if err != nil && !errors.Is(err, sqlquery.ErrInvalid) {
 			t.Fatalf("Run(%q): %v is not ErrInvalid", sql, err)
+		}
+		if err != nil || !plan.Positioned() {
+			return
+		}
+		// Resumed from the position after any row, with nothing changed,
+		// the query gives exactly the rows after it.
+		var rows []string
+		var tokens [][]byte
+		if err := plan.RunFrom(ctx, cat, params, clk.Now(), nil, func(at *sqlquery.Position, row []sqlquery.Value) error {
+			rows = append(rows, fmt.Sprint(sqlquery.Format(sqlquery.Struct(row))))
+			tokens = append(tokens, at.Encode())
+			return nil
+		}); err != nil {
+			t.Fatalf("RunFrom(%q): %v, where Run succeeded", sql, err)
+		}
+		for i, tok := range tokens {
+			from, err := sqlquery.DecodePosition(tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rest []string
+			if err := plan.RunFrom(ctx, cat, params, clk.Now(), from, func(_ *sqlquery.Position, row []sqlquery.Value) error {
+				rest = append(rest, fmt.Sprint(sqlquery.Format(sqlquery.Struct(row))))
+				return nil
+			}); err != nil {
+				t.Fatalf("RunFrom(%q) after row %d: %v", sql, i, err)
+			}
+			if !slices.Equal(rest, rows[i+1:]) {
+				t.Fatalf("%q resumed after row %d: %q, want %q", sql, i, rest, rows[i+1:])
+			}
 		}
 	})
 }

@@ -53,6 +53,9 @@ func (p *Plan) Incremental() (*Incremental, error) {
 		if a.count != nil {
 			return nil, fmt.Errorf("%w: %s", ErrNotIncremental, a.name)
 		}
+		if a.mods != nil {
+			return nil, fmt.Errorf("%w: %s with IGNORE NULLS, ORDER BY or LIMIT", ErrNotIncremental, a.name)
+		}
 		if a.distinct && (a.name == "ARRAY_AGG" || a.name == "STRING_AGG") {
 			return nil, fmt.Errorf("%w: %s(DISTINCT …)", ErrNotIncremental, a.name)
 		}
@@ -546,4 +549,26 @@ func joinParts(parts [][]byte, sep []byte) [][]byte {
 		out = append(out, p)
 	}
 	return out
+}
+
+// CheckMaterialized checks the rules Cloud Bigtable sets for a continuous
+// materialized view's query that ebbtable enforces (docs/sql.md): it reads
+// a table (not a view, a subquery or UNPACK), has no LIMIT, and either
+// groups (GROUP BY or aggregates) or, as an asynchronous secondary index,
+// orders with ORDER BY, not both. Errors wrap ErrInvalid.
+func (p *Plan) CheckMaterialized() error {
+	q := p.root
+	if _, ok := q.src.(*tableSource); !ok {
+		return invalidf("a materialized view's query must read a table: FROM a view, a subquery or UNPACK is not allowed")
+	}
+	if q.limit >= 0 || q.limitPar != "" {
+		return invalidf("a materialized view's query cannot have LIMIT")
+	}
+	if !q.grouped && len(q.order) == 0 {
+		return invalidf("a materialized view's query needs GROUP BY (or ORDER BY, for an asynchronous secondary index)")
+	}
+	if q.grouped && len(q.order) > 0 {
+		return invalidf("a materialized view's query has GROUP BY or ORDER BY, not both")
+	}
+	return nil
 }

@@ -32,12 +32,50 @@ type Catalog interface {
 	ReadRows(ctx context.Context, table string, req table.ReadRequest, fn func(cell.Row) error) error
 }
 
+// StoredViews is implemented by a Catalog whose materialized views keep
+// their result rows (maintained incrementally): FROM such a view reads the
+// kept rows instead of running the view's query.
+type StoredViews interface {
+	// Stored reports whether view name's rows are kept; asked when a
+	// query is planned.
+	Stored(name string) bool
+	// ScanStored brings the kept rows up to date with every write before
+	// the call and passes them to fn in _key order, all from one
+	// consistent state: those whose _key lies in ranges (nil: all), after
+	// position after (nil: from the start). pos is the row's position, a
+	// key unique in the view that grows in the order rows come. kept is
+	// false when the view's rows are no longer kept; nothing was passed.
+	ScanStored(ctx context.Context, name string, ranges []table.RowRange, after []byte, fn func(pos []byte, row []Value) error) (kept bool, err error)
+}
+
+// ErrStale is returned when a plan no longer fits what it reads (a view
+// it read the kept rows of is no longer kept); the query must be planned
+// again.
+var ErrStale = errors.New("ebbtable: the query must be planned again")
+
 // EngineCatalog is a Catalog over a table engine's instance.
 type EngineCatalog struct {
 	Engine   *table.Engine
 	Instance string
 	// Views looks up a view's query; nil: no views.
 	Views func(name string) (string, bool)
+	// Kept and ScanKept, when set, make the catalog's kept views
+	// StoredViews (Stored and ScanStored).
+	Kept     func(name string) bool
+	ScanKept func(ctx context.Context, name string, ranges []table.RowRange, after []byte, fn func(pos []byte, row []Value) error) (bool, error)
+}
+
+// Stored implements StoredViews.
+func (c EngineCatalog) Stored(name string) bool {
+	return c.Kept != nil && c.ScanKept != nil && c.Kept(name)
+}
+
+// ScanStored implements StoredViews.
+func (c EngineCatalog) ScanStored(ctx context.Context, name string, ranges []table.RowRange, after []byte, fn func(pos []byte, row []Value) error) (bool, error) {
+	if c.ScanKept == nil {
+		return false, nil
+	}
+	return c.ScanKept(ctx, name, ranges, after, fn)
 }
 
 // Families implements Catalog.
@@ -304,7 +342,10 @@ func (p *planner) planSelect(s *ast.Select, order *ast.OrderBy, limit *ast.Limit
 						return nil, p.errf(lit, "GROUP BY position %s names no expression", lit.Value)
 					}
 				}
-				if id, ok := ge.(*ast.Ident); ok && !q.src.has(id.Name) {
+				// A select-list alias overrides a FROM column of the same
+				// name (GoogleSQL; Bigtable's `'*' AS _key ... GROUP BY
+				// _key`).
+				if id, ok := ge.(*ast.Ident); ok {
 					if ae, ok := aliases[strings.ToLower(id.Name)]; ok {
 						ge = ae
 					}

@@ -3,7 +3,9 @@ package sqlquery
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -21,9 +23,16 @@ type execCtx struct {
 	cat    Catalog
 	params map[string]Value
 	now    time.Time
-	// rowKey, when set, is told the table row key of each result row of
-	// an unordered query just before the row is passed on (RunAfter).
+	// rowKey, when set, is told the table row key (or a kept view's
+	// position) of each result row of an unordered query just before the
+	// row is passed on (RunAfter).
 	rowKey func(key []byte)
+	// afterSrc, when set, is the kept view whose positions RunAfter
+	// reports; after is the position to resume after (nil: the start).
+	after    []byte
+	afterSrc source
+	// resume, when set, is a positioned run's state (position.go).
+	resume *resumeState
 }
 
 // rowEnv is the row an expression is evaluated on.
@@ -33,6 +42,8 @@ type rowEnv struct {
 	row *cell.Row
 	// vals are the row's column values (derived sources).
 	vals []Value
+	// pos is the position of a kept view's row.
+	pos []byte
 	// gkeys and aggv are a group's key values and aggregate results.
 	gkeys []Value
 	aggv  []Value
@@ -264,13 +275,21 @@ func columnValue(r *cell.Row, fam string, q []byte, history bool) Value {
 	return nil
 }
 
-// derivedSource is a view or subquery: the inner query's rows.
+// derivedSource is a view or subquery: the inner query's rows, or a kept
+// materialized view's stored rows.
 type derivedSource struct {
 	q      *query
 	alias  string
-	keyCol int // index of a pass-through _key column, or -1
-	// passKeys: key ranges on keyCol may narrow the inner query's scan.
+	keyCol int // index of the _key column ranges apply to, or -1
+	// passKeys: key ranges on keyCol may narrow the scan (and are then
+	// applied exactly): innerPass, or the view's rows are kept.
 	passKeys bool
+	// innerPass: key ranges on keyCol may narrow the inner query's scan.
+	innerPass bool
+	// stored names a kept materialized view (StoredViews) read instead of
+	// running q; q still gives its columns, and runs if the view is no
+	// longer kept.
+	stored string
 }
 
 func (d *derivedSource) columns() []Column { return d.q.cols }
@@ -288,14 +307,88 @@ func (d *derivedSource) has(name string) bool { _, ok := d.column(name); return 
 
 func (d *derivedSource) scan(x *execCtx, keys []keyRange, fn func(*rowEnv) error) error {
 	env := &rowEnv{x: x}
-	var inner []keyRange
-	if d.passKeys {
-		inner = keys
+	var after []byte
+	if x.afterSrc == d {
+		after = x.after
 	}
-	return d.q.run(x, inner, func(vals []Value) error {
-		env.vals = vals
+	if d.stored != "" {
+		if sv, ok := x.cat.(StoredViews); ok {
+			if keys != nil && len(keys) == 0 {
+				return nil
+			}
+			var ranges []table.RowRange
+			for _, k := range keys {
+				ranges = append(ranges, table.RowRange{Start: k.lo, End: k.hi})
+			}
+			kept, err := sv.ScanStored(x.ctx, d.stored, ranges, after, func(pos []byte, vals []Value) error {
+				env.vals, env.pos = vals, pos
+				return fn(env)
+			})
+			if kept || err != nil {
+				return err
+			}
+		}
+		if x.afterSrc == d {
+			// Its rows would have no positions.
+			return fmt.Errorf("%w: materialized view %s is no longer kept", ErrStale, d.stored)
+		}
+	}
+	var inner []keyRange
+	if d.innerPass {
+		inner = keys
+		if after != nil && d.direct() {
+			// Resuming (RunFrom): the rows before the position's row
+			// need not be read.
+			inner = intersect(inner, []keyRange{{lo: after}})
+		}
+	}
+	exact := keys != nil && !d.innerPass && d.keyCol >= 0
+	ix := x
+	var rowKey []byte
+	if d.direct() {
+		// Each row is one table row, in key order: its row key is its
+		// position.
+		c := *x
+		c.rowKey = func(k []byte) { rowKey = k }
+		ix = &c
+	}
+	return d.q.run(ix, inner, func(vals []Value) error {
+		if exact {
+			k, _ := vals[d.keyCol].([]byte)
+			if k == nil || !inRanges(keys, k) {
+				return nil
+			}
+		}
+		env.vals, env.pos = vals, rowKey
 		return fn(env)
 	})
+}
+
+// direct reports whether the inner query reads a table row by row in key
+// order (not grouped, no ORDER BY; a LIMIT allowed), directly or through
+// views that do: each of its rows is then positioned by its table row key.
+func (d *derivedSource) direct() bool {
+	q := d.q
+	if d.stored != "" || q.grouped || len(q.order) > 0 {
+		return false
+	}
+	switch s := q.src.(type) {
+	case *tableSource:
+		return true
+	case *derivedSource:
+		return s.direct()
+	}
+	return false
+}
+
+// inRanges reports whether k lies in one of rs.
+func inRanges(rs []keyRange, k []byte) bool {
+	for _, r := range rs {
+		if bytes.Compare(k, r.lo) >= 0 && (r.hi == nil || bytes.Compare(k, r.hi) < 0) {
+			return true
+		}
+	}
+	return false
 }
 
 // unpackSource is UNPACK(subquery): one row per timestamp of the inner
@@ -355,9 +448,35 @@ func (u *unpackSource) column(name string) (Column, bool) {
 
 func (u *unpackSource) has(name string) bool { _, ok := u.column(name); return ok }
 
+// direct reports whether the inner query reads a table row by row in key
+// order (not grouped, no ORDER BY): its rows then have positions, the
+// row key and the timestamp (newest first).
+func (u *unpackSource) direct() bool { return u.inner.direct() }
+
+// unpackPos is the position of the row for timestamp ts of table row key:
+// the escaped key, then the timestamp descending.
+func unpackPos(key []byte, ts time.Time) []byte {
+	b := make([]byte, 0, len(key)+10)
+	for _, c := range key {
+		if c == 0 {
+			b = append(b, 0, 0xFF)
+			continue
+		}
+		b = append(b, c)
+	}
+	b = append(b, 0, 1)
+	return binary.BigEndian.AppendUint64(b, ^(uint64(ts.UnixMicro()) ^ 1<<63))
+}
+
 func (u *unpackSource) scan(x *execCtx, keys []keyRange, fn func(*rowEnv) error) error {
 	env := &rowEnv{x: x}
+	direct := u.direct()
 	return u.inner.scan(x, keys, func(in *rowEnv) error {
+		// A direct inner query's rows carry their table row key.
+		var rowKey []byte
+		if direct {
+			rowKey = in.pos
+		}
 		var stamps []time.Time
 		add := func(a Array) {
 			for _, s := range a {
@@ -416,7 +535,10 @@ func (u *unpackSource) scan(x *execCtx, keys []keyRange, fn func(*rowEnv) error)
 			if u.tsAt == len(in.vals) {
 				out = append(out, ts)
 			}
-			env.vals = out
+			env.vals, env.pos = out, nil
+			if rowKey != nil {
+				env.pos = unpackPos(rowKey, ts)
+			}
 			if err := fn(env); err != nil {
 				return err
 			}
@@ -502,7 +624,18 @@ func (p *planner) setKeyPass(d *derivedSource) {
 		}
 	}
 	if d.keyCol >= 0 && q.limit < 0 && q.limitPar == "" {
-		d.passKeys = !q.grouped || len(q.groups) == 1 && q.groupedByKey
+		d.innerPass = !q.grouped || len(q.groups) == 1 && q.groupedByKey
+	}
+	d.passKeys = d.innerPass
+	if d.stored == "" {
+		return
+	}
+	// A kept view's rows are stored by their _key column: ranges on it
+	// narrow the read, whatever the view's query.
+	for i, c := range q.cols {
+		if c.Name == "_key" && c.Type.Kind == KindBytes {
+			d.keyCol, d.passKeys = i, true
+		}
 	}
 }
 
@@ -528,6 +661,9 @@ func (p *planner) namedSource(at ast.Node, name, alias string, args []*ast.Named
 			return nil, err
 		}
 		d := &derivedSource{q: vq, alias: alias, keyCol: -1}
+		if sv, ok := p.cat.(StoredViews); ok && sv.Stored(name) {
+			d.stored = name
+		}
 		p.setKeyPass(d)
 		return d, nil
 	}

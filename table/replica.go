@@ -730,12 +730,18 @@ func (e *Engine) ImportPairs(m *Meta, kind ExportKind, pairs [][2][]byte) error 
 	b := e.store.NewBatch()
 	defer b.Close()
 	tomb := storage.MetaPrefix(metaKindTombstone)
+	// The rows whose cells arrive are logged for maintained views (a
+	// view may be created over the table while it is imported).
+	var rows [][]byte
 	for _, p := range pairs {
 		var k []byte
 		switch kind {
 		case ExportCells:
 			if err := validImportedCell(p[0], p[1]); err != nil {
 				return err
+			}
+			if d, err := storage.DecodeCellKey(p[0]); err == nil && (len(rows) == 0 || !bytes.Equal(rows[len(rows)-1], d.Row)) {
+				rows = append(rows, bytes.Clone(d.Row))
 			}
 			var err error
 			if k, err = storage.WithTableID(nil, p[0], m.ID); err != nil {
@@ -757,6 +763,13 @@ func (e *Engine) ImportPairs(m *Meta, kind ExportKind, pairs [][2][]byte) error 
 	if kind == ExportCells {
 		e.gcGen.bump(m.ID) // no agenda entries came with them
 		e.cellGen.Add(1)   // nor through applyOne (columnNewest)
+	}
+	if len(rows) > 0 {
+		logged, err := e.logViewRows(b, m, rows, nil) // viewlog.go
+		defer logged()
+		if err != nil {
+			return err
+		}
 	}
 	return e.commitOpts(b, pebble.NoSync)
 }
