@@ -25,9 +25,26 @@ const module = "github.com/ebbtable/ebbtable"
 // the engine as a storage.ObjectStore, so nothing below imports it.
 var upper = map[string]bool{
 	"server": true, "cli": true, "cmd": true, "console": true, "auth": true,
-	"compat": true, "robustness": true, "bench": true, "examples": true, "internal": true,
+	"compat": true, "robustness": true, "bench": true, "examples": true,
+	// internal packages are layered one by one (layerOf): the test kits
+	// and this lint sit above, internal/durable (crash-safe small files)
+	// below.
+	"internal/testkit": true, "internal/etcdtest": true, "internal/lint": true,
 	"clusteretcd": true, // the etcd client speaks gRPC: a transport
 	"objstore":    true,
+}
+
+// layerOf is the layer a module path (of a file or a package) is in: its
+// top directory, or internal/<name> for an internal package.
+func layerOf(rel string) string {
+	parts := strings.Split(rel, "/")
+	if parts[0] == "internal" && len(parts) > 2 {
+		return parts[0] + "/" + parts[1]
+	}
+	if parts[0] == "internal" && len(parts) == 2 && !strings.HasSuffix(parts[1], ".go") {
+		return rel
+	}
+	return parts[0]
 }
 
 // pebbleHomes may import Pebble, in their tests too: everything else goes
@@ -119,7 +136,7 @@ func loadModule() ([]file, error) {
 		rel, _ := filepath.Rel(root, path)
 		rel = filepath.ToSlash(rel)
 		dir := filepath.ToSlash(filepath.Dir(rel))
-		files = append(files, file{rel: rel, dir: dir, top: strings.Split(rel, "/")[0], test: strings.HasSuffix(name, "_test.go"), ast: f})
+		files = append(files, file{rel: rel, dir: dir, top: layerOf(rel), test: strings.HasSuffix(name, "_test.go"), ast: f})
 		return nil
 	})
 	if err != nil {
@@ -141,7 +158,7 @@ func TestLayers(t *testing.T) {
 			if below && !f.test && (strings.HasPrefix(path, "google.golang.org/grpc") || path == "net/http" || strings.HasPrefix(path, "net/http/")) {
 				t.Errorf("%s imports %s: nothing below the server speaks gRPC or HTTP", f.rel, path)
 			}
-			if below && !f.test && strings.HasPrefix(path, module+"/") && upper[strings.Split(strings.TrimPrefix(path, module+"/"), "/")[0]] {
+			if below && !f.test && strings.HasPrefix(path, module+"/") && upper[layerOf(strings.TrimPrefix(path, module+"/"))] {
 				t.Errorf("%s imports %s: nothing below the server imports a transport", f.rel, path)
 			}
 			if strings.HasPrefix(path, "github.com/cockroachdb/pebble") && !pebbleHomes[f.top] {
