@@ -15,7 +15,7 @@ import (
 	"github.com/ebbtable/ebbtable/cell"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/gcrule"
-	"github.com/ebbtable/ebbtable/internal/testkit"
+	"github.com/ebbtable/ebbtable/internal/testkit/poll"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -402,7 +402,7 @@ func names(ms []*Manifest) []string {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	testkit.Eventually(t, "condition", 10*time.Second, func() (bool, string) { return cond(), "" })
+	poll.Eventually(t, "condition", 10*time.Second, func() (bool, string) { return cond(), "" })
 }
 
 func TestCopyListDeleteAndReopen(t *testing.T) {

@@ -3,9 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -92,88 +90,4 @@ func TestWatchAndChangeStreamCommands(t *testing.T) {
 	if info, _ := admin.TableInfo(ctx, "audit"); info.ChangeStreamRetention != nil {
 		t.Errorf("retention after disable: %v", info.ChangeStreamRetention)
 	}
-}
-
-// TestChangeStreamSurvivesKill9 kills the server while a writer writes, and
-// checks after a restart that every acknowledged write has exactly one
-// record and that every record's change is there (and no change is there
-// without its record).
-func TestChangeStreamSurvivesKill9(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	srv := startServer(t, dir)
-	client, admin := officialClients(t, srv.addr)
-	ctx := context.Background()
-	if err := admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "crash", ChangeStreamRetention: 24 * time.Hour,
-		ColumnFamilies: map[string]bigtable.Family{"cf": {}}}); err != nil {
-		t.Fatal(err)
-	}
-	tbl := client.Open("crash")
-	var (
-		mu    sync.Mutex
-		acked []string
-		wg    sync.WaitGroup
-	)
-	for w := 0; w < 4; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				row := fmt.Sprintf("w%d-%06d", w, i)
-				m := bigtable.NewMutation()
-				m.Set("cf", "q", baseTS, []byte(row))
-				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				err := tbl.Apply(cctx, row, m)
-				cancel()
-				if err != nil {
-					return
-				}
-				mu.Lock()
-				acked = append(acked, row)
-				mu.Unlock()
-			}
-		}()
-	}
-	for {
-		time.Sleep(20 * time.Millisecond)
-		mu.Lock()
-		n := len(acked)
-		mu.Unlock()
-		if n >= 200 {
-			break
-		}
-	}
-	srv.kill(t)
-	wg.Wait()
-
-	srv = startServer(t, dir)
-	client, _ = officialClients(t, srv.addr)
-	rows := map[string]bool{}
-	err := client.Open("crash").ReadRows(ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
-		rows[r.Key()] = true
-		return true
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	records := map[string]int{}
-	for _, r := range watchLines(t, srv.addr, "crash") {
-		records[r["row_key"].(string)]++
-	}
-	for _, row := range acked {
-		if !rows[row] {
-			t.Errorf("acknowledged write %s lost", row)
-		}
-	}
-	for row := range rows {
-		if records[row] != 1 {
-			t.Errorf("row %s has %d records, want 1", row, records[row])
-		}
-	}
-	for row := range records {
-		if !rows[row] {
-			t.Errorf("record of %s without its change", row)
-		}
-	}
-	t.Logf("%d writes acknowledged before the kill, %d rows and %d records after it", len(acked), len(rows), len(records))
 }

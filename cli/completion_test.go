@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,30 +110,40 @@ func TestCompletionZsh(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(fpath, "_ebbtable"), []byte(script), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range completionCases {
-		cmd := exec.Command(zsh, "-f", "-i")
-		cmd.Env = cleanEnv("PATH="+path, "TERM=dumb", "ZDOTDIR="+t.TempDir())
-		f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 200})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out syncBuffer
-		copied := make(chan struct{})
-		go func() {
-			defer close(copied)
-			buf := make([]byte, 4096)
-			for {
-				n, err := f.Read(buf)
-				out.Write(buf[:n])
-				if err != nil {
-					return
-				}
+	// One shell for every case: compinit is the slow part of a start
+	// (one shell per case took 7 s, this 1-2 s). After each case the line
+	// is dropped and a marker command must run, so no case starts on what
+	// the last one left.
+	cmd := exec.Command(zsh, "-f", "-i")
+	cmd.Env = cleanEnv("PATH="+path, "TERM=dumb", "ZDOTDIR="+t.TempDir())
+	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 40, Cols: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		buf := make([]byte, 4096)
+		for {
+			n, err := f.Read(buf)
+			out.Write(buf[:n])
+			if err != nil {
+				return
 			}
-		}()
-		// A prompt to wait for, completion listing every match at once.
-		setup := "PS1='READY> '; fpath=(" + fpath + " $fpath); autoload -Uz compinit; compinit -u -D; zstyle ':completion:*' list-prompt ''; LISTMAX=0; unsetopt BEEP\n"
-		f.Write([]byte(setup))
-		waitShown(t, &out, "READY> ")
+		}
+	}()
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		f.Close()
+		<-copied
+	}()
+	// A prompt to wait for, completion listing every match at once.
+	setup := "PS1='READY> '; fpath=(" + fpath + " $fpath); autoload -Uz compinit; compinit -u -D; zstyle ':completion:*' list-prompt ''; LISTMAX=0; unsetopt BEEP\n"
+	f.Write([]byte(setup))
+	waitShown(t, &out, "READY> ")
+	for i, tc := range completionCases {
 		mark := len(out.String())
 		f.Write([]byte(tc.line + "\t\t"))
 		ok := waitUntil(func() bool {
@@ -147,10 +158,19 @@ func TestCompletionZsh(t *testing.T) {
 		if !ok {
 			t.Errorf("zsh: %q + TAB did not show %q; the terminal showed:\n%q", tc.line, tc.want, out.String()[mark:])
 		}
-		cmd.Process.Kill()
-		cmd.Wait()
-		f.Close()
-		<-copied
+		// Ctrl-U drops the line; then a command whose output (unlike
+		// its echo) says zsh has read everything typed so far.
+		mark = len(out.String())
+		done := fmt.Sprintf("CASE%dDONE", i)
+		f.Write([]byte{0x15}) // Ctrl-U: kill the whole line
+		f.Write([]byte("echo CASE" + `""` + done[4:] + "\n"))
+		if !waitUntil(func() bool {
+			got := out.String()[mark:]
+			at := strings.Index(got, done)
+			return at >= 0 && strings.Contains(got[at:], "READY> ")
+		}) {
+			t.Fatalf("zsh: no fresh prompt after the case; the terminal showed:\n%q", out.String()[mark:])
+		}
 	}
 }
 

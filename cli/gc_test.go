@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"github.com/ebbtable/ebbtable/internal/testkit"
 )
 
 // gcClients connects the official clients through conn.go (no
@@ -203,12 +203,7 @@ func TestGCServeFlags(t *testing.T) {
 // does not print its metrics address, so the test picks it).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().String()
+	return testkit.FreeAddr(t)
 }
 
 // TestGCRealClock runs the background collector on the real clock with a

@@ -24,6 +24,7 @@ import (
 // Age GC ships nothing; a raise of more than 90 days is refused, 90 is
 // accepted; a coordinated raise leaves no divergence.
 func TestSeedDivergenceStory(t *testing.T) {
+	t.Parallel() // its clocks are the servers' --debug-clock, not the machine's
 	ctx := context.Background()
 	start := "2023-01-02T00:00:00Z"
 	aHTTP := freeAddr(t)

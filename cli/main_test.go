@@ -1,9 +1,6 @@
 package cli
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -90,21 +87,8 @@ type result struct {
 // and exit code.
 func run(t *testing.T, env []string, name string, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), processTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = cleanEnv(env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatalf("%s %q: %v", name, args, err)
-	}
-	if ctx.Err() != nil {
-		t.Fatalf("%s %q: timed out after %v; stderr:\n%s", name, args, processTimeout, stderr.String())
-	}
-	return result{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}
+	r := testkit.Run(t, cleanEnv(env...), name, args...)
+	return result{r.Stdout, r.Stderr, r.Code}
 }
 
 // ebbtable runs the ebbtable binary.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ebbtable/ebbtable/cluster"
 	"github.com/ebbtable/ebbtable/internal/etcdtest"
-	"github.com/ebbtable/ebbtable/internal/testkit"
+	"github.com/ebbtable/ebbtable/internal/testkit/poll"
 )
 
 const ttl = 2 * time.Second // etcd's least lease TTL with its default ticks
@@ -66,7 +66,7 @@ func TestMembershipAndTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b2.Close()
-	testkit.Eventually(t, "the old b to stop trusting its lease", 10*time.Second, func() (bool, string) { return !b.Live(), "" })
+	poll.Eventually(t, "the old b to stop trusting its lease", 10*time.Second, func() (bool, string) { return !b.Live(), "" })
 	waitFor(t, a, "b's new address", func() bool { n, _ := a.Node("b"); return n.Addr == "b2.addr" })
 	if !b2.Live() {
 		t.Fatal("b2 is not live")
@@ -96,7 +96,7 @@ func TestLeaseExpiryAndRejoin(t *testing.T) {
 	if _, err := a.cli.Revoke(context.Background(), clientLease(old)); err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, "a under a new lease", 10*time.Second, func() (bool, string) { return a.LeaseID() != old && a.Live(), "" })
+	poll.Eventually(t, "a under a new lease", 10*time.Second, func() (bool, string) { return a.LeaseID() != old && a.Live(), "" })
 	waitFor(t, a, "a back", func() bool { return ids(a.Nodes()) == "a " })
 }
 

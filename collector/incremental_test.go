@@ -17,7 +17,7 @@ import (
 )
 
 var (
-	incSeeds = flag.Int("inc.seeds", 6, "TestIncrementalMatchesWholeSweep: random histories")
+	incSeeds = flag.Int("inc.seeds", 3, "TestIncrementalMatchesWholeSweep: random histories")
 	incOps   = flag.Int("inc.ops", 300, "TestIncrementalMatchesWholeSweep: operations per history")
 )
 

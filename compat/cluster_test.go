@@ -15,6 +15,7 @@ func TestEmulatorModeCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the client library's suite")
 	}
+	t.Parallel() // each runs its own servers; the suites wait more than they compute
 	ebb, suite, dir := binaries(t)
 	etcd := etcdtest.Start(t)
 	shared := t.TempDir()

@@ -60,6 +60,7 @@ func TestEmulatorMode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the client library's suite")
 	}
+	t.Parallel() // each runs its own servers; the suites wait more than they compute
 	ebb, suite, dir := binaries(t)
 	addr := serve(t, ebb)
 	res, out := runSuite(t, suite, dir, addr, 5*time.Minute,
@@ -84,6 +85,7 @@ func TestProdMode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the client library's suite")
 	}
+	t.Parallel() // each runs its own servers; the suites wait more than they compute
 	ebb, suite, dir := binaries(t)
 	names := listTests(t, suite, dir)
 	results := map[string]*result{}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ebbtable/ebbtable/clock"
-	"github.com/ebbtable/ebbtable/internal/testkit"
+	"github.com/ebbtable/ebbtable/internal/testkit/poll"
 )
 
 // fakeApplied are peers' ReplicationStatus answers, moved by the test.
@@ -122,7 +122,7 @@ func TestWaitConsistent(t *testing.T) {
 			done <- result{ok, err}
 		}()
 		for polls := 0; ; polls++ {
-			testkit.Eventually(t, "the check waits or answers", 10*time.Second, func() (bool, string) {
+			poll.Eventually(t, "the check waits or answers", 10*time.Second, func() (bool, string) {
 				return pace.Waiters() > 0 || len(done) > 0, ""
 			})
 			if len(done) > 0 {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/gcrule"
-	"github.com/ebbtable/ebbtable/internal/testkit"
+	"github.com/ebbtable/ebbtable/internal/testkit/poll"
 	"github.com/ebbtable/ebbtable/replication"
 	"github.com/ebbtable/ebbtable/table"
 )
@@ -126,7 +126,7 @@ func TestPullerRunsPausesAndStops(t *testing.T) {
 
 	// Every puller parks in a long poll (six links, six timers) before b
 	// pauses, so b's two pulls are in flight.
-	testkit.Eventually(t, "the pullers wait in long polls", 10*time.Second, func() (bool, string) {
+	poll.Eventually(t, "the pullers wait in long polls", 10*time.Second, func() (bool, string) {
 		return n.clock.Waiters() == 6, fmt.Sprintf("%d timers", n.clock.Waiters())
 	})
 	b.repl.Pause("a")
@@ -140,7 +140,7 @@ func TestPullerRunsPausesAndStops(t *testing.T) {
 	// The long polls in flight end: a's answers with r3 (its commit wakes
 	// it), which b drops (it would have applied it before recording the
 	// contact); c's may end before r4, with nothing.
-	testkit.Eventually(t, "b's pulls in flight end", 10*time.Second, func() (bool, string) {
+	poll.Eventually(t, "b's pulls in flight end", 10*time.Second, func() (bool, string) {
 		n.clock.Advance(replication.PullWait)
 		return b.settled("a") > shipped && b.pullsFrom("c") > cDone, fmt.Sprintf("a shipped %d, settled %d; pulls from c %d", b.shippedTo("a"), b.settled("a"), b.pullsFrom("c"))
 	})
@@ -188,7 +188,7 @@ func TestPullerBacksOff(t *testing.T) {
 	n.down["a"] = true
 	n.mu.Unlock()
 	b.repl.Run("a")
-	testkit.Eventually(t, "b fails once and waits", 10*time.Second, func() (bool, string) {
+	poll.Eventually(t, "b fails once and waits", 10*time.Second, func() (bool, string) {
 		return b.pullCount() >= 1 && n.clock.Waiters() >= 1, ""
 	})
 	if got := rows(b, "t"); got != "no table" {
@@ -203,7 +203,7 @@ func TestPullerBacksOff(t *testing.T) {
 	converge(t, "t", "r1=x,", b)
 	// The pull that applied r1 marks a healthy when it ends, which may be
 	// just after converge saw the row.
-	testkit.Eventually(t, "an answering peer to count as healthy", 10*time.Second, func() (bool, string) {
+	poll.Eventually(t, "an answering peer to count as healthy", 10*time.Second, func() (bool, string) {
 		return b.Healthy("a"), ""
 	})
 }

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ebbtable/ebbtable/clock"
-	"github.com/ebbtable/ebbtable/internal/testkit"
+	"github.com/ebbtable/ebbtable/internal/testkit/poll"
 )
 
 // fakeHolders are clusters whose GcHold the test scripts: each reports
@@ -87,7 +87,7 @@ func runRaise(t *testing.T, r Raise, pace *clock.Fake) error {
 			pace.Advance(r.Poll)
 			continue
 		}
-		testkit.Eventually(t, "the raise waits or returns", 10*time.Second, func() (bool, string) {
+		poll.Eventually(t, "the raise waits or returns", 10*time.Second, func() (bool, string) {
 			return pace.Waiters() > 0 || len(done) > 0, ""
 		})
 	}

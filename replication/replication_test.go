@@ -13,7 +13,7 @@ import (
 	"github.com/ebbtable/ebbtable/cell"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/gcrule"
-	"github.com/ebbtable/ebbtable/internal/testkit"
+	"github.com/ebbtable/ebbtable/internal/testkit/poll"
 	"github.com/ebbtable/ebbtable/replication"
 	"github.com/ebbtable/ebbtable/table"
 )
@@ -286,7 +286,7 @@ func pull(t *testing.T, nd *node, from string) {
 // a long poll's wait each time (idle pulls end then).
 func converge(t *testing.T, tbl, want string, nodes ...*node) {
 	t.Helper()
-	testkit.Eventually(t, tbl+" converges", 10*time.Second, func() (bool, string) {
+	poll.Eventually(t, tbl+" converges", 10*time.Second, func() (bool, string) {
 		nodes[0].net.clock.Advance(replication.PullWait)
 		for _, nd := range nodes {
 			if got := rows(nd, tbl); got != want {

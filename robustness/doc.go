@@ -2,7 +2,14 @@
 // real `ebbtable serve` binary as a subprocess, drive it with the official
 // Go client, hurt the process while it works and check what the clients saw.
 //
-// The package has no code of its own; its tests are the product.
+// The package has no code of its own; its tests are the product. Beside
+// the campaign below it holds the crash and fault tests of single
+// features: SIGKILL while a backup, a restore or a change-stream writer
+// works (killnine_test.go), three replicated processes with one killed
+// mid-stream (threeclusters_test.go), a scale-out cluster with a node
+// killed (scaleout_test.go), full, failing and stalled disks on a
+// loop-mounted filesystem (diskfault_test.go, as root), and the server's
+// memory and latency under oversized load (bounds_test.go).
 //
 // TestLinearizability (lin_test.go) follows the pattern of etcd's robustness
 // tests. Six or more workers, each with its own connection, run a random mix

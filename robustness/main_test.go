@@ -22,6 +22,10 @@ import (
 // subprocess, as users do.
 var ebbtableBin string
 
+// home is an empty HOME for the subprocesses of the tests that run
+// commands (a developer's ~/.cbtrc cannot redirect them); TestMain makes it.
+var home string
+
 // startTimeout bounds the wait for a server's readiness line.
 const startTimeout = 30 * time.Second
 
@@ -35,6 +39,11 @@ func runTests(m *testing.M) int {
 	}
 	defer cleanup()
 	ebbtableBin = bin
+	if home, err = os.MkdirTemp("", "ebbtable-robustness-home-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(home)
 	return m.Run()
 }
 

@@ -79,7 +79,7 @@ func modelChunks(rows []cell.Row) *btpb.ReadRowsResponse {
 // chunkCases is how many random row sets TestChunkWriterEncoding encodes;
 // a quarter of their cells are one or two chunks' worth of value, which
 // the race detector makes slow, so the default is modest.
-var chunkCases = flag.Int("chunks.cases", 60, "TestChunkWriterEncoding: random row sets to encode")
+var chunkCases = flag.Int("chunks.cases", 20, "TestChunkWriterEncoding: random row sets to encode")
 
 func randomRow(rng *rand.Rand) cell.Row {
 	pick := func(choices ...string) string { return choices[rng.IntN(len(choices))] }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -158,9 +159,14 @@ func createSpanTable(t *testing.T, engines ...*table.Engine) {
 // no key; the target reads every cell, the source keeps only its half
 // after the excise, and the target's collector collects the moved span's
 // expired cells on its first pass after they expire.
+// spanSharedRows is how many rows of ten cells TestSpanMoveShared writes
+// (half move). The default keeps the suite short; -span.rows=10000 is the
+// 100,000-cell run.
+var spanSharedRows = flag.Int("span.rows", 2000, "TestSpanMoveShared: rows of ten cells to write (half move)")
+
 func TestSpanMoveShared(t *testing.T) {
 	if testing.Short() {
-		t.Skip("writes 100k cells")
+		t.Skip("writes many cells")
 	}
 	ctx := context.Background()
 	root := t.TempDir()
@@ -176,7 +182,8 @@ func TestSpanMoveShared(t *testing.T) {
 	defer func() { dst.Close() }()
 	createSpanTable(t, src, dst)
 
-	const rows, perRow, half = 10000, 10, 5000
+	rows, perRow := *spanSharedRows, 10
+	half := rows / 2
 	writeSpanCells(t, src, rows, perRow, half, spanStart)
 	compactAll(t, src)
 	lo, hi := spanRow(half), []byte(nil)

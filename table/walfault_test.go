@@ -7,7 +7,7 @@ package table_test
 // ErrStorageFailed, and no read ever returns the write that failed; after a
 // crash (unsynced data dropped) and a reopen every acknowledged write is
 // there and the failed one is not. The subprocess variants on a real
-// filesystem are in cli/diskfault_test.go.
+// filesystem are in robustness/diskfault_test.go.
 
 import (
 	"context"

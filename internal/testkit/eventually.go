@@ -3,33 +3,21 @@ package testkit
 import (
 	"testing"
 	"time"
+
+	"github.com/ebbtable/ebbtable/internal/testkit/poll"
 )
 
 // Poll calls cond until it holds or timeout passes, and says whether it
-// held. It is for waiting on what runs on the real clock: another process,
-// a terminal, a peer, a disk. Work on the injected clock is driven by
-// advancing the fake clock instead.
-func Poll(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	wait := time.Millisecond
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(wait)
-		if wait < 50*time.Millisecond {
-			wait *= 2
-		}
-	}
-	return true
-}
+// held (poll.Until). It is for waiting on what runs on the real clock:
+// another process, a terminal, a peer, a disk. Work on the injected clock
+// is driven by advancing the fake clock instead.
+func Poll(timeout time.Duration, cond func() bool) bool { return poll.Until(timeout, cond) }
 
 // Eventually polls cond until it holds, failing the test with what and the
-// last detail cond gave once timeout has passed.
+// last detail cond gave once timeout has passed (poll.Eventually). Tests
+// that need nothing else of the kit import package poll instead, and link
+// less.
 func Eventually(t testing.TB, what string, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	var detail string
-	if !Poll(timeout, func() (ok bool) { ok, detail = cond(); return ok }) {
-		t.Fatalf("%s: never happened in %v (last: %s)", what, timeout, detail)
-	}
+	poll.Eventually(t, what, timeout, cond)
 }

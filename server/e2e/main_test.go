@@ -2,8 +2,9 @@
 // sees it: through the official Bigtable clients against real servers,
 // started in-process by internal/testkit/servertest (alone, or several
 // joined as replicas), or as `ebbtable serve` subprocesses where only a
-// real process shows the behaviour (a SIGKILL). Tests of the command line
-// itself (flags, output, exit codes) live in package cli.
+// real process shows the behaviour (a SIGKILL, the data directory's size
+// after `gc run`). Tests of the command line itself (flags, output, exit
+// codes) live in package cli; crash and fault campaigns in robustness.
 package e2e
 
 import (

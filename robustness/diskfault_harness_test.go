@@ -1,4 +1,6 @@
-package cli
+//go:build unix
+
+package robustness
 
 // The harness for the disk-fault tests (diskfault_test.go): a small ext4
 // filesystem on a loop device that a test can fill, kill (EIO) or stall; a
@@ -48,7 +50,7 @@ func newLoopFS(t *testing.T, size int64) *loopFS {
 		t.Skip("disk-fault tests need Linux (loop-mounted ext4)")
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("disk-fault tests need root to mount a small loop filesystem; run them as root (sudo go test -run Disk ./cli)")
+		t.Skip("disk-fault tests need root to mount a small loop filesystem; run them as root (sudo go test -run Disk ./robustness)")
 	}
 	for _, tool := range []string{"mkfs.ext4", "mount", "umount"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -614,7 +616,7 @@ type healthObs struct {
 
 func watchHealth(t *testing.T, addr string) *healthWatch {
 	t.Helper()
-	hc := healthpb.NewHealthClient(dialT(t, addr))
+	hc := healthpb.NewHealthClient(testkit.Dial(t, addr))
 	h := &healthWatch{stopCh: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(h.done)
@@ -702,7 +704,7 @@ type faultProc struct {
 // killed. The process is killed at cleanup if still running.
 func startServeWithin(t *testing.T, limit time.Duration, args ...string) (p *faultProc, ready bool, took time.Duration) {
 	t.Helper()
-	s, ready, took := testkit.StartServeWithin(t, limit, ebbtableBin, cleanEnv(), args...)
+	s, ready, took := testkit.StartServeWithin(t, limit, ebbtableBin, cleanHome(), args...)
 	return &faultProc{serverProc: &serverProc{Serve: s, cmd: s.Cmd, addr: s.Addr, stderr: s.Stderr}}, ready, took
 }
 

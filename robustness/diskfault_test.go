@@ -1,4 +1,6 @@
-package cli
+//go:build unix
+
+package robustness
 
 // Disk faults under a running server: `ebbtable serve` keeps its data on a
 // small loop-mounted ext4 that fills up, dies (EIO) or stalls, and the
@@ -81,7 +83,7 @@ func dfStart(t *testing.T, args []string) (*faultProc, *bigtable.Client) {
 	if !ready {
 		t.Fatalf("serve not ready after %v (%v); stderr:\n%s", took.Round(time.Millisecond), srv.cmd.ProcessState, tail(srv.stderr.String(), 15))
 	}
-	client, admin := clientsAt(t, srv.addr)
+	client, admin := officialClients(t, srv.addr)
 	conf := &bigtable.TableConf{TableID: "df", ColumnFamilies: map[string]bigtable.Family{"f": {}}}
 	if err := admin.CreateTableFromConf(context.Background(), conf); err != nil {
 		t.Fatal(err)
@@ -98,7 +100,7 @@ func dfRestart(t *testing.T, args []string) (*faultProc, *bigtable.Client) {
 		t.Fatalf("restart: serve not ready within %v (took %v, %v); stderr:\n%s", startupWithin, took.Round(time.Millisecond), srv.cmd.ProcessState, tail(srv.stderr.String(), 15))
 	}
 	t.Logf("restart: ready in %v", took.Round(time.Millisecond))
-	client, _ := clientsAt(t, srv.addr)
+	client, _ := officialClients(t, srv.addr)
 	return srv, client
 }
 
@@ -173,6 +175,17 @@ func checkFatalLine(t *testing.T, stderr, cause string) {
 	if strings.Contains(stderr, "panic") {
 		t.Errorf("stderr mentions a panic (a fatal storage error must not go through a recovered panic):\n%s", grepLines(stderr, "panic"))
 	}
+}
+
+// grepLines returns the lines of s that contain substr.
+func grepLines(s, substr string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // tail returns the last n lines of s.
@@ -252,7 +265,7 @@ func TestDiskFullStartupNeedsBallastDeleted(t *testing.T) {
 	}
 
 	srv, ready, took := startServeWithin(t, startupWithin, d.args...)
-	out := srv.stderr.String() + strings.Join(srv.stdoutLines(), "\n")
+	out := srv.stderr.String() + strings.Join(srv.StdoutLines(), "\n")
 	switch {
 	case ready:
 		t.Errorf("serve started on a full disk (%d bytes free)", d.fs.free(t))

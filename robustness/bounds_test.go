@@ -1,4 +1,6 @@
-package cli
+//go:build unix
+
+package robustness
 
 import (
 	"bytes"
@@ -27,7 +29,7 @@ import (
 
 // boundsBig runs TestResourceBounds at the sizes: eight concurrent
 // 200 MiB requests, a row of a million versions, 1,000 change-stream tails.
-// Run it alone: flock /tmp/ebb-bench.lock go test ./cli -run
+// Run it alone: flock /tmp/ebb-bench.lock go test ./robustness -run
 // TestResourceBounds -v -bounds.big
 var boundsBig = flag.Bool("bounds.big", false, "TestResourceBounds at full size (minutes, GiBs of memory)")
 
@@ -65,7 +67,7 @@ func TestResourceBounds(t *testing.T) {
 	} else {
 		t.Parallel()
 	}
-	httpAddr := freeAddr(t)
+	httpAddr := testkit.FreeAddr(t)
 	srv := startServe(t, "serve", "--addr", "127.0.0.1:0", "--http-addr", httpAddr, "--data", filepath.Join(t.TempDir(), "data"),
 		"--max-inflight-bytes", sc.inflight, "--memory-limit", sc.memoryLimit)
 	pid := srv.cmd.Process.Pid
@@ -355,6 +357,6 @@ func (c *canary) report() []phaseStats {
 }
 
 func openTails(t *testing.T, httpAddr string) float64 {
-	v, _ := metric(t, httpAddr, "ebbtable_open_change_streams")
+	v, _ := testkit.Metric(t, httpAddr, "ebbtable_open_change_streams")
 	return v
 }

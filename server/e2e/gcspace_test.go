@@ -1,14 +1,16 @@
-package cli
+package e2e
 
 import (
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/ebbtable/ebbtable/storage"
 )
 
@@ -40,9 +42,9 @@ func dataDirBytes(t *testing.T, dir string) (int64, string) {
 func TestGCRunGivesSpaceBack(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	srv := startServe(t, "serve", "--addr", "127.0.0.1:0", "--http-addr", "off", "--data", dir, "--gc-interval", "1h")
+	srv := testkit.StartServe(t, ebbtableBin, testkit.CleanEnv(home), "serve", "--addr", "127.0.0.1:0", "--http-addr", "off", "--data", dir, "--gc-interval", "1h")
 	ctx := context.Background()
-	client, admin := gcClients(t, srv.addr)
+	client, admin := testkit.Clients(t, srv.Addr, "ebbtable", "ebbtable", "") // the gc commands' defaults
 	if err := admin.CreateTable(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
@@ -80,14 +82,14 @@ func TestGCRunGivesSpaceBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Millisecond) // every cell older than 1 ms
-	out := run(t, nil, ebbtableBin, "gc", "run", "--table", "t", "--wait", "--addr", srv.addr)
-	if out.code != 0 {
-		t.Fatalf("gc run: exit %d: %s%s", out.code, out.stdout, out.stderr)
+	out := testkit.Run(t, testkit.CleanEnv(home), ebbtableBin, "gc", "run", "--table", "t", "--wait", "--addr", srv.Addr)
+	if out.Code != 0 {
+		t.Fatalf("gc run: exit %d: %s%s", out.Code, out.Stdout, out.Stderr)
 	}
-	t.Logf("gc run: %s", out.stdout)
-	wantMatch(t, "gc run", out.stdout, `collected 480 cells \(30\.0 MiB\).*\nsweep .* examined/s, .* collected/s\); reclaim .*, [0-9.]+ MiB of disk freed\n`)
-	st := run(t, nil, ebbtableBin, "gc", "status", "--addr", srv.addr)
-	wantMatch(t, "gc status", st.stdout, `(?m)^t\s.*\s[0-9.]+ MiB freed\s+whole\s+0 now, 0 later\s+0$`)
+	t.Logf("gc run: %s", out.Stdout)
+	wantMatch(t, "gc run", out.Stdout, `collected 480 cells \(30\.0 MiB\).*\nsweep .* examined/s, .* collected/s\); reclaim .*, [0-9.]+ MiB of disk freed\n`)
+	st := testkit.Run(t, testkit.CleanEnv(home), ebbtableBin, "gc", "status", "--addr", srv.Addr)
+	wantMatch(t, "gc status", st.Stdout, `(?m)^t\s.*\s[0-9.]+ MiB freed\s+whole\s+0 now, 0 later\s+0$`)
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		after, big := dataDirBytes(t, dir)
@@ -99,5 +101,13 @@ func TestGCRunGivesSpaceBack(t *testing.T) {
 			t.Fatalf("15 s after gc run --wait the data directory still holds %d of %d MiB:%s", after>>20, before>>20, big)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// wantMatch checks that output matches the multi-line regular expression re.
+func wantMatch(t *testing.T, what, output, re string) {
+	t.Helper()
+	if !regexp.MustCompile(re).MatchString(output) {
+		t.Errorf("%s: output does not match %s:\n%s", what, re, output)
 	}
 }
