@@ -84,7 +84,7 @@ func TestScaleOutSchemaChangesEverywhere(t *testing.T) {
 	// every node; a delete via n2 is refused and leaves the table served.
 	updateProtection(t, sc.nodes["n1"], true)
 	_, err := sc.nodes["n1"].rawAdmin().UpdateTable(ctx, &adminpb.UpdateTableRequest{
-		Table: &adminpb.Table{Name: scaleTable, ChangeStreamConfig: &adminpb.ChangeStreamConfig{RetentionPeriod: durationpb.New(48 * time.Hour)}},
+		Table:      &adminpb.Table{Name: scaleTable, ChangeStreamConfig: &adminpb.ChangeStreamConfig{RetentionPeriod: durationpb.New(48 * time.Hour)}},
 		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"change_stream_config.retention_period"}}})
 	if err != nil {
 		t.Fatal(err)
