@@ -23,6 +23,8 @@ type SchemaEntry struct {
 	Request []byte `json:"request"`
 	// Origin is the node the change was sent to (a restore runs there).
 	Origin string `json:"origin,omitempty"`
+	// Args holds what the request carried besides its message (metadata).
+	Args map[string]string `json:"args,omitempty"`
 }
 
 // Append adds an entry to the schema log, in one transaction with the

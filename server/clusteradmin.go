@@ -114,11 +114,16 @@ func (a *clusterAdmin) DropRowRange(ctx context.Context, req *adminpb.DropRowRan
 // returns its result here, after every live node applied it (or
 // allAppliedWait passed).
 func (c *clusterMember) propose(ctx context.Context, method string, ref tableRef, req proto.Message, op clusteretcd.DirOp) (proto.Message, error) {
+	return c.proposeArgs(ctx, method, ref, req, op, nil)
+}
+
+// proposeArgs is propose with arguments besides the request (SchemaEntry.Args).
+func (c *clusterMember) proposeArgs(ctx context.Context, method string, ref tableRef, req proto.Message, op clusteretcd.DirOp, args map[string]string) (proto.Message, error) {
 	b, err := proto.Marshal(req)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	e, err := c.m.AppendEntry(ctx, clusteretcd.SchemaEntry{Method: method, Table: ref.name(), Request: b, Origin: c.opts.NodeID}, op)
+	e, err := c.m.AppendEntry(ctx, clusteretcd.SchemaEntry{Method: method, Table: ref.name(), Request: b, Origin: c.opts.NodeID, Args: args}, op)
 	switch {
 	case errors.Is(err, clusteretcd.ErrTableExists):
 		return nil, status.Errorf(codes.AlreadyExists, "ebbtable: table %s already exists", ref.table)

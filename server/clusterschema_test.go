@@ -231,3 +231,78 @@ func TestScaleOutSchemaChangesEverywhere(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestScaleOutRestore: a table restored through the node holding the
+// backup exists on every node under one id, is whole through every node,
+// and its tablet can move.
+func TestScaleOutRestore(t *testing.T) {
+	sc := startScaleCluster(t, "n1", "n2", "n3")
+	sc.createTable(t, "n1")
+	ctx := context.Background()
+	tabs, err := sc.nodes["n1"].ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: scaleTable})
+	if err != nil || len(tabs.Tablets) != 1 {
+		t.Fatalf("tablets: %v %v", tabs, err)
+	}
+	owner := sc.nodes[tabs.Tablets[0].Owner]
+	tbl := sc.nodes["n2"].client.Open("t")
+	for _, r := range letters() {
+		if err := writeScale(t, tbl, r, "v"+r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Backups are not cluster-aware: the owner of the only tablet takes it.
+	if err := owner.admin.CreateBackup(ctx, "t", "c1", "bk", time.Now().Add(7*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.admin.RestoreTable(ctx, "r", "c1", "bk"); err != nil {
+		t.Fatal(err)
+	}
+	var ids []uint64
+	for _, id := range []string{"n1", "n2", "n3"} {
+		n := sc.nodes[id]
+		m, err := n.srv.Engine().Table(testInstanceName, "r")
+		if err != nil {
+			t.Fatalf("restored table on %s: %v", id, err)
+		}
+		ids = append(ids, m.ID)
+		var keys []string
+		err = n.client.Open("r").ReadRows(ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
+			keys = append(keys, r.Key())
+			return true
+		})
+		if err != nil || strings.Join(keys, "") != strings.Join(letters(), "") {
+			t.Fatalf("read the restored table through %s: %q %v", id, keys, err)
+		}
+	}
+	if ids[0] != ids[1] || ids[1] != ids[2] {
+		t.Fatalf("restored table ids differ: %v", ids)
+	}
+	// Its tablet moves away from the node that restored it.
+	rt, err := sc.nodes["n2"].ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: testInstanceName + "/tables/r"})
+	if err != nil || len(rt.Tablets) != 1 || rt.Tablets[0].Owner != owner.id {
+		t.Fatalf("tablets of the restored table: %v %v", rt, err)
+	}
+	to := "n1"
+	if owner.id == "n1" {
+		to = "n2"
+	}
+	if _, err := sc.nodes["n3"].ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: testInstanceName + "/tables/r", Tablet: rt.Tablets[0].Id, To: to}); err != nil {
+		t.Fatal(err)
+	}
+	row, err := sc.nodes["n3"].client.Open("r").ReadRow(ctx, "q")
+	if err != nil || string(row["f"][0].Value) != "vq" {
+		t.Fatalf("row q after the move: %v %v", row, err)
+	}
+	if err := writeScale(t, sc.nodes["n3"].client.Open("r"), "new", "x"); err != nil {
+		t.Fatalf("write after the move: %v", err)
+	}
+	if err := owner.admin.RestoreTable(ctx, "r", "c1", "bk"); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("restore onto an existing table: %v", err)
+	}
+	if err := owner.admin.RestoreTable(ctx, "r2", "c1", "nope"); status.Code(err) != codes.NotFound {
+		t.Errorf("restore of a missing backup: %v", err)
+	}
+	if _, err := sc.nodes["n1"].ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: testInstanceName + "/tables/r2"}); status.Code(err) != codes.NotFound {
+		t.Errorf("a failed restore left a directory: %v", err)
+	}
+}
