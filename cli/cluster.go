@@ -12,6 +12,7 @@ import (
 	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc/status"
 )
 
 // Cluster mode: the serve flags that join a cluster, and the commands that
@@ -138,17 +139,28 @@ func newNodeCmd() *cobra.Command {
 		Short: "Move every tablet off a node and mark it draining",
 		Long: `Move every tablet the node owns to the least loaded other nodes (planned
 moves: its data goes with them) and mark it draining, so it takes no new
-tablets. A node that is down keeps its tablets until it comes back with its
-disk; --force gives them to live nodes without their data instead, losing
-whatever only that node's disk held (docs/scale-out.md, "Failure cases").`,
+tablets. A tablet that cannot move is left while the others move; the
+drain then fails, listing the moves made and the tablets left with why:
+run it again to go on from there. A node that is down keeps its tablets
+until it comes back with its disk; --force gives them to live nodes
+without their data instead, losing whatever only that node's disk held
+(docs/scale-out.md, "Failure cases").`,
 		Example: `  ebbtable node drain n2`,
 		Args:    exactArgs(1, "a node id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cf.withCluster(cmd, func(ctx context.Context, c clusterpb.ClusterClient) error {
 				r, err := c.DrainNode(ctx, &clusterpb.DrainNodeRequest{Node: args[0], Force: force})
+				for _, d := range status.Convert(err).Details() {
+					if p, ok := d.(*clusterpb.DrainNodeResponse); ok {
+						r = p // a drain that stopped: what it did
+					}
+				}
 				if r != nil {
 					for _, m := range r.Moves {
 						fmt.Fprintln(cmd.OutOrStdout(), m)
+					}
+					for _, m := range r.Left {
+						fmt.Fprintln(cmd.OutOrStdout(), "left: "+m)
 					}
 				}
 				if err != nil {

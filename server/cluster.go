@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
@@ -87,6 +88,10 @@ type clusterMember struct {
 	applied  uint64
 	results  map[uint64]applyResult
 	progress chan struct{} // closed when applied advances
+
+	// ingestFault, when set (tests), runs before each ingest here and
+	// fails it with its error.
+	ingestFault atomic.Pointer[func() error]
 
 	moveBytes prometheus.Histogram
 	moves     *prometheus.CounterVec

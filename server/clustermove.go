@@ -202,6 +202,11 @@ func (c *clusterMember) readDirectoryFenced(table string) (tablets.Directory, bo
 // ingestSpan is the target's half of a move: the tablet becomes this
 // node's only when the source flips the directory.
 func (c *clusterMember) ingestSpan(ctx context.Context, b []byte) error {
+	if f := c.ingestFault.Load(); f != nil {
+		if err := (*f)(); err != nil {
+			return err
+		}
+	}
 	x, err := table.UnmarshalSpanExport(b)
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "ebbtable: span export: %v", err)
