@@ -2,7 +2,7 @@ package server
 
 import (
 	"context"
-	"strconv"
+	"encoding/json"
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
@@ -103,10 +103,13 @@ func (c *clusterMember) applyRestore(e clusteretcd.SchemaEntry) applyResult {
 		ctx := context.Background()
 		m, err := job.Result()
 		if err == nil {
-			// The others create the table, empty, under the same id.
-			t := a.tableToProto(m, adminpb.Table_SCHEMA_VIEW)
-			_, err = c.proposeArgs(ctx, "RestoredTable", ref, &adminpb.CreateTableRequest{Parent: inst, TableId: ref.table,
-				Table: &adminpb.Table{ColumnFamilies: t.GetColumnFamilies()}}, clusteretcd.DirOp{}, map[string]string{"table_id": strconv.FormatUint(e.TableID, 10)})
+			// The others install the table, empty, as it is here (its
+			// families' ids are the backup's).
+			var enc []byte
+			if enc, err = json.Marshal(m); err == nil {
+				_, err = c.proposeArgs(ctx, "RestoredTable", ref, &adminpb.CreateTableRequest{Parent: inst, TableId: ref.table},
+					clusteretcd.DirOp{}, map[string]string{"meta": string(enc)})
+			}
 		}
 		if err != nil {
 			if d, ok := c.m.Directory(ref.name()); ok && d.TableID == e.TableID {
@@ -123,17 +126,22 @@ func (c *clusterMember) applyRestore(e clusteretcd.SchemaEntry) applyResult {
 	return applyResult{resp: op.wait(0)}
 }
 
-// applyRestored creates a restored table, empty, where it was not
+// applyRestored installs a restored table, empty, where it was not
 // restored (the receiving node has it under the same id already).
 func (c *clusterMember) applyRestored(e clusteretcd.SchemaEntry) applyResult {
-	var req adminpb.CreateTableRequest
-	if err := proto.Unmarshal(e.Request, &req); err != nil {
-		return applyResult{err: err}
+	var m table.Meta
+	if err := json.Unmarshal([]byte(e.Args["meta"]), &m); err != nil || m.ID == 0 {
+		return applyResult{err: status.Errorf(codes.InvalidArgument, "ebbtable: schema change %d: restored table %s without its schema", e.Seq, e.Table)}
 	}
-	id, err := strconv.ParseUint(e.Args["table_id"], 10, 64)
-	if err != nil || id == 0 {
-		return applyResult{err: status.Errorf(codes.InvalidArgument, "ebbtable: schema change %d: restored table %s without its id", e.Seq, e.Table)}
+	a := &adminServer{s: c.s}
+	if cur, err := c.s.engine.Table(m.Instance, m.Name); err == nil && cur.ID == m.ID {
+		return applyResult{resp: a.tableToProto(cur, adminpb.Table_SCHEMA_VIEW)}
 	}
-	t, err := c.createTable(&adminServer{s: c.s}, &req, id)
-	return applyResult{resp: t, err: err}
+	if _, err := c.s.engine.InstallTable(&m); err != nil {
+		return applyResult{err: toStatus(err)}
+	}
+	if err := c.s.forgetTableMeta(tableRef{instance: m.Instance, table: m.Name}); err != nil {
+		return applyResult{err: toStatus(err)}
+	}
+	return applyResult{resp: a.tableToProto(&m, adminpb.Table_SCHEMA_VIEW)}
 }
