@@ -183,14 +183,17 @@ func (m *Member) SchemaSeq() uint64 {
 	return m.schema
 }
 
-// SetApplied publishes that this node applied the schema log up to seq
-// (under its lease: a dead node's progress disappears with it).
+// SetApplied publishes that this node applied the schema log up to seq:
+// under its lease (a dead node's applied mark disappears with it) and as
+// its durable progress mark (schemalog.go).
 func (m *Member) SetApplied(ctx context.Context, seq uint64) error {
 	m.mu.Lock()
 	m.applied[m.opts.NodeID] = max(m.applied[m.opts.NodeID], seq)
 	lease := m.lease
 	m.mu.Unlock()
-	if _, err := m.cli.Put(ctx, m.appliedKey(m.opts.NodeID), strconv.FormatUint(seq, 10), clientv3.WithLease(lease)); err != nil {
+	v := strconv.FormatUint(seq, 10)
+	if _, err := m.cli.Txn(ctx).Then(clientv3.OpPut(m.appliedKey(m.opts.NodeID), v, clientv3.WithLease(lease)),
+		clientv3.OpPut(m.progressKey(m.opts.NodeID), v)).Commit(); err != nil {
 		return fmt.Errorf("ebbtable: etcd: %w", err)
 	}
 	return nil

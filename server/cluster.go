@@ -56,6 +56,10 @@ type ClusterOptions struct {
 	SplitBytes int64
 	// SplitInterval is how often tablet sizes are checked; default 30s.
 	SplitInterval time.Duration
+	// SchemaTrimEvery: a node that applied this many schema log entries
+	// past the last snapshot writes the next and trims the log
+	// (clustertrim.go); 0: DefaultSchemaTrimEvery, negative: never.
+	SchemaTrimEvery int
 }
 
 // Files in the data directory that cluster mode keeps.
@@ -88,6 +92,10 @@ type clusterMember struct {
 	applied  uint64
 	results  map[uint64]applyResult
 	progress chan struct{} // closed when applied advances
+	// applyRun is held while entries are applied and while a snapshot is
+	// built, so a snapshot is the schema at the applied mark exactly.
+	applyRun sync.Mutex
+	snapSeq  uint64 // the last snapshot this node wrote (under applyRun)
 
 	// ingestFault, when set (tests), runs before each ingest here and
 	// fails it with its error.
@@ -206,6 +214,10 @@ func (c *clusterMember) start(addr string) error {
 	}
 	c.m = m
 	if err := writeFileSync(filepath.Join(c.s.opts.DataDir, clusterLeaseFile), []byte(strconv.FormatInt(m.LeaseID(), 10))); err != nil {
+		m.Close()
+		return err
+	}
+	if err := c.loadSnapshot(ctx); err != nil {
 		m.Close()
 		return err
 	}

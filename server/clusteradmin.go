@@ -192,6 +192,8 @@ func (c *clusterMember) applyLoop() {
 				c.s.log.Warn("apply the schema log", "err", err)
 			} else if err := c.m.SetApplied(ctx, c.appliedSeq()); err != nil {
 				c.s.log.Warn("publish schema progress", "err", err)
+			} else {
+				c.maybeTrim(ctx)
 			}
 			cancel()
 		}
@@ -208,12 +210,17 @@ func (c *clusterMember) applyLoop() {
 // applied again after a crash fails harmlessly: the table exists, the
 // family is there).
 func (c *clusterMember) catchUp(ctx context.Context) error {
+	c.applyRun.Lock()
+	defer c.applyRun.Unlock()
 	c.applyMu.Lock()
 	after := c.applied
 	c.applyMu.Unlock()
 	es, err := c.m.Entries(ctx, after)
 	if err != nil {
 		return err
+	}
+	if len(es) > 0 && es[0].Seq != after+1 {
+		return fmt.Errorf("%w (node %s applied %d, the log starts at %d)", clusteretcd.ErrTrimmed, c.opts.NodeID, after, es[0].Seq)
 	}
 	for _, e := range es {
 		res := c.applyEntry(withSchemaSeq(context.WithoutCancel(ctx), e.Seq), e)

@@ -75,6 +75,10 @@ func (s *clusterService) DrainNode(ctx context.Context, req *clusterpb.DrainNode
 		if err != nil {
 			return nil, drainStatus(req.Node, out, len(moves), err)
 		}
+		// Given up: the schema log no longer keeps entries for it.
+		if err := c.m.ForgetProgress(ctx, req.Node); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "%v", err)
+		}
 		return out, nil
 	}
 	if err := c.m.SetDraining(ctx, req.Node, true); err != nil {
