@@ -86,6 +86,7 @@ type clusterMember struct {
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn // by address
 	gates map[gateKey]*sync.RWMutex   // fences each owned tablet for moves
+	wants map[gateKey]*gateWant       // moves waiting for a gate (clusterread.go)
 
 	// The schema log applier (clusteradmin.go).
 	applyMu  sync.Mutex

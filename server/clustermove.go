@@ -113,8 +113,10 @@ func (c *clusterMember) moveTablet(ctx context.Context, tableName string, id uin
 	}
 	// Fence the tablet: wait for the requests serving it, hold new ones.
 	g := c.gate(d.Table, id)
+	done := c.wantGate(d.Table, id) // long reads let go of it (clusterread.go)
 	g.Lock()
 	defer g.Unlock()
+	defer done()
 	if d, ok = c.m.Directory(ref.name()); !ok {
 		return res, status.Errorf(codes.NotFound, "ebbtable: table %s was dropped", ref.table)
 	}
