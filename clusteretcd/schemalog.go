@@ -91,7 +91,8 @@ func (m *Member) ReadSnapshot(ctx context.Context) (Snapshot, bool, error) {
 }
 
 // Trim replaces the snapshot with data, the schema after the log up to
-// seq, and deletes the entries every node has applied (up to seq at most).
+// seq (unless the snapshot there is as new), and deletes the entries every
+// node has applied (up to the snapshot's seq at most).
 // It returns the entries now trimmed (up to), or 0 with no error when
 // there was nothing to trim or another node's change got in the way (try
 // again later).
@@ -101,7 +102,9 @@ func (m *Member) Trim(ctx context.Context, seq uint64, data []byte) (uint64, err
 		return 0, err
 	}
 	if had && old.Seq >= seq {
-		return 0, nil
+		// No newer snapshot here: keep the one there is, trim up to it
+		// if every node has caught up since.
+		seq, data = old.Seq, old.Data
 	}
 	prog, rev, err := m.Progress(ctx)
 	if err != nil {
