@@ -28,6 +28,7 @@ type clusterFlags struct {
 	leaseTTL      time.Duration
 	splitSize     string
 	splitInterval time.Duration
+	trimEvery     int
 }
 
 func (f *clusterFlags) register(fl *pflag.FlagSet) {
@@ -39,12 +40,13 @@ func (f *clusterFlags) register(fl *pflag.FlagSet) {
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", 10*time.Second, "cluster mode: the node's etcd lease; a node that stops renewing stops serving its tablets before it expires")
 	fl.StringVar(&f.splitSize, "split-size", "0", "cluster mode: split a tablet this node owns once it grows past this size (64MiB, 1GiB; 0: only by hand)")
 	fl.DurationVar(&f.splitInterval, "split-interval", 30*time.Second, "cluster mode: how often tablet sizes are checked for --split-size")
+	fl.IntVar(&f.trimEvery, "schema-trim-every", server.DefaultSchemaTrimEvery, "cluster mode: after applying this many schema log entries past the last snapshot, write one and trim the log to what every node applied (-1: never)")
 }
 
 // options turns the flags into cluster options, nil without --etcd.
 func (f *clusterFlags) options(cmd *cobra.Command) (*server.ClusterOptions, error) {
 	if f.etcd == "" {
-		for _, name := range []string{"node-id", "shared-storage", "s3-endpoint", "split-size"} {
+		for _, name := range []string{"node-id", "shared-storage", "s3-endpoint", "split-size", "schema-trim-every"} {
 			if cmd.Flags().Changed(name) {
 				return nil, usagef("--%s needs --etcd (cluster mode)", name)
 			}
@@ -74,8 +76,12 @@ func (f *clusterFlags) options(cmd *cobra.Command) (*server.ClusterOptions, erro
 		}
 		split = b.Bytes
 	}
+	if f.trimEvery == 0 || f.trimEvery < -1 {
+		return nil, usagef("--schema-trim-every %d: want a positive count, or -1 for never", f.trimEvery)
+	}
 	return &server.ClusterOptions{Etcd: eps, NodeID: f.nodeID, Prefix: f.prefix, LeaseTTL: f.leaseTTL,
-		SharedStorage: f.sharedStorage, S3Endpoint: f.s3Endpoint, SplitBytes: split, SplitInterval: f.splitInterval}, nil
+		SharedStorage: f.sharedStorage, S3Endpoint: f.s3Endpoint, SplitBytes: split, SplitInterval: f.splitInterval,
+		SchemaTrimEvery: f.trimEvery}, nil
 }
 
 // withCluster runs fn with a Cluster service client of the server.
