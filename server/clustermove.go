@@ -59,8 +59,10 @@ func (c *clusterMember) mergeTablet(ctx context.Context, tableName string, id ui
 }
 
 // changeDirectory applies change to the table's directory in etcd, reading
-// it again and retrying when another node changed it first.
+// it again and retrying when another node changed it first, and judging a
+// refused change again on the directory read from etcd itself.
 func (c *clusterMember) changeDirectory(ctx context.Context, tableName string, change func(tablets.Directory) (tablets.Directory, error)) (tablets.Directory, error) {
+	fresh := false
 	for {
 		d, _, err := c.dirOf(tableName)
 		if err != nil {
@@ -68,6 +70,14 @@ func (c *clusterMember) changeDirectory(ctx context.Context, tableName string, c
 		}
 		next, err := change(d)
 		if err != nil {
+			// Judged on this node's cached directory, which may lag a
+			// change made through another node: judge again on etcd's.
+			if !fresh {
+				fresh = true
+				if _, _, rerr := c.m.ReadDirectory(ctx, d.Table); rerr == nil {
+					continue
+				}
+			}
 			return d, clusterStatus(err)
 		}
 		next, err = c.m.UpdateDirectory(ctx, d, next)
