@@ -127,7 +127,14 @@ func (c *clusterMember) moveTablet(ctx context.Context, tableName string, id uin
 	g.Lock()
 	defer g.Unlock()
 	defer done()
-	if d, ok = c.m.Directory(ref.name()); !ok {
+	// From etcd itself, not this node's cache: a change made through
+	// another node just before (a merge) would make the flip's compare
+	// fail after the span was shipped.
+	d, ok, err = c.m.ReadDirectory(ctx, ref.name())
+	if err != nil {
+		return res, status.Errorf(codes.Unavailable, "ebbtable: move of tablet %d: %v", id, err)
+	}
+	if !ok {
 		return res, status.Errorf(codes.NotFound, "ebbtable: table %s was dropped", ref.table)
 	}
 	if t, _, ok = d.Find(id); !ok || t.Owner != c.opts.NodeID {
