@@ -12,6 +12,7 @@ import (
 	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"google.golang.org/grpc/status"
 )
 
 // Cluster mode: the serve flags that join a cluster, and the commands that
@@ -27,6 +28,7 @@ type clusterFlags struct {
 	leaseTTL      time.Duration
 	splitSize     string
 	splitInterval time.Duration
+	trimEvery     int
 }
 
 func (f *clusterFlags) register(fl *pflag.FlagSet) {
@@ -38,12 +40,13 @@ func (f *clusterFlags) register(fl *pflag.FlagSet) {
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", 10*time.Second, "cluster mode: the node's etcd lease; a node that stops renewing stops serving its tablets before it expires")
 	fl.StringVar(&f.splitSize, "split-size", "0", "cluster mode: split a tablet this node owns once it grows past this size (64MiB, 1GiB; 0: only by hand)")
 	fl.DurationVar(&f.splitInterval, "split-interval", 30*time.Second, "cluster mode: how often tablet sizes are checked for --split-size")
+	fl.IntVar(&f.trimEvery, "schema-trim-every", server.DefaultSchemaTrimEvery, "cluster mode: after applying this many schema log entries past the last snapshot, write one and trim the log to what every node applied (-1: never)")
 }
 
 // options turns the flags into cluster options, nil without --etcd.
 func (f *clusterFlags) options(cmd *cobra.Command) (*server.ClusterOptions, error) {
 	if f.etcd == "" {
-		for _, name := range []string{"node-id", "shared-storage", "s3-endpoint", "split-size"} {
+		for _, name := range []string{"node-id", "shared-storage", "s3-endpoint", "split-size", "schema-trim-every"} {
 			if cmd.Flags().Changed(name) {
 				return nil, usagef("--%s needs --etcd (cluster mode)", name)
 			}
@@ -73,8 +76,12 @@ func (f *clusterFlags) options(cmd *cobra.Command) (*server.ClusterOptions, erro
 		}
 		split = b.Bytes
 	}
+	if f.trimEvery == 0 || f.trimEvery < -1 {
+		return nil, usagef("--schema-trim-every %d: want a positive count, or -1 for never", f.trimEvery)
+	}
 	return &server.ClusterOptions{Etcd: eps, NodeID: f.nodeID, Prefix: f.prefix, LeaseTTL: f.leaseTTL,
-		SharedStorage: f.sharedStorage, S3Endpoint: f.s3Endpoint, SplitBytes: split, SplitInterval: f.splitInterval}, nil
+		SharedStorage: f.sharedStorage, S3Endpoint: f.s3Endpoint, SplitBytes: split, SplitInterval: f.splitInterval,
+		SchemaTrimEvery: f.trimEvery}, nil
 }
 
 // withCluster runs fn with a Cluster service client of the server.
@@ -138,17 +145,28 @@ func newNodeCmd() *cobra.Command {
 		Short: "Move every tablet off a node and mark it draining",
 		Long: `Move every tablet the node owns to the least loaded other nodes (planned
 moves: its data goes with them) and mark it draining, so it takes no new
-tablets. A node that is down keeps its tablets until it comes back with its
-disk; --force gives them to live nodes without their data instead, losing
-whatever only that node's disk held (docs/scale-out.md, "Failure cases").`,
+tablets. A tablet that cannot move is left while the others move; the
+drain then fails, listing the moves made and the tablets left with why:
+run it again to go on from there. A node that is down keeps its tablets
+until it comes back with its disk; --force gives them to live nodes
+without their data instead, losing whatever only that node's disk held
+(docs/scale-out.md, "Failure cases").`,
 		Example: `  ebbtable node drain n2`,
 		Args:    exactArgs(1, "a node id"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return cf.withCluster(cmd, func(ctx context.Context, c clusterpb.ClusterClient) error {
 				r, err := c.DrainNode(ctx, &clusterpb.DrainNodeRequest{Node: args[0], Force: force})
+				for _, d := range status.Convert(err).Details() {
+					if p, ok := d.(*clusterpb.DrainNodeResponse); ok {
+						r = p // a drain that stopped: what it did
+					}
+				}
 				if r != nil {
 					for _, m := range r.Moves {
 						fmt.Fprintln(cmd.OutOrStdout(), m)
+					}
+					for _, m := range r.Left {
+						fmt.Fprintln(cmd.OutOrStdout(), "left: "+m)
 					}
 				}
 				if err != nil {

@@ -3,6 +3,7 @@ package clusteretcd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -20,6 +21,10 @@ type SchemaEntry struct {
 	Table   string `json:"table"`
 	TableID uint64 `json:"table_id,omitempty"`
 	Request []byte `json:"request"`
+	// Origin is the node the change was sent to (a restore runs there).
+	Origin string `json:"origin,omitempty"`
+	// Args holds what the request carried besides its message (metadata).
+	Args map[string]string `json:"args,omitempty"`
 }
 
 // Append adds an entry to the schema log, in one transaction with the
@@ -27,6 +32,34 @@ type SchemaEntry struct {
 // sequence number, and only if the table has no directory yet:
 // ErrTableExists) or drop. It returns the entry with its sequence number.
 func (m *Member) Append(ctx context.Context, e SchemaEntry, newDir func(seq uint64) (cluster.Directory, error), drop bool) (SchemaEntry, error) {
+	return m.AppendEntry(ctx, e, DirOp{Create: newDir, Drop: drop})
+}
+
+// DirOp is what a schema log entry does to its table's tablet directory,
+// in the same etcd transaction as the entry.
+type DirOp struct {
+	// Create makes a new directory from the entry's sequence number (the
+	// table id); only if the table has none (else ErrTableExists). It
+	// forgets a directory a delete kept.
+	Create func(seq uint64) (cluster.Directory, error)
+	// Drop removes the directory; with Keep it is kept (under deleted/)
+	// for an undelete.
+	Drop, Keep bool
+	// Undrop brings back the directory a Drop with Keep kept, only if the
+	// table has none (ErrTableExists) and one was kept (ErrNotDeleted).
+	Undrop bool
+}
+
+// ErrNotDeleted: no directory of a deleted table is kept under the name.
+var ErrNotDeleted = errors.New("ebbtable: no deleted table of that name in the cluster")
+
+func (m *Member) deletedKey(table string) string { return m.key("deleted", table) }
+
+// AppendEntry adds an entry to the schema log with op done to its table's
+// directory in the same transaction, and returns the entry with its
+// sequence number (and TableID, for a create).
+func (m *Member) AppendEntry(ctx context.Context, e SchemaEntry, op DirOp) (SchemaEntry, error) {
+	dk, xk := m.dirKey(e.Table), m.deletedKey(e.Table)
 	for {
 		g, err := m.cli.Get(ctx, m.seqKey())
 		if err != nil {
@@ -41,10 +74,9 @@ func (m *Member) Append(ctx context.Context, e SchemaEntry, newDir func(seq uint
 		e.Seq = cur + 1
 		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(m.seqKey()), "=", modRev)}
 		ops := []clientv3.Op{clientv3.OpPut(m.seqKey(), strconv.FormatUint(e.Seq, 10))}
-		dk := m.dirKey(e.Table)
-		if newDir != nil {
+		if op.Create != nil {
 			e.TableID = e.Seq
-			d, err := newDir(e.Seq)
+			d, err := op.Create(e.Seq)
 			if err != nil {
 				return e, err
 			}
@@ -54,10 +86,39 @@ func (m *Member) Append(ctx context.Context, e SchemaEntry, newDir func(seq uint
 				return e, err
 			}
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(dk), "=", 0))
-			ops = append(ops, clientv3.OpPut(dk, string(enc)))
+			ops = append(ops, clientv3.OpPut(dk, string(enc)), clientv3.OpDelete(xk))
 		}
-		if drop {
+		if op.Drop {
+			if op.Keep {
+				g, err := m.cli.Get(ctx, dk)
+				if err != nil {
+					return e, fmt.Errorf("ebbtable: etcd: %w", err)
+				}
+				if len(g.Kvs) == 1 {
+					cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(dk), "=", g.Kvs[0].ModRevision))
+					ops = append(ops, clientv3.OpPut(xk, string(g.Kvs[0].Value)))
+				} else {
+					cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(dk), "=", 0))
+				}
+			}
 			ops = append(ops, clientv3.OpDelete(dk))
+		}
+		if op.Undrop {
+			g, err := m.cli.Get(ctx, xk)
+			if err != nil {
+				return e, fmt.Errorf("ebbtable: etcd: %w", err)
+			}
+			if len(g.Kvs) == 0 {
+				return e, fmt.Errorf("%w: %s", ErrNotDeleted, e.Table)
+			}
+			var d cluster.Directory
+			if err := json.Unmarshal(g.Kvs[0].Value, &d); err != nil {
+				return e, fmt.Errorf("ebbtable: undecodable kept directory of %s: %w", e.Table, err)
+			}
+			e.TableID = d.TableID
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(xk), "=", g.Kvs[0].ModRevision),
+				clientv3.Compare(clientv3.CreateRevision(dk), "=", 0))
+			ops = append(ops, clientv3.OpPut(dk, string(g.Kvs[0].Value)), clientv3.OpDelete(xk))
 		}
 		enc, err := json.Marshal(e)
 		if err != nil {
@@ -71,12 +132,31 @@ func (m *Member) Append(ctx context.Context, e SchemaEntry, newDir func(seq uint
 		if resp.Succeeded {
 			return e, nil
 		}
-		if newDir != nil {
+		if op.Create != nil || op.Undrop {
 			if g, err := m.cli.Get(ctx, dk, clientv3.WithCountOnly()); err == nil && g.Count > 0 {
 				return e, fmt.Errorf("%w: %s", ErrTableExists, e.Table)
 			}
 		}
+		if err := ctx.Err(); err != nil {
+			return e, err
+		}
 	}
+}
+
+// KeptDirectory returns the directory a delete kept for an undelete.
+func (m *Member) KeptDirectory(ctx context.Context, table string) (cluster.Directory, bool, error) {
+	g, err := m.cli.Get(ctx, m.deletedKey(table))
+	if err != nil {
+		return cluster.Directory{}, false, fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	if len(g.Kvs) == 0 {
+		return cluster.Directory{}, false, nil
+	}
+	var d cluster.Directory
+	if err := json.Unmarshal(g.Kvs[0].Value, &d); err != nil {
+		return d, false, fmt.Errorf("ebbtable: undecodable kept directory of %s: %w", table, err)
+	}
+	return d, true, nil
 }
 
 // Entries reads the schema log after seq, in order.
@@ -103,14 +183,17 @@ func (m *Member) SchemaSeq() uint64 {
 	return m.schema
 }
 
-// SetApplied publishes that this node applied the schema log up to seq
-// (under its lease: a dead node's progress disappears with it).
+// SetApplied publishes that this node applied the schema log up to seq:
+// under its lease (a dead node's applied mark disappears with it) and as
+// its durable progress mark (schemalog.go).
 func (m *Member) SetApplied(ctx context.Context, seq uint64) error {
 	m.mu.Lock()
 	m.applied[m.opts.NodeID] = max(m.applied[m.opts.NodeID], seq)
 	lease := m.lease
 	m.mu.Unlock()
-	if _, err := m.cli.Put(ctx, m.appliedKey(m.opts.NodeID), strconv.FormatUint(seq, 10), clientv3.WithLease(lease)); err != nil {
+	v := strconv.FormatUint(seq, 10)
+	if _, err := m.cli.Txn(ctx).Then(clientv3.OpPut(m.appliedKey(m.opts.NodeID), v, clientv3.WithLease(lease)),
+		clientv3.OpPut(m.progressKey(m.opts.NodeID), v)).Commit(); err != nil {
 		return fmt.Errorf("ebbtable: etcd: %w", err)
 	}
 	return nil

@@ -146,7 +146,7 @@ func (a *adminServer) CreateAuthorizedView(ctx context.Context, req *adminpb.Cre
 	if _, err := a.s.authorizedView(name); err == nil {
 		return nil, status.Errorf(codes.AlreadyExists, "ebbtable: authorized view %s already exists", name)
 	}
-	v.Etag = fmt.Sprintf("%d", a.s.opts.Clock.Now().UnixNano())
+	v.Etag = a.s.newEtag(ctx)
 	if err := a.s.putAuthorizedView(ref, id, v); err != nil {
 		return nil, toStatus(err)
 	}
@@ -236,7 +236,7 @@ func (a *adminServer) UpdateAuthorizedView(ctx context.Context, req *adminpb.Upd
 	if err := checkSubsetView(m, v); err != nil {
 		return nil, err
 	}
-	v.Etag = fmt.Sprintf("%d", a.s.opts.Clock.Now().UnixNano())
+	v.Etag = a.s.newEtag(ctx)
 	if err := a.s.putAuthorizedView(ref, id, v); err != nil {
 		return nil, toStatus(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
@@ -56,6 +57,10 @@ type ClusterOptions struct {
 	SplitBytes int64
 	// SplitInterval is how often tablet sizes are checked; default 30s.
 	SplitInterval time.Duration
+	// SchemaTrimEvery: a node that applied this many schema log entries
+	// past the last snapshot writes the next and trims the log
+	// (clustertrim.go); 0: DefaultSchemaTrimEvery, negative: never.
+	SchemaTrimEvery int
 }
 
 // Files in the data directory that cluster mode keeps.
@@ -82,12 +87,21 @@ type clusterMember struct {
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn // by address
 	gates map[gateKey]*sync.RWMutex   // fences each owned tablet for moves
+	wants map[gateKey]*gateWant       // moves waiting for a gate (clusterread.go)
 
 	// The schema log applier (clusteradmin.go).
 	applyMu  sync.Mutex
 	applied  uint64
 	results  map[uint64]applyResult
 	progress chan struct{} // closed when applied advances
+	// applyRun is held while entries are applied and while a snapshot is
+	// built, so a snapshot is the schema at the applied mark exactly.
+	applyRun sync.Mutex
+	snapSeq  uint64 // the last snapshot this node wrote (under applyRun)
+
+	// ingestFault, when set (tests), runs before each ingest here and
+	// fails it with its error.
+	ingestFault atomic.Pointer[func() error]
 
 	moveBytes prometheus.Histogram
 	moves     *prometheus.CounterVec
@@ -202,6 +216,10 @@ func (c *clusterMember) start(addr string) error {
 	}
 	c.m = m
 	if err := durable.ReplaceFile(filepath.Join(c.s.opts.DataDir, clusterLeaseFile), []byte(strconv.FormatInt(m.LeaseID(), 10))); err != nil {
+		m.Close()
+		return err
+	}
+	if err := c.loadSnapshot(ctx); err != nil {
 		m.Close()
 		return err
 	}

@@ -60,13 +60,13 @@ func (a *clusterAdmin) CreateTable(ctx context.Context, req *adminpb.CreateTable
 	for _, s := range req.GetInitialSplits() {
 		splits = append(splits, s.GetKey())
 	}
-	resp, err := a.c.propose(ctx, "CreateTable", ref, req, func(seq uint64) (tablets.Directory, error) {
+	resp, err := a.c.propose(ctx, "CreateTable", ref, req, clusteretcd.DirOp{Create: func(seq uint64) (tablets.Directory, error) {
 		owners, err := tablets.Place(len(splits)+1, a.c.m.Nodes(), a.c.m.Directories())
 		if err != nil {
 			return tablets.Directory{}, err
 		}
 		return tablets.NewDirectory(ref.name(), seq, splits, owners)
-	}, false)
+	}})
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +81,8 @@ func (a *clusterAdmin) DeleteTable(ctx context.Context, req *adminpb.DeleteTable
 	if _, err := a.s.engine.Table(ref.instance, ref.table); err != nil {
 		return nil, toStatus(err)
 	}
-	if _, err := a.c.propose(ctx, "DeleteTable", ref, req, nil, true); err != nil {
+	// The directory is kept for UndeleteTable (clusterschema.go).
+	if _, err := a.c.propose(ctx, "DeleteTable", ref, req, clusteretcd.DirOp{Drop: true, Keep: true}); err != nil {
 		return nil, err
 	}
 	return &emptypb.Empty{}, nil
@@ -92,7 +93,7 @@ func (a *clusterAdmin) ModifyColumnFamilies(ctx context.Context, req *adminpb.Mo
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	resp, err := a.c.propose(ctx, "ModifyColumnFamilies", ref, req, nil, false)
+	resp, err := a.c.propose(ctx, "ModifyColumnFamilies", ref, req, clusteretcd.DirOp{})
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +105,7 @@ func (a *clusterAdmin) DropRowRange(ctx context.Context, req *adminpb.DropRowRan
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if _, err := a.c.propose(ctx, "DropRowRange", ref, req, nil, false); err != nil {
+	if _, err := a.c.propose(ctx, "DropRowRange", ref, req, clusteretcd.DirOp{}); err != nil {
 		return nil, err
 	}
 	return &emptypb.Empty{}, nil
@@ -113,15 +114,22 @@ func (a *clusterAdmin) DropRowRange(ctx context.Context, req *adminpb.DropRowRan
 // propose appends a schema change, waits for this node to apply it and
 // returns its result here, after every live node applied it (or
 // allAppliedWait passed).
-func (c *clusterMember) propose(ctx context.Context, method string, ref tableRef, req proto.Message, newDir func(uint64) (tablets.Directory, error), drop bool) (proto.Message, error) {
+func (c *clusterMember) propose(ctx context.Context, method string, ref tableRef, req proto.Message, op clusteretcd.DirOp) (proto.Message, error) {
+	return c.proposeArgs(ctx, method, ref, req, op, nil)
+}
+
+// proposeArgs is propose with arguments besides the request (SchemaEntry.Args).
+func (c *clusterMember) proposeArgs(ctx context.Context, method string, ref tableRef, req proto.Message, op clusteretcd.DirOp, args map[string]string) (proto.Message, error) {
 	b, err := proto.Marshal(req)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	e, err := c.m.Append(ctx, clusteretcd.SchemaEntry{Method: method, Table: ref.name(), Request: b}, newDir, drop)
+	e, err := c.m.AppendEntry(ctx, clusteretcd.SchemaEntry{Method: method, Table: ref.name(), Request: b, Origin: c.opts.NodeID, Args: args}, op)
 	switch {
 	case errors.Is(err, clusteretcd.ErrTableExists):
 		return nil, status.Errorf(codes.AlreadyExists, "ebbtable: table %s already exists", ref.table)
+	case errors.Is(err, clusteretcd.ErrNotDeleted):
+		return nil, status.Errorf(codes.NotFound, "ebbtable: no deleted table %s to undelete in this cluster", ref.table)
 	case errors.Is(err, tablets.ErrNoNodes):
 		return nil, status.Error(codes.Unavailable, err.Error())
 	case err != nil:
@@ -131,13 +139,8 @@ func (c *clusterMember) propose(ctx context.Context, method string, ref tableRef
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if res.err != nil && newDir != nil {
-		// The table was not created anywhere: drop its directory.
-		if d, ok := c.m.Directory(ref.name()); ok && d.TableID == e.TableID {
-			if _, derr := c.m.Append(context.WithoutCancel(ctx), clusteretcd.SchemaEntry{Method: "ForgetTable", Table: ref.name()}, nil, true); derr != nil {
-				c.s.log.Warn("drop the directory of a table not created", "table", ref.name(), "err", derr)
-			}
-		}
+	if res.err != nil {
+		c.undoDirOp(ctx, ref, e, op)
 	}
 	wctx, cancel := context.WithTimeout(ctx, allAppliedWait)
 	defer cancel()
@@ -190,6 +193,8 @@ func (c *clusterMember) applyLoop() {
 				c.s.log.Warn("apply the schema log", "err", err)
 			} else if err := c.m.SetApplied(ctx, c.appliedSeq()); err != nil {
 				c.s.log.Warn("publish schema progress", "err", err)
+			} else {
+				c.maybeTrim(ctx)
 			}
 			cancel()
 		}
@@ -206,6 +211,8 @@ func (c *clusterMember) applyLoop() {
 // applied again after a crash fails harmlessly: the table exists, the
 // family is there).
 func (c *clusterMember) catchUp(ctx context.Context) error {
+	c.applyRun.Lock()
+	defer c.applyRun.Unlock()
 	c.applyMu.Lock()
 	after := c.applied
 	c.applyMu.Unlock()
@@ -213,8 +220,11 @@ func (c *clusterMember) catchUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if len(es) > 0 && es[0].Seq != after+1 {
+		return fmt.Errorf("%w (node %s applied %d, the log starts at %d)", clusteretcd.ErrTrimmed, c.opts.NodeID, after, es[0].Seq)
+	}
 	for _, e := range es {
-		res := c.applyEntry(context.WithoutCancel(ctx), e)
+		res := c.applyEntry(withSchemaSeq(context.WithoutCancel(ctx), e.Seq), e)
 		if res.err != nil {
 			c.s.log.Info("schema change failed here", "seq", e.Seq, "method", e.Method, "table", e.Table, "err", res.err)
 		}
@@ -272,7 +282,7 @@ func (c *clusterMember) applyEntry(ctx context.Context, e clusteretcd.SchemaEntr
 	case "ForgetTable":
 		return applyResult{resp: &emptypb.Empty{}}
 	}
-	return applyResult{err: status.Errorf(codes.Unimplemented, "ebbtable: unknown schema change %q", e.Method)}
+	return c.applyMore(ctx, e)
 }
 
 // createTable is the Table Admin CreateTable with the table id the cluster

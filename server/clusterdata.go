@@ -163,13 +163,7 @@ func (x *clusterData) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_R
 	}
 	limit := req.GetRowsLimit()
 	var rows int64
-	count := func(resp *btpb.ReadRowsResponse) {
-		for _, ch := range resp.GetChunks() {
-			if ch.GetCommitRow() {
-				rows++
-			}
-		}
-	}
+	count := func(n int64) { rows += n }
 	for _, p := range pieces {
 		if limit > 0 && rows >= limit {
 			return nil
@@ -190,7 +184,7 @@ func (x *clusterData) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_R
 }
 
 // readPiece reads one tablet's part of a ReadRows.
-func (x *clusterData) readPiece(ctx context.Context, d tablets.Directory, p tablets.Piece, sub *btpb.ReadRowsRequest, stream btpb.Bigtable_ReadRowsServer, count func(*btpb.ReadRowsResponse)) error {
+func (x *clusterData) readPiece(ctx context.Context, d tablets.Directory, p tablets.Piece, sub *btpb.ReadRowsRequest, stream btpb.Bigtable_ReadRowsServer, count func(int64)) error {
 	key := p.Tablet.Start
 	if len(p.Keys) > 0 {
 		key = p.Keys[0]
@@ -201,20 +195,17 @@ func (x *clusterData) readPiece(ctx context.Context, d tablets.Directory, p tabl
 	if err != nil {
 		return err
 	}
-	defer t.release()
 	if t.tablet.ID != p.Tablet.ID || !bytes.Equal(t.tablet.End, p.Tablet.End) {
 		// The tablet split or merged since the directory was read: the
 		// piece may reach past it. Ask the client to retry (it resumes
 		// after the last row it received).
+		t.release()
 		return status.Error(codes.Unavailable, "ebbtable: tablets changed during the read; retry")
 	}
-	send := func(resp *btpb.ReadRowsResponse) error {
-		count(resp)
-		return stream.Send(resp)
-	}
 	if t.local {
-		return x.dataServer.ReadRows(sub, sendOnly[btpb.ReadRowsResponse]{ServerStream: stream, send: send})
+		return x.readLocal(ctx, d.Table, t, sub, stream, count) // releases t
 	}
+	defer t.release()
 	x.c.forwarded.WithLabelValues("ReadRows").Inc()
 	cs, err := t.client.ReadRows(x.c.outgoing(x.dataServer, ctx, x.c.m.Revision()), sub)
 	if err != nil {
@@ -228,7 +219,8 @@ func (x *clusterData) readPiece(ctx context.Context, d tablets.Directory, p tabl
 		if err != nil {
 			return err
 		}
-		if err := send(resp); err != nil {
+		count(committedRows(resp))
+		if err := stream.Send(resp); err != nil {
 			return err
 		}
 	}

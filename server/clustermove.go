@@ -59,8 +59,10 @@ func (c *clusterMember) mergeTablet(ctx context.Context, tableName string, id ui
 }
 
 // changeDirectory applies change to the table's directory in etcd, reading
-// it again and retrying when another node changed it first.
+// it again and retrying when another node changed it first, and judging a
+// refused change again on the directory read from etcd itself.
 func (c *clusterMember) changeDirectory(ctx context.Context, tableName string, change func(tablets.Directory) (tablets.Directory, error)) (tablets.Directory, error) {
+	fresh := false
 	for {
 		d, _, err := c.dirOf(tableName)
 		if err != nil {
@@ -68,6 +70,14 @@ func (c *clusterMember) changeDirectory(ctx context.Context, tableName string, c
 		}
 		next, err := change(d)
 		if err != nil {
+			// Judged on this node's cached directory, which may lag a
+			// change made through another node: judge again on etcd's.
+			if !fresh {
+				fresh = true
+				if _, _, rerr := c.m.ReadDirectory(ctx, d.Table); rerr == nil {
+					continue
+				}
+			}
 			return d, clusterStatus(err)
 		}
 		next, err = c.m.UpdateDirectory(ctx, d, next)
@@ -113,9 +123,18 @@ func (c *clusterMember) moveTablet(ctx context.Context, tableName string, id uin
 	}
 	// Fence the tablet: wait for the requests serving it, hold new ones.
 	g := c.gate(d.Table, id)
+	done := c.wantGate(d.Table, id) // long reads let go of it (clusterread.go)
 	g.Lock()
 	defer g.Unlock()
-	if d, ok = c.m.Directory(ref.name()); !ok {
+	defer done()
+	// From etcd itself, not this node's cache: a change made through
+	// another node just before (a merge) would make the flip's compare
+	// fail after the span was shipped.
+	d, ok, err = c.m.ReadDirectory(ctx, ref.name())
+	if err != nil {
+		return res, status.Errorf(codes.Unavailable, "ebbtable: move of tablet %d: %v", id, err)
+	}
+	if !ok {
 		return res, status.Errorf(codes.NotFound, "ebbtable: table %s was dropped", ref.table)
 	}
 	if t, _, ok = d.Find(id); !ok || t.Owner != c.opts.NodeID {
@@ -202,6 +221,11 @@ func (c *clusterMember) readDirectoryFenced(table string) (tablets.Directory, bo
 // ingestSpan is the target's half of a move: the tablet becomes this
 // node's only when the source flips the directory.
 func (c *clusterMember) ingestSpan(ctx context.Context, b []byte) error {
+	if f := c.ingestFault.Load(); f != nil {
+		if err := (*f)(); err != nil {
+			return err
+		}
+	}
 	x, err := table.UnmarshalSpanExport(b)
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "ebbtable: span export: %v", err)

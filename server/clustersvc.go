@@ -72,7 +72,14 @@ func (s *clusterService) DrainNode(ctx context.Context, req *clusterpb.DrainNode
 		for _, m := range moves {
 			out.Moves = append(out.Moves, m.String()+" (reassigned, data not moved)")
 		}
-		return out, err
+		if err != nil {
+			return nil, drainStatus(req.Node, out, len(moves), err)
+		}
+		// Given up: the schema log no longer keeps entries for it.
+		if err := c.m.ForgetProgress(ctx, req.Node); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "%v", err)
+		}
+		return out, nil
 	}
 	if err := c.m.SetDraining(ctx, req.Node, true); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "%v", err)
@@ -83,14 +90,52 @@ func (s *clusterService) DrainNode(ctx context.Context, req *clusterpb.DrainNode
 	if err != nil {
 		return nil, clusterStatus(err)
 	}
+	return drainReport(req.Node, plan, func(mv tablets.Move) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		_, err := s.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: mv.Table, Tablet: mv.Tablet, To: mv.To})
+		return err
+	})
+}
+
+// drainReport makes each move of a drain plan, going on past one that
+// fails. If any failed, the drain fails with the first failure's code and
+// a status detail listing the moves made and the tablets left (with why):
+// nothing is lost of what was done, and the drain run again plans from the
+// directory as it is, so it goes on where this one stopped.
+func drainReport(node string, plan []tablets.Move, move func(tablets.Move) error) (*clusterpb.DrainNodeResponse, error) {
 	out := &clusterpb.DrainNodeResponse{}
+	var first error
 	for _, mv := range plan {
-		if _, err := s.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: mv.Table, Tablet: mv.Tablet, To: mv.To}); err != nil {
-			return out, fmt.Errorf("ebbtable: drain %s stopped at %s: %w", req.Node, mv, err)
+		if err := move(mv); err != nil {
+			out.Left = append(out.Left, fmt.Sprintf("%s: %v", mv, err))
+			if first == nil {
+				first = err
+			}
+			continue
 		}
 		out.Moves = append(out.Moves, mv.String())
 	}
-	return out, nil
+	if first == nil {
+		return out, nil
+	}
+	return nil, drainStatus(node, out, len(plan), first)
+}
+
+// drainStatus is the error of a drain that left tablets on the node, with
+// out as a detail.
+func drainStatus(node string, out *clusterpb.DrainNodeResponse, planned int, first error) error {
+	code := status.Code(first)
+	if code == codes.Unknown || code == codes.OK {
+		code = codes.Aborted
+	}
+	st := status.Newf(code, "ebbtable: drain %s: %d of %d tablets moved, %d left (first: %v); run the drain again to go on",
+		node, len(out.Moves), planned, len(out.Left), first)
+	if d, err := st.WithDetails(out); err == nil {
+		st = d
+	}
+	return st.Err()
 }
 
 func (s *clusterService) ListTablets(ctx context.Context, req *clusterpb.ListTabletsRequest) (*clusterpb.ListTabletsResponse, error) {

@@ -127,6 +127,13 @@ type Restoring struct {
 // BeginRestore reserves a table name and a fresh table id for a restore.
 // It fails with ErrTableExists if the name is taken or being restored.
 func (e *Engine) BeginRestore(instance, name string) (*Restoring, error) {
+	return e.BeginRestoreID(instance, name, 0)
+}
+
+// BeginRestoreID is BeginRestore under a given table id (a cluster gives
+// every node the same ids; TableSpec.ID), or a fresh one when id is 0. An
+// id in use fails with ErrPrecondition.
+func (e *Engine) BeginRestoreID(instance, name string, id uint64) (*Restoring, error) {
 	if err := e.enter(); err != nil {
 		return nil, err
 	}
@@ -140,7 +147,12 @@ func (e *Engine) BeginRestore(instance, name string) (*Restoring, error) {
 	if _, ok := e.tables[key]; ok || e.reserved[key] {
 		return nil, fmt.Errorf("%w: %s", ErrTableExists, name)
 	}
-	id := e.nextTableID
+	if id == 0 {
+		id = e.nextTableID
+	} else if err := e.checkFreeIDLocked(id); err != nil {
+		return nil, err
+	}
+	next := max(e.nextTableID, id+1)
 	rec, err := json.Marshal(restoringRecord{Instance: instance, Name: name})
 	if err != nil {
 		return nil, err
@@ -148,7 +160,7 @@ func (e *Engine) BeginRestore(instance, name string) (*Restoring, error) {
 	b := e.store.NewBatch()
 	defer b.Close()
 	var seq [8]byte
-	binary.BigEndian.PutUint64(seq[:], id)
+	binary.BigEndian.PutUint64(seq[:], next-1)
 	if err := b.Set(storage.MetaKey(metaKindSeq, "table"), seq[:], nil); err != nil {
 		return nil, err
 	}
@@ -162,7 +174,7 @@ func (e *Engine) BeginRestore(instance, name string) (*Restoring, error) {
 	if err := e.commit(b); err != nil {
 		return nil, err
 	}
-	e.nextTableID++
+	e.nextTableID = next
 	if e.reserved == nil {
 		e.reserved = map[string]bool{}
 	}

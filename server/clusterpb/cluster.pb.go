@@ -255,7 +255,11 @@ func (x *DrainNodeRequest) GetForce() bool {
 type DrainNodeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The moves made, one line each, in order.
-	Moves         []string `protobuf:"bytes,1,rep,name=moves,proto3" json:"moves,omitempty"`
+	Moves []string `protobuf:"bytes,1,rep,name=moves,proto3" json:"moves,omitempty"`
+	// The tablets still on the node, one line each with why they did not
+	// move. A drain with tablets left fails and carries this message as a
+	// detail of its status; running it again goes on from there.
+	Left          []string `protobuf:"bytes,2,rep,name=left,proto3" json:"left,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -293,6 +297,13 @@ func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
 func (x *DrainNodeResponse) GetMoves() []string {
 	if x != nil {
 		return x.Moves
+	}
+	return nil
+}
+
+func (x *DrainNodeResponse) GetLeft() []string {
+	if x != nil {
+		return x.Left
 	}
 	return nil
 }
@@ -855,9 +866,10 @@ const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x05nodes\x18\x01 \x03(\v2\x19.ebbtable.cluster.v1.NodeR\x05nodes\"<\n" +
 	"\x10DrainNodeRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\")\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"=\n" +
 	"\x11DrainNodeResponse\x12\x14\n" +
-	"\x05moves\x18\x01 \x03(\tR\x05moves\"j\n" +
+	"\x05moves\x18\x01 \x03(\tR\x05moves\x12\x12\n" +
+	"\x04left\x18\x02 \x03(\tR\x04left\"j\n" +
 	"\x06Tablet\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05start\x18\x02 \x01(\fR\x05start\x12\x10\n" +
