@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ebbtable/ebbtable/clusteretcd"
+	"github.com/ebbtable/ebbtable/internal/durable"
 	"github.com/ebbtable/ebbtable/table"
 )
 
@@ -111,7 +112,7 @@ func (c *clusterMember) loadSnapshot(ctx context.Context) error {
 	if err := c.installSnapshot(snap.Data); err != nil {
 		return err
 	}
-	if err := writeFileSync(filepath.Join(c.s.opts.DataDir, clusterAppliedFile), []byte(strconv.FormatUint(snap.Seq, 10))); err != nil {
+	if err := durable.ReplaceFile(filepath.Join(c.s.opts.DataDir, clusterAppliedFile), []byte(strconv.FormatUint(snap.Seq, 10))); err != nil {
 		return err
 	}
 	c.applyMu.Lock()
