@@ -483,14 +483,10 @@ func (m *Manager) UpdateExpiry(name Name, expire time.Time) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkExpiry(expire, mf.StartTime, MaxExpiry); err != nil {
+	next, err := mf.WithExpiry(expire, m.now())
+	if err != nil {
 		return nil, err
 	}
-	if !expire.After(m.now()) {
-		return nil, fmt.Errorf("%w: expire_time %s is in the past", table.ErrInvalid, expire.UTC().Format(time.RFC3339))
-	}
-	next := mf.clone()
-	next.ExpireTime = expire
 	if err := writeManifest(filepath.Join(m.root, name.relDir()), next); err != nil {
 		return nil, fmt.Errorf("ebbtable: update backup %s: %w", name, err)
 	}

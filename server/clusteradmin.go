@@ -271,6 +271,8 @@ func (c *clusterMember) applyEntry(ctx context.Context, e clusteretcd.SchemaEntr
 		return applyResult{resp: r, err: err}
 	case "ForgetTable":
 		return applyResult{resp: &emptypb.Empty{}}
+	case "RestoreTable":
+		return c.applyRestore(ctx, e) // clusterbackup.go
 	}
 	return applyResult{err: status.Errorf(codes.Unimplemented, "ebbtable: unknown schema change %q", e.Method)}
 }

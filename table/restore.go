@@ -81,6 +81,20 @@ func (s *TableSnapshot) Iter() (*RawIter, error) {
 	return &RawIter{it: it}, nil
 }
 
+// IterRows walks the keys of rows [start, end) as of the snapshot; an
+// empty end is the table's end. A cluster's backup reads one tablet so.
+func (s *TableSnapshot) IterRows(start, end []byte) (*RawIter, error) {
+	upper := storage.TableEnd(s.Meta.ID)
+	if len(end) > 0 {
+		upper = storage.RowBound(s.Meta.ID, end)
+	}
+	it, err := s.snap.NewIter(&pebble.IterOptions{LowerBound: storage.RowBound(s.Meta.ID, start), UpperBound: upper})
+	if err != nil {
+		return nil, err
+	}
+	return &RawIter{it: it}, nil
+}
+
 // SnapshotTable takes a consistent image of a table while writes continue.
 // The schema lock is held shared while the snapshot is taken, so no schema
 // change falls between the schema read and the snapshot.
@@ -127,6 +141,13 @@ type Restoring struct {
 // BeginRestore reserves a table name and a fresh table id for a restore.
 // It fails with ErrTableExists if the name is taken or being restored.
 func (e *Engine) BeginRestore(instance, name string) (*Restoring, error) {
+	return e.BeginRestoreID(instance, name, 0)
+}
+
+// BeginRestoreID is BeginRestore under a table id a cluster assigned
+// (TableSpec.ID explains why); zero is the engine's next id. An id a table
+// here has, or a deleted one keeps, fails with ErrPrecondition.
+func (e *Engine) BeginRestoreID(instance, name string, given uint64) (*Restoring, error) {
 	if err := e.enter(); err != nil {
 		return nil, err
 	}
@@ -141,6 +162,13 @@ func (e *Engine) BeginRestore(instance, name string) (*Restoring, error) {
 		return nil, fmt.Errorf("%w: %s", ErrTableExists, name)
 	}
 	id := e.nextTableID
+	if given != 0 {
+		if err := e.checkFreeIDLocked(given); err != nil {
+			return nil, err
+		}
+		id = given
+	}
+	next := max(e.nextTableID, id+1)
 	rec, err := json.Marshal(restoringRecord{Instance: instance, Name: name})
 	if err != nil {
 		return nil, err
@@ -148,7 +176,7 @@ func (e *Engine) BeginRestore(instance, name string) (*Restoring, error) {
 	b := e.store.NewBatch()
 	defer b.Close()
 	var seq [8]byte
-	binary.BigEndian.PutUint64(seq[:], id)
+	binary.BigEndian.PutUint64(seq[:], next-1)
 	if err := b.Set(storage.MetaKey(metaKindSeq, "table"), seq[:], nil); err != nil {
 		return nil, err
 	}
@@ -162,7 +190,7 @@ func (e *Engine) BeginRestore(instance, name string) (*Restoring, error) {
 	if err := e.commit(b); err != nil {
 		return nil, err
 	}
-	e.nextTableID++
+	e.nextTableID = next
 	if e.reserved == nil {
 		e.reserved = map[string]bool{}
 	}
