@@ -100,7 +100,8 @@ type Manager struct {
 	mu       sync.Mutex
 	backups  map[Name]*Manifest // ready
 	creating map[Name]*Manifest
-	busy     map[Name]int // restores and copies reading a backup
+	busy     map[Name]int            // restores and copies reading a backup
+	sweeps   []func(context.Context) // OnExpiry
 	closed   bool
 
 	ctx    context.Context

@@ -327,3 +327,21 @@ func (m *Manager) Go(f func(ctx context.Context)) error {
 	defer m.mu.Unlock()
 	return m.goJobLocked(f)
 }
+
+// OnExpiry adds f to what the expiry loop runs every ExpiryInterval,
+// after deleting this manager's expired backups: a cluster's expired
+// backups, whose records are in etcd, are deleted so.
+func (m *Manager) OnExpiry(f func(ctx context.Context)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sweeps = append(m.sweeps, f)
+}
+
+func (m *Manager) runSweeps() {
+	m.mu.Lock()
+	fs := append([]func(context.Context){}, m.sweeps...)
+	m.mu.Unlock()
+	for _, f := range fs {
+		f(m.ctx)
+	}
+}

@@ -154,20 +154,25 @@ func (a *clusterAdmin) CreateBackup(ctx context.Context, req *adminpb.CreateBack
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	enc, err := backup.EncodeRecord(mf, c.opts.NodeID)
+	maker := c.opts.NodeID + "/" + randomID()
+	enc, err := backup.EncodeRecord(mf, maker)
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	runningBackups.Store(maker, true)
 	rev, err := c.m.CreateBackupRecord(ctx, name.String(), enc)
 	if err != nil {
+		runningBackups.Delete(maker)
 		return nil, recordStatus(err)
 	}
 	op, err := a.s.ops.pending(mf.Name, &adminpb.CreateBackupMetadata{Name: mf.Name, SourceTable: mf.SourceTable, StartTime: ts(mf.StartTime)})
 	if err != nil {
 		c.abandonBackup(context.WithoutCancel(ctx), mf, rev)
+		runningBackups.Delete(maker)
 		return nil, err
 	}
 	if err := a.s.backups.Go(func(ctx context.Context) {
+		defer runningBackups.Delete(maker)
 		done, err := c.makeBackup(ctx, src, mf, rev)
 		if err != nil {
 			c.s.log.Error("cluster backup failed", "backup", mf.Name, "err", err)
@@ -179,6 +184,7 @@ func (a *clusterAdmin) CreateBackup(ctx context.Context, req *adminpb.CreateBack
 		}, nil)
 	}); err != nil {
 		c.abandonBackup(context.WithoutCancel(ctx), mf, rev)
+		runningBackups.Delete(maker)
 		return nil, toStatus(err)
 	}
 	return op.wait(a.s.opWait), nil
@@ -505,6 +511,37 @@ func (c *clusterMember) download(ctx context.Context, object, path string, want 
 	return f.Close()
 }
 
+// sweepBackups deletes the cluster's expired backups (run by every node's
+// backup expiry loop; when two nodes race, the record's revision lets one
+// delete it).
+func (c *clusterMember) sweepBackups(ctx context.Context) {
+	if c.store == nil || c.m == nil {
+		return
+	}
+	recs, err := c.m.ListBackupRecords(ctx, "")
+	if err != nil {
+		c.s.log.Warn("list cluster backups for expiry", "err", err)
+		return
+	}
+	now := c.s.opts.Clock.Now()
+	for _, r := range recs {
+		mf, _, err := backup.DecodeRecord(r.Value)
+		if err != nil || mf.State != backup.Ready || mf.ExpireTime.After(now) {
+			continue
+		}
+		if err := c.m.DeleteBackupRecord(ctx, r.Name, r.Revision); err != nil {
+			continue // changed or deleted by another node meanwhile
+		}
+		c.removeObjects(mf.Objects)
+		c.s.log.Info("deleted expired backup", "backup", mf.Name, "expired", mf.ExpireTime.UTC().Format(time.RFC3339))
+	}
+}
+
+// runningBackups holds the tokens of the backups this process is making,
+// so a DeleteBackup here can tell a live job from one that died with an
+// earlier process of this node.
+var runningBackups sync.Map
+
 // GetBackup reads a backup's record.
 func (a *clusterAdmin) GetBackup(ctx context.Context, req *adminpb.GetBackupRequest) (*adminpb.Backup, error) {
 	name, err := parseBackup(req.GetName())
@@ -603,9 +640,22 @@ func (a *clusterAdmin) UpdateBackup(ctx context.Context, req *adminpb.UpdateBack
 	return backupToProto(mf, now), nil
 }
 
+// backupRunning reports whether the maker of a backup in state CREATING
+// ("NODE/TOKEN") may still be making it: a live other node, or this
+// process's own job. A backup whose maker died (the node left, or this
+// node restarted) can be deleted.
+func (c *clusterMember) backupRunning(maker string) bool {
+	node, _, _ := strings.Cut(maker, "/")
+	if node == c.opts.NodeID {
+		_, ok := runningBackups.Load(maker)
+		return ok
+	}
+	_, live := c.m.Node(node)
+	return live
+}
+
 // DeleteBackup removes a backup's record, then its files. A backup being
-// created cannot be deleted, unless the node creating it has left the
-// cluster (its job died with it).
+// created cannot be deleted while its maker may still be at work.
 func (a *clusterAdmin) DeleteBackup(ctx context.Context, req *adminpb.DeleteBackupRequest) (*emptypb.Empty, error) {
 	name, err := parseBackup(req.GetName())
 	if err != nil {
@@ -618,10 +668,8 @@ func (a *clusterAdmin) DeleteBackup(ctx context.Context, req *adminpb.DeleteBack
 	if err != nil {
 		return nil, err
 	}
-	if mf.State != backup.Ready {
-		if _, live := a.c.m.Node(node); live {
-			return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: backup %s is still being created by node %s", name, node)
-		}
+	if mf.State != backup.Ready && a.c.backupRunning(node) {
+		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: backup %s is still being created (by node %s)", name, node)
 	}
 	if err := a.c.m.DeleteBackupRecord(ctx, name.String(), rev); err != nil {
 		return nil, recordStatus(err)

@@ -10,6 +10,7 @@ import (
 
 	"cloud.google.com/go/bigtable"
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
+	"github.com/ebbtable/ebbtable/backup"
 	tablets "github.com/ebbtable/ebbtable/cluster"
 	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"google.golang.org/grpc/codes"
@@ -279,5 +280,86 @@ func TestPiecesOf(t *testing.T) {
 		if got := show(piecesOf(d, rowSpan{[]byte(c.start), end})); got != c.want {
 			t.Errorf("[%s,%s): %s, want %s", c.start, c.end, got, c.want)
 		}
+	}
+}
+
+// Expired backups are deleted by any node's sweep; a backup left CREATING
+// by a maker that died can be deleted, one whose maker lives cannot.
+func TestScaleOutBackupExpiryAndStale(t *testing.T) {
+	sc := startScaleCluster(t, "n1", "n2")
+	sc.createTable(t, "n1", "g")
+	ctx := context.Background()
+	n1, n2 := sc.nodes["n1"], sc.nodes["n2"]
+	tbl := n1.client.Open("t")
+	for _, r := range letters() {
+		if err := writeScale(t, tbl, r, "v"+r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n1.admin.CreateBackup(ctx, "t", "c1", "old", time.Now().Add(7*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	// Make its record expired, as the clock passing its expire time would.
+	m := n2.srv.ClusterMember()
+	name := scaleInstance + "/clusters/c1/backups/old"
+	rec, err := m.GetBackupRecord(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mf, maker, err := backup.DecodeRecord(rec.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mf.ExpireTime = time.Now().Add(-time.Minute)
+	enc, _ := backup.EncodeRecord(mf, maker)
+	if _, err := m.UpdateBackupRecord(ctx, name, enc, rec.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if err := n1.admin.RestoreTable(ctx, "t2", "c1", "old"); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("restore of an expired backup: %v", err)
+	}
+	n2.srv.cluster.sweepBackups(ctx)
+	if _, err := n1.admin.BackupInfo(ctx, "c1", "old"); status.Code(err) != codes.NotFound {
+		t.Errorf("expired backup after a sweep: %v", err)
+	}
+	if objs := backupObjects(t, sc); len(objs) != 0 {
+		t.Errorf("files of the expired backup: %v", objs)
+	}
+
+	// Records in state CREATING: one by a node that is not in the cluster,
+	// one by a live node's running job.
+	creating := func(id, maker string) {
+		t.Helper()
+		mf, err := backup.NewClusterManifest(backup.Name{Instance: scaleInstance, Cluster: "c1", ID: id}, "t", mf.Schema, "backup.x."+id+".", time.Now(), time.Now().Add(7*time.Hour), backup.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		enc, err := backup.EncodeRecord(mf, maker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.CreateBackupRecord(ctx, mf.Name, enc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	creating("dead", "n9/abc")
+	creating("busy", "n1/abc")
+	// (The official client's BackupInfo refuses a backup without an end time.)
+	b, err := adminpb.NewBigtableTableAdminClient(n2.conn).GetBackup(ctx, &adminpb.GetBackupRequest{Name: scaleInstance + "/clusters/c1/backups/busy"})
+	if err != nil || b.State != adminpb.Backup_CREATING {
+		t.Errorf("busy: %v %v", b, err)
+	}
+	if err := n2.admin.RestoreTable(ctx, "t3", "c1", "busy"); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("restore of a backup being created: %v", err)
+	}
+	if err := n2.admin.DeleteBackup(ctx, "c1", "busy"); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("delete of a backup a live node is making: %v", err)
+	}
+	if err := n2.admin.DeleteBackup(ctx, "c1", "dead"); err != nil {
+		t.Errorf("delete of a backup whose maker is gone: %v", err)
+	}
+	// n1 itself knows it runs no job with that token.
+	if err := n1.admin.DeleteBackup(ctx, "c1", "busy"); err != nil {
+		t.Errorf("delete through the maker of a backup it is not making: %v", err)
 	}
 }
