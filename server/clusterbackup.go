@@ -339,6 +339,10 @@ func (c *clusterMember) backupSpan(ctx context.Context, src tableRef, s rowSpan,
 	return out, nil
 }
 
+// testHookBackupRows, when set by a test, runs before a coordinator asks
+// for a piece.
+var testHookBackupRows func(piece tablets.Tablet)
+
 // askBackupRows has the owner of one piece (here or another node) write it.
 func (c *clusterMember) askBackupRows(ctx context.Context, src tableRef, p tablets.Tablet, rev int64, objects, prefix string, sem chan struct{}) (backup.Part, error) {
 	select {
@@ -347,6 +351,9 @@ func (c *clusterMember) askBackupRows(ctx context.Context, src tableRef, p table
 		return backup.Part{}, ctx.Err()
 	}
 	defer func() { <-sem }()
+	if h := testHookBackupRows; h != nil {
+		h(p)
+	}
 	req := &clusterpb.BackupRowsRequest{Table: src.name(), Start: p.Start, End: p.End, Revision: rev, Objects: objects, FilePrefix: prefix}
 	var resp *clusterpb.BackupRowsResponse
 	var err error

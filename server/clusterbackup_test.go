@@ -2,9 +2,13 @@ package server
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io/fs"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +16,7 @@ import (
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"github.com/ebbtable/ebbtable/backup"
 	tablets "github.com/ebbtable/ebbtable/cluster"
+	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -71,16 +76,21 @@ func TestScaleOutBackupRestore(t *testing.T) {
 	ctx := context.Background()
 	// A tablet split and moved, so n3 owns two tablets and the backup has
 	// a part per tablet.
-	if _, err := sc.nodes["n2"].ops.SplitTablet(ctx, &clusterpb.SplitTabletRequest{Table: scaleTable, Key: []byte("k")}); err != nil {
+	split, err := sc.nodes["n2"].ops.SplitTablet(ctx, &clusterpb.SplitTabletRequest{Table: scaleTable, Key: []byte("k")})
+	if err != nil {
 		t.Fatal(err)
 	}
-	d, _ := sc.nodes["n2"].srv.ClusterMember().Directory(scaleTable)
 	var moving uint64
-	for _, tb := range d.Tablets {
+	for _, tb := range split.Tablets {
 		if string(tb.Start) == "k" {
-			moving = tb.ID
+			moving = tb.Id
 		}
 	}
+	testkit.Eventually(t, "n1 to see the split", 10*time.Second, func() (bool, string) {
+		d, _ := sc.nodes["n1"].srv.ClusterMember().Directory(scaleTable)
+		_, _, ok := d.Find(moving)
+		return ok, "not yet"
+	})
 	if _, err := sc.nodes["n1"].ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: moving, To: "n3"}); err != nil {
 		t.Fatal(err)
 	}
@@ -361,5 +371,86 @@ func TestScaleOutBackupExpiryAndStale(t *testing.T) {
 	// n1 itself knows it runs no job with that token.
 	if err := n1.admin.DeleteBackup(ctx, "c1", "busy"); err != nil {
 		t.Errorf("delete through the maker of a backup it is not making: %v", err)
+	}
+}
+
+// Backups taken while a tablet moves back and forth hold every row: a part
+// whose owner changed is cut again and asked of the new owner.
+func TestScaleOutBackupDuringMoves(t *testing.T) {
+	sc := startScaleCluster(t, "n1", "n2", "n3")
+	sc.createTable(t, "n1", "g", "p")
+	ctx := context.Background()
+	tbl := sc.nodes["n1"].client.Open("t")
+	var want []string
+	for _, r := range letters() {
+		if err := writeScale(t, tbl, r, "v"+r); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, r)
+	}
+	// The owner refuses rows it does not own (UNAVAILABLE, so the
+	// coordinator asks again).
+	m := sc.nodes["n1"].srv.ClusterMember()
+	if _, err := sc.nodes["n1"].srv.cluster.backupRows(ctx, &clusterpb.BackupRowsRequest{Table: scaleTable, Start: []byte("p"),
+		Revision: m.Revision(), Objects: "backup.test.", FilePrefix: "x-"}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("rows of another node's tablet: %v", err)
+	}
+	d, _ := m.Directory(scaleTable)
+	mid := d.Tablets[1].ID
+	move := func(to string) error {
+		_, err := sc.nodes["n1"].ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: mid, To: to})
+		return err
+	}
+	// Backup b0: the middle tablet moves after the coordinator cut the
+	// table and before it asks the owner, which then no longer owns it.
+	var once sync.Once
+	var asked atomic.Int32
+	testHookBackupRows = func(p tablets.Tablet) {
+		if p.ID == mid {
+			asked.Add(1)
+			once.Do(func() {
+				if err := move("n3"); err != nil {
+					t.Errorf("move during the backup: %v", err)
+				}
+			})
+		}
+	}
+	defer func() { testHookBackupRows = nil }()
+	if err := sc.nodes["n1"].admin.CreateBackup(ctx, "t", "c1", "b0", time.Now().Add(7*time.Hour)); err != nil {
+		t.Fatalf("backup with a move before its part: %v", err)
+	}
+	testHookBackupRows = nil
+	if n := asked.Load(); n < 2 {
+		t.Errorf("the moved piece was asked for %d times, want a second time of its new owner", n)
+	}
+	// Backups b1..: moves run alongside (a few, so they do not starve the
+	// backup: a tablet moving without pause cannot be read).
+	done := make(chan error)
+	go func() {
+		var err error
+		for _, to := range []string{"n2", "n3", "n2"} {
+			err = errors.Join(err, move(to))
+		}
+		done <- err
+	}()
+	const backups = 4
+	for i := 1; i < backups; i++ {
+		if err := sc.nodes["n1"].admin.CreateBackup(ctx, "t", "c1", fmt.Sprintf("b%d", i), time.Now().Add(7*time.Hour)); err != nil {
+			<-done
+			t.Fatalf("backup %d during moves: %v", i, err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < backups; i++ {
+		id := fmt.Sprintf("r%d", i)
+		if err := sc.nodes["n2"].admin.RestoreTable(ctx, id, "c1", fmt.Sprintf("b%d", i)); err != nil {
+			t.Fatal(err)
+		}
+		keys, vals := readTableVia(t, sc.nodes["n3"], id)
+		if keys != strings.Join(want, ",") || vals["h"] != "vh" {
+			t.Errorf("restored %s: rows %s", id, keys)
+		}
 	}
 }
