@@ -115,6 +115,31 @@ func (m *Manifest) Complete(parts []Part, end time.Time) *Manifest {
 	return c
 }
 
+// CopyAs is the manifest of a copy of this backup named dst, its files
+// named under objects, in state Creating: it expires at expire, 6 hours
+// to 30 days from now. Complete it with Copied.
+func (m *Manifest) CopyAs(dst Name, objects string, now, expire time.Time) (*Manifest, error) {
+	if err := dst.validate(); err != nil {
+		return nil, err
+	}
+	if err := checkExpiry(expire, now, MaxCopyExpiry); err != nil {
+		return nil, err
+	}
+	c := m.clone()
+	c.Name, c.name = dst.String(), dst
+	c.SourceBackup = m.Name
+	c.StartTime, c.EndTime, c.ExpireTime = now, time.Time{}, expire
+	c.Objects, c.State = objects, Creating
+	return c, nil
+}
+
+// Copied is a copy's manifest made Ready.
+func (m *Manifest) Copied(end time.Time) *Manifest {
+	c := m.clone()
+	c.EndTime, c.State = end, Ready
+	return c
+}
+
 // AllFiles lists the files of every part, in key order.
 func (m *Manifest) AllFiles() []FileInfo {
 	out := append([]FileInfo(nil), m.Files...)

@@ -25,6 +25,7 @@ import (
 	tablets "github.com/ebbtable/ebbtable/cluster"
 	"github.com/ebbtable/ebbtable/clusteretcd"
 	"github.com/ebbtable/ebbtable/server/clusterpb"
+	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -502,18 +503,9 @@ func (c *clusterMember) download(ctx context.Context, object, path string, want 
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, 1<<20)
-	for off := int64(0); off < size; {
-		n := min(int64(len(buf)), size-off)
-		if err := r.ReadAt(ctx, buf[:n], off); err != nil {
-			f.Close()
-			return err
-		}
-		if _, err := f.Write(buf[:n]); err != nil {
-			f.Close()
-			return err
-		}
-		off += n
+	if err := copyChunks(ctx, r, size, f); err != nil {
+		f.Close()
+		return err
 	}
 	return f.Close()
 }
@@ -688,9 +680,134 @@ func (a *clusterAdmin) DeleteBackup(ctx context.Context, req *adminpb.DeleteBack
 	return &emptypb.Empty{}, nil
 }
 
-// CopyBackup is not cluster-wide yet.
+// CopyBackup copies a backup's files in the shared store to a new backup
+// (of any cluster id or instance), recorded in etcd like any other.
 func (a *clusterAdmin) CopyBackup(ctx context.Context, req *adminpb.CopyBackupRequest) (*longrunningpb.Operation, error) {
-	return nil, status.Error(codes.Unimplemented, "ebbtable: CopyBackup is not supported in cluster mode yet; restore the backup and back the table up again")
+	c := a.c
+	inst, cluster, err := parseCluster(req.GetParent())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	src, err := parseBackup(req.GetSourceBackup())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	var expire time.Time
+	if e := req.GetExpireTime(); e != nil {
+		expire = e.AsTime()
+	}
+	dst := backup.Name{Instance: inst, Cluster: cluster, ID: req.GetBackupId()}
+	if err := c.needStore(); err != nil {
+		return nil, err
+	}
+	orig, _, _, err := c.readBackup(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	now := a.s.opts.Clock.Now()
+	if orig.State != backup.Ready {
+		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: backup %s is still being created", src)
+	}
+	if !orig.ExpireTime.After(now) {
+		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: backup %s expired at %s", src, orig.ExpireTime.UTC().Format(time.RFC3339))
+	}
+	mf, err := orig.CopyAs(dst, dst.ObjectPrefix(randomID()), now, expire)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	maker := c.opts.NodeID + "/" + randomID()
+	enc, err := backup.EncodeRecord(mf, maker)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	runningBackups.Store(maker, true)
+	rev, err := c.m.CreateBackupRecord(ctx, dst.String(), enc)
+	if err != nil {
+		runningBackups.Delete(maker)
+		return nil, recordStatus(err)
+	}
+	meta := &adminpb.CopyBackupMetadata{Name: mf.Name, SourceBackupInfo: backupInfoProto(orig), Progress: &adminpb.OperationProgress{StartTime: ts(now)}}
+	op, err := a.s.ops.pending(mf.Name, meta)
+	if err == nil {
+		err = a.s.backups.Go(func(ctx context.Context) {
+			defer runningBackups.Delete(maker)
+			done, err := c.copyBackup(ctx, orig, mf, rev)
+			if err != nil {
+				c.s.log.Error("cluster backup copy failed", "backup", mf.Name, "err", err)
+				op.finish(nil, nil, toStatus(err))
+				return
+			}
+			meta.Progress = &adminpb.OperationProgress{ProgressPercent: 100, StartTime: ts(done.StartTime), EndTime: ts(done.EndTime)}
+			op.finish(backupToProto(done, a.s.opts.Clock.Now()), meta, nil)
+		})
+	}
+	if err != nil {
+		c.abandonBackup(context.WithoutCancel(ctx), mf, rev)
+		runningBackups.Delete(maker)
+		return nil, toStatus(err)
+	}
+	return op.wait(a.s.opWait), nil
+}
+
+// copyBackup copies the files and records the copy READY; on failure it
+// removes the record and the files copied.
+func (c *clusterMember) copyBackup(ctx context.Context, orig, mf *backup.Manifest, rev int64) (*backup.Manifest, error) {
+	var err error
+	for _, f := range orig.AllFiles() {
+		if err = c.copyObject(ctx, orig.Objects+f.Name, mf.Objects+f.Name, f.Bytes); err != nil {
+			err = status.Errorf(codes.Unavailable, "ebbtable: copy backup file %s: %v", f.Name, err)
+			break
+		}
+	}
+	if err == nil {
+		done := mf.Copied(c.s.opts.Clock.Now())
+		var enc []byte
+		if enc, err = backup.EncodeRecord(done, ""); err == nil {
+			if _, err = c.m.UpdateBackupRecord(ctx, mf.Name, enc, rev); err == nil {
+				return done, nil
+			}
+			err = recordStatus(err)
+		}
+	}
+	c.abandonBackup(context.WithoutCancel(ctx), mf, rev)
+	return nil, err
+}
+
+// copyObject copies one object of the shared store to a new name.
+func (c *clusterMember) copyObject(ctx context.Context, from, to string, want int64) error {
+	r, size, err := c.store.ReadObject(ctx, from)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if size != want {
+		return fmt.Errorf("ebbtable: backup file %s is %d bytes, the manifest says %d", from, size, want)
+	}
+	w, err := c.store.CreateObject(to)
+	if err != nil {
+		return err
+	}
+	if err := copyChunks(ctx, r, size, w); err != nil {
+		w.Close()
+		return err
+	}
+	return w.Close()
+}
+
+// copyChunks copies an object's size bytes to w, a MiB at a time.
+func copyChunks(ctx context.Context, r storage.ObjectReader, size int64, w io.Writer) error {
+	buf := make([]byte, min(size, 1<<20))
+	for off := int64(0); off < size; {
+		n := min(int64(len(buf)), size-off)
+		if err := r.ReadAt(ctx, buf[:n], off); err != nil {
+			return err
+		}
+		if _, err := w.Write(buf[:n]); err != nil {
+			return err
+		}
+		off += n
+	}
+	return nil
 }
 
 // restoreEntry is the payload of a RestoreTable schema log entry: the

@@ -174,12 +174,41 @@ func TestScaleOutBackupRestore(t *testing.T) {
 		t.Errorf("t2 b after a write: %q", vals["b"])
 	}
 
+	// A copy through n3 to another cluster id outlives the original.
+	objs := len(backupObjects(t, sc))
+	if _, err := adminpb.NewBigtableTableAdminClient(n3.conn).CopyBackup(ctx, &adminpb.CopyBackupRequest{Parent: scaleInstance + "/clusters/c2",
+		BackupId: "b1copy", SourceBackup: scaleInstance + "/clusters/c1/backups/b1", ExpireTime: timestamppb.New(time.Now().Add(48 * time.Hour))}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "the copy to be READY", 10*time.Second, func() (bool, string) {
+		info, err := n2.admin.BackupInfo(ctx, "c2", "b1copy")
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.State == "READY", info.State
+	})
+	if got := len(backupObjects(t, sc)); got != 2*objs {
+		t.Errorf("%d files after the copy, want %d", got, 2*objs)
+	}
+
 	// Deleted through n3: gone for n2, files removed.
 	if err := n3.admin.DeleteBackup(ctx, "c1", "b1"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := n2.admin.BackupInfo(ctx, "c1", "b1"); status.Code(err) != codes.NotFound {
 		t.Errorf("backup info after delete: %v", err)
+	}
+	if got := len(backupObjects(t, sc)); got != objs {
+		t.Errorf("%d files after deleting the original, want the copy's %d", got, objs)
+	}
+	if err := n3.admin.RestoreTable(ctx, "t3", "c2", "b1copy"); err != nil {
+		t.Fatalf("restore of the copy: %v", err)
+	}
+	if keys, _ := readTableVia(t, n2, "t3"); keys != strings.Join(want, ",") {
+		t.Errorf("t3 through n2: rows %s", keys)
+	}
+	if err := n2.admin.DeleteBackup(ctx, "c2", "b1copy"); err != nil {
+		t.Fatal(err)
 	}
 	if objs := backupObjects(t, sc); len(objs) != 0 {
 		t.Errorf("files left after delete: %v", objs)
