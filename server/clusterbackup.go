@@ -141,17 +141,42 @@ func (a *clusterAdmin) CreateBackup(ctx context.Context, req *adminpb.CreateBack
 		expire = e.AsTime()
 	}
 	name := backup.Name{Instance: inst, Cluster: cluster, ID: req.GetBackupId()}
+	var op *pendingOp
+	finish := func(done *backup.Manifest, err error) {
+		if err != nil {
+			op.finish(nil, nil, toStatus(err))
+			return
+		}
+		op.finish(backupToProto(done, a.s.opts.Clock.Now()), &adminpb.CreateBackupMetadata{
+			Name: done.Name, SourceTable: done.SourceTable, StartTime: ts(done.StartTime), EndTime: ts(done.EndTime),
+		}, nil)
+	}
+	_, err = c.startBackup(ctx, name, src, expire, opt, func(mf *backup.Manifest) error {
+		op, err = a.s.ops.pending(mf.Name, &adminpb.CreateBackupMetadata{Name: mf.Name, SourceTable: mf.SourceTable, StartTime: ts(mf.StartTime)})
+		return err
+	}, finish)
+	if err != nil {
+		return nil, err
+	}
+	return op.wait(a.s.opWait), nil
+}
+
+// startBackup checks a backup's request, records it CREATING and starts
+// making it in the background: started runs once it is recorded (an error
+// from it abandons the backup), finish with the outcome.
+func (c *clusterMember) startBackup(ctx context.Context, name backup.Name, src tableRef, expire time.Time, opt backup.CreateOptions,
+	started func(*backup.Manifest) error, finish func(*backup.Manifest, error)) (*backup.Manifest, error) {
 	if err := c.needStore(); err != nil {
 		return nil, err
 	}
 	if _, ok := c.m.Directory(src.name()); !ok {
 		return nil, status.Errorf(codes.NotFound, "ebbtable: table %s not found", src.table)
 	}
-	meta, err := a.s.engine.Table(src.instance, src.table)
+	meta, err := c.s.engine.Table(src.instance, src.table)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	mf, err := backup.NewClusterManifest(name, src.table, meta, name.ObjectPrefix(randomID()), a.s.opts.Clock.Now(), expire, opt)
+	mf, err := backup.NewClusterManifest(name, src.table, meta, name.ObjectPrefix(randomID()), c.s.opts.Clock.Now(), expire, opt)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -166,29 +191,54 @@ func (a *clusterAdmin) CreateBackup(ctx context.Context, req *adminpb.CreateBack
 		runningBackups.Delete(maker)
 		return nil, recordStatus(err)
 	}
-	op, err := a.s.ops.pending(mf.Name, &adminpb.CreateBackupMetadata{Name: mf.Name, SourceTable: mf.SourceTable, StartTime: ts(mf.StartTime)})
-	if err != nil {
-		c.abandonBackup(context.WithoutCancel(ctx), mf, rev)
-		runningBackups.Delete(maker)
-		return nil, err
+	if err = started(mf); err == nil {
+		err = c.s.backups.Go(func(ctx context.Context) {
+			defer runningBackups.Delete(maker)
+			done, err := c.makeBackup(ctx, src, mf, rev)
+			if err != nil {
+				c.s.log.Error("cluster backup failed", "backup", mf.Name, "err", err)
+			}
+			finish(done, err)
+		})
 	}
-	if err := a.s.backups.Go(func(ctx context.Context) {
-		defer runningBackups.Delete(maker)
-		done, err := c.makeBackup(ctx, src, mf, rev)
-		if err != nil {
-			c.s.log.Error("cluster backup failed", "backup", mf.Name, "err", err)
-			op.finish(nil, nil, toStatus(err))
-			return
-		}
-		op.finish(backupToProto(done, a.s.opts.Clock.Now()), &adminpb.CreateBackupMetadata{
-			Name: done.Name, SourceTable: done.SourceTable, StartTime: ts(done.StartTime), EndTime: ts(done.EndTime),
-		}, nil)
-	}); err != nil {
+	if err != nil {
 		c.abandonBackup(context.WithoutCancel(ctx), mf, rev)
 		runningBackups.Delete(maker)
 		return nil, toStatus(err)
 	}
-	return op.wait(a.s.opWait), nil
+	return mf, nil
+}
+
+// createBackupAndWait makes a backup and waits for it (automated backups).
+func (c *clusterMember) createBackupAndWait(ctx context.Context, name backup.Name, src tableRef, expire time.Time, opt backup.CreateOptions) error {
+	ch := make(chan error, 1)
+	_, err := c.startBackup(ctx, name, src, expire, opt, func(*backup.Manifest) error { return nil },
+		func(_ *backup.Manifest, err error) { ch <- err })
+	if err != nil {
+		return err
+	}
+	return <-ch
+}
+
+// listBackups decodes the records of an instance's backups in one
+// cluster id or all ("-").
+func (c *clusterMember) listBackups(ctx context.Context, inst, cluster string) ([]*backup.Manifest, error) {
+	recs, err := c.m.ListBackupRecords(ctx, inst+"/clusters/")
+	if err != nil {
+		return nil, recordStatus(err)
+	}
+	var list []*backup.Manifest
+	for _, r := range recs {
+		mf, _, err := backup.DecodeRecord(r.Value)
+		if err != nil {
+			c.s.log.Warn("skipping an undecodable backup record", "name", r.Name, "err", err)
+			continue
+		}
+		if n := mf.BackupName(); n.Instance == inst && (cluster == "-" || cluster == n.Cluster) {
+			list = append(list, mf)
+		}
+	}
+	return list, nil
 }
 
 // makeBackup collects the parts and records the backup READY; on failure
@@ -569,20 +619,9 @@ func (a *clusterAdmin) ListBackups(ctx context.Context, req *adminpb.ListBackups
 	if err := a.c.needStore(); err != nil {
 		return nil, err
 	}
-	recs, err := a.c.m.ListBackupRecords(ctx, inst+"/clusters/")
+	list, err := a.c.listBackups(ctx, inst, cluster)
 	if err != nil {
-		return nil, recordStatus(err)
-	}
-	var list []*backup.Manifest
-	for _, r := range recs {
-		mf, _, err := backup.DecodeRecord(r.Value)
-		if err != nil {
-			a.s.log.Warn("skipping an undecodable backup record", "name", r.Name, "err", err)
-			continue
-		}
-		if n := mf.BackupName(); n.Instance == inst && (cluster == "-" || cluster == n.Cluster) {
-			list = append(list, mf)
-		}
+		return nil, err
 	}
 	return listBackupsPage(list, req, a.s.opts.Clock.Now())
 }

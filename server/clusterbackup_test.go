@@ -483,3 +483,47 @@ func TestScaleOutBackupDuringMoves(t *testing.T) {
 		}
 	}
 }
+
+// A table's automated backup policy reaches every node with CreateTable;
+// whichever nodes check, the cluster gets one backup of every tablet.
+func TestScaleOutAutomatedBackup(t *testing.T) {
+	sc := startScaleCluster(t, "n1", "n2", "n3")
+	ctx := context.Background()
+	policy := bigtable.TableAutomatedBackupPolicy{RetentionPeriod: 72 * time.Hour, Frequency: 24 * time.Hour}
+	if err := sc.nodes["n1"].admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", SplitKeys: []string{"g", "p"},
+		ColumnFamilies: map[string]bigtable.Family{"f": {}}, AutomatedBackupConfig: &policy}); err != nil {
+		t.Fatal(err)
+	}
+	tbl := sc.nodes["n1"].client.Open("t")
+	var want []string
+	for _, r := range letters() {
+		if err := writeScale(t, tbl, r, "v"+r); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, r)
+	}
+	// The nodes' own loops check once a minute; the test checks now, on
+	// every node at once.
+	errs := make(chan error, 3)
+	for _, n := range sc.nodes {
+		go func(n *scaleNode) { errs <- n.srv.takeAutoBackups(ctx) }(n)
+	}
+	for range sc.nodes {
+		if err := <-errs; err != nil {
+			t.Errorf("automated backup: %v", err)
+		}
+	}
+	list, err := adminpb.NewBigtableTableAdminClient(sc.nodes["n3"].conn).ListBackups(ctx, &adminpb.ListBackupsRequest{Parent: scaleInstance + "/clusters/-"})
+	if err != nil || len(list.Backups) != 1 {
+		t.Fatalf("backups after automated checks on every node: %v %v", list, err)
+	}
+	b := list.Backups[0]
+	id := b.Name[strings.LastIndex(b.Name, "/")+1:]
+	cluster := strings.Split(b.Name, "/")[5]
+	if err := sc.nodes["n2"].admin.RestoreTable(ctx, "t2", cluster, id); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _ := readTableVia(t, sc.nodes["n3"], "t2"); keys != strings.Join(want, ",") {
+		t.Errorf("restored automated backup: rows %s", keys)
+	}
+}
