@@ -187,17 +187,29 @@ type Record struct {
 	State    State     `json:"state"`
 	Node     string    `json:"node,omitempty"`
 	Manifest *Manifest `json:"manifest"`
+	// Restoring names the restores reading the backup's files (as the
+	// server names makers), so it is not deleted under them.
+	Restoring []string `json:"restoring,omitempty"`
 }
 
 // EncodeRecord encodes a cluster backup's record.
-func EncodeRecord(mf *Manifest, node string) ([]byte, error) {
+func EncodeRecord(mf *Manifest, node string, restoring ...string) ([]byte, error) {
 	sum, err := mf.checksum()
 	if err != nil {
 		return nil, err
 	}
 	c := mf.clone()
 	c.Checksum = sum
-	return json.Marshal(Record{State: mf.State, Node: node, Manifest: c})
+	return json.Marshal(Record{State: mf.State, Node: node, Manifest: c, Restoring: restoring})
+}
+
+// RecordRestoring is the Restoring list of an encoded record.
+func RecordRestoring(b []byte) []string {
+	var r struct {
+		Restoring []string `json:"restoring"`
+	}
+	json.Unmarshal(b, &r)
+	return r.Restoring
 }
 
 // DecodeRecord decodes and checks a record EncodeRecord made; it returns

@@ -575,7 +575,7 @@ func (c *clusterMember) sweepBackups(ctx context.Context) {
 	now := c.s.opts.Clock.Now()
 	for _, r := range recs {
 		mf, _, err := backup.DecodeRecord(r.Value)
-		if err != nil || mf.State != backup.Ready || mf.ExpireTime.After(now) {
+		if err != nil || mf.State != backup.Ready || mf.ExpireTime.After(now) || c.restoring(r.Value) {
 			continue
 		}
 		if err := c.m.DeleteBackupRecord(ctx, r.Name, r.Revision); err != nil {
@@ -640,9 +640,13 @@ func (a *clusterAdmin) UpdateBackup(ctx context.Context, req *adminpb.UpdateBack
 	if err := a.c.needStore(); err != nil {
 		return nil, err
 	}
-	mf, node, rev, err := a.c.readBackup(ctx, name)
+	r, err := a.c.m.GetBackupRecord(ctx, name.String())
 	if err != nil {
-		return nil, err
+		return nil, recordStatus(err)
+	}
+	mf, node, err := backup.DecodeRecord(r.Value)
+	if err != nil {
+		return nil, status.Errorf(codes.DataLoss, "%v", err)
 	}
 	if mf.State != backup.Ready {
 		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: backup %s is still being created", name)
@@ -668,11 +672,11 @@ func (a *clusterAdmin) UpdateBackup(ctx context.Context, req *adminpb.UpdateBack
 			return nil, toStatus(err)
 		}
 	}
-	enc, err := backup.EncodeRecord(mf, node)
+	enc, err := backup.EncodeRecord(mf, node, backup.RecordRestoring(r.Value)...)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if _, err := a.c.m.UpdateBackupRecord(ctx, name.String(), enc, rev); err != nil {
+	if _, err := a.c.m.UpdateBackupRecord(ctx, name.String(), enc, r.Revision); err != nil {
 		return nil, recordStatus(err)
 	}
 	return backupToProto(mf, now), nil
@@ -692,6 +696,62 @@ func (c *clusterMember) backupRunning(maker string) bool {
 	return live
 }
 
+// restoring reports whether a restore that may still be at work reads the
+// backup of an encoded record.
+func (c *clusterMember) restoring(rec []byte) bool {
+	for _, m := range backup.RecordRestoring(rec) {
+		if c.backupRunning(m) {
+			return true
+		}
+	}
+	return false
+}
+
+// markRestoring adds (or removes) a restore to a backup's record, so
+// DeleteBackup and the expiry sweep leave the backup alone meanwhile.
+// Adding checks the backup can be restored and returns its record as
+// marked. Makers that are no longer running are dropped on the way.
+func (c *clusterMember) markRestoring(ctx context.Context, name backup.Name, maker string, add bool) ([]byte, error) {
+	for attempt := 0; ; attempt++ {
+		r, err := c.m.GetBackupRecord(ctx, name.String())
+		if err != nil {
+			return nil, recordStatus(err)
+		}
+		mf, node, err := backup.DecodeRecord(r.Value)
+		if err != nil {
+			return nil, status.Errorf(codes.DataLoss, "%v", err)
+		}
+		if add {
+			if mf.State != backup.Ready {
+				return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: backup %s is still being created", name)
+			}
+			if !mf.ExpireTime.After(c.s.opts.Clock.Now()) {
+				return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: backup %s expired at %s", name, mf.ExpireTime.UTC().Format(time.RFC3339))
+			}
+		}
+		var list []string
+		for _, m := range backup.RecordRestoring(r.Value) {
+			if m != maker && c.backupRunning(m) {
+				list = append(list, m)
+			}
+		}
+		if add {
+			list = append(list, maker)
+		}
+		enc, err := backup.EncodeRecord(mf, node, list...)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		_, err = c.m.UpdateBackupRecord(ctx, name.String(), enc, r.Revision)
+		if err == nil {
+			return enc, nil
+		}
+		if !errors.Is(err, clusteretcd.ErrRecordChanged) || attempt >= 8 {
+			return nil, recordStatus(err)
+		}
+	}
+}
+
 // DeleteBackup removes a backup's record, then its files. A backup being
 // created cannot be deleted while its maker may still be at work.
 func (a *clusterAdmin) DeleteBackup(ctx context.Context, req *adminpb.DeleteBackupRequest) (*emptypb.Empty, error) {
@@ -702,14 +762,21 @@ func (a *clusterAdmin) DeleteBackup(ctx context.Context, req *adminpb.DeleteBack
 	if err := a.c.needStore(); err != nil {
 		return nil, err
 	}
-	mf, node, rev, err := a.c.readBackup(ctx, name)
+	r, err := a.c.m.GetBackupRecord(ctx, name.String())
 	if err != nil {
-		return nil, err
+		return nil, recordStatus(err)
+	}
+	mf, node, err := backup.DecodeRecord(r.Value)
+	if err != nil {
+		return nil, status.Errorf(codes.DataLoss, "%v", err)
 	}
 	if mf.State != backup.Ready && a.c.backupRunning(node) {
 		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: backup %s is still being created (by node %s)", name, node)
 	}
-	if err := a.c.m.DeleteBackupRecord(ctx, name.String(), rev); err != nil {
+	if a.c.restoring(r.Value) {
+		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: backup %s is being restored", name)
+	}
+	if err := a.c.m.DeleteBackupRecord(ctx, name.String(), r.Revision); err != nil {
 		return nil, recordStatus(err)
 	}
 	a.c.removeObjects(mf.Objects)
@@ -888,22 +955,31 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 	if _, err := a.s.engine.Table(ref.instance, ref.table); err == nil {
 		return nil, status.Errorf(codes.AlreadyExists, "ebbtable: table %s already exists", ref.table)
 	}
-	r, err := c.m.GetBackupRecord(ctx, name.String())
+	maker := c.opts.NodeID + "/" + randomID()
+	runningBackups.Store(maker, true)
+	rec, err := c.markRestoring(ctx, name, maker, true)
 	if err != nil {
-		return nil, recordStatus(err)
+		runningBackups.Delete(maker)
+		return nil, err
 	}
-	mf, _, err := backup.DecodeRecord(r.Value)
+	// Until the restore is applied everywhere (or fails), the backup is
+	// marked as being read.
+	unmark := func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, err := c.markRestoring(uctx, name, maker, false); err != nil && status.Code(err) != codes.NotFound {
+			c.s.log.Warn("unmark a restored backup", "backup", name.String(), "err", err)
+		}
+		runningBackups.Delete(maker)
+	}
+	mf, _, err := backup.DecodeRecord(rec)
 	if err != nil {
+		unmark()
 		return nil, status.Errorf(codes.DataLoss, "%v", err)
 	}
-	if mf.State != backup.Ready {
-		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: backup %s is still being created", name)
-	}
-	if !mf.ExpireTime.After(a.s.opts.Clock.Now()) {
-		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: backup %s expired at %s", name, mf.ExpireTime.UTC().Format(time.RFC3339))
-	}
-	payload, err := json.Marshal(restoreEntry{Instance: inst, TableID: req.GetTableId(), Record: r.Value, Retention: retention})
+	payload, err := json.Marshal(restoreEntry{Instance: inst, TableID: req.GetTableId(), Record: rec, Retention: retention})
 	if err != nil {
+		unmark()
 		return nil, toStatus(err)
 	}
 	// One tablet per part of the backup, so each node fetches only its
@@ -930,6 +1006,9 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 		}
 		return tablets.NewDirectory(ref.name(), seq, splits, owners)
 	}, false)
+	if err != nil {
+		unmark()
+	}
 	switch {
 	case errors.Is(err, clusteretcd.ErrTableExists):
 		return nil, status.Errorf(codes.AlreadyExists, "ebbtable: table %s already exists", ref.table)
@@ -940,6 +1019,7 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 	}
 	op, err := a.s.ops.pending(tableName, meta)
 	if err != nil {
+		unmark()
 		return nil, err
 	}
 	if err := a.s.backups.Go(func(ctx context.Context) {
@@ -949,6 +1029,7 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 		}
 		if err != nil {
 			c.forgetFailed(ctx, ref, e)
+			unmark()
 			op.finish(nil, nil, toStatus(err))
 			return
 		}
@@ -957,9 +1038,13 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 			c.s.log.Warn("restore not yet applied on every live node", "seq", e.Seq, "table", tableName)
 		}
 		cancel()
+		// Unmarked before the operation ends: a client that deletes the
+		// backup once its restore is done is not refused.
+		unmark()
 		meta.Progress = &adminpb.OperationProgress{ProgressPercent: 100, StartTime: meta.Progress.StartTime, EndTime: timestamppb.New(a.s.opts.Clock.Now())}
 		op.finish(res.resp, meta, nil)
 	}); err != nil {
+		unmark()
 		return nil, toStatus(err)
 	}
 	return op.wait(a.s.opWait), nil

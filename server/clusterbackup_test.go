@@ -338,6 +338,24 @@ func TestScaleOutBackupExpiryAndStale(t *testing.T) {
 	if err := n1.admin.CreateBackup(ctx, "t", "c1", "old", time.Now().Add(7*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
+	// While a restore reads it (marked in its record), it is not deleted.
+	bname := backup.Name{Instance: scaleInstance, Cluster: "c1", ID: "old"}
+	runningBackups.Store("n2/test-restore", true)
+	if _, err := n2.srv.cluster.markRestoring(ctx, bname, "n2/test-restore", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := n1.admin.DeleteBackup(ctx, "c1", "old"); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("delete of a backup being restored: %v", err)
+	}
+	// A restore whose maker is gone does not hold it.
+	runningBackups.Delete("n2/test-restore")
+	if _, err := n2.srv.cluster.markRestoring(ctx, bname, "n9/gone", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n2.srv.cluster.markRestoring(ctx, bname, "n9/gone", false); err != nil {
+		t.Fatal(err)
+	}
+
 	// Make its record expired, as the clock passing its expire time would.
 	m := n2.srv.ClusterMember()
 	name := scaleInstance + "/clusters/c1/backups/old"
