@@ -501,9 +501,19 @@ func (c *clusterMember) writeOwnedRows(ctx context.Context, ref tableRef, s rowS
 		g.RLock()
 		defer g.RUnlock()
 	}
-	// Owned still, now that no move can pass the gates.
-	if _, _, err := owned(); err != nil {
+	// Owned still, by the same tablets (a split meanwhile makes a tablet
+	// whose gate is not held), now that no move can pass the gates.
+	_, again, err := owned()
+	if err != nil {
 		return nil, time.Time{}, err
+	}
+	if len(again) != len(ps) {
+		return nil, time.Time{}, status.Errorf(codes.Unavailable, "ebbtable: the tablets of rows [%q, %q) changed; retry", s.start, s.end)
+	}
+	for i := range again {
+		if again[i].ID != ps[i].ID {
+			return nil, time.Time{}, status.Errorf(codes.Unavailable, "ebbtable: the tablets of rows [%q, %q) changed; retry", s.start, s.end)
+		}
 	}
 	snap, err := c.s.engine.SnapshotTable(ref.instance, ref.table)
 	if err != nil {
