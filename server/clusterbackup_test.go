@@ -138,6 +138,10 @@ func TestScaleOutBackupRestore(t *testing.T) {
 
 	sc.nodes["n1"].stop()
 	n2, n3 := sc.nodes["n2"], sc.nodes["n3"]
+	testkit.Eventually(t, "n2 to see n1 gone", 10*time.Second, func() (bool, string) {
+		_, live := n2.srv.ClusterMember().Node("n1")
+		return !live, "n1 still listed"
+	})
 	if _, err := n3.admin.BackupInfo(ctx, "c1", "b1"); err != nil {
 		t.Fatalf("backup after n1 left: %v", err)
 	}
