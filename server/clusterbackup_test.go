@@ -15,6 +15,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"github.com/ebbtable/ebbtable/backup"
+	"github.com/ebbtable/ebbtable/clock"
 	tablets "github.com/ebbtable/ebbtable/cluster"
 	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/ebbtable/ebbtable/server/clusterpb"
@@ -509,7 +510,10 @@ func TestScaleOutBackupDuringMoves(t *testing.T) {
 // A table's automated backup policy reaches every node with CreateTable;
 // whichever nodes check, the cluster gets one backup of every tablet.
 func TestScaleOutAutomatedBackup(t *testing.T) {
-	sc := startScaleCluster(t, "n1", "n2", "n3")
+	// The nodes' clock starts at a whole minute, so the checks below all
+	// fall in one minute (backups are named after it).
+	clk := clock.NewShifted(time.Now().Truncate(time.Minute).Add(time.Minute))
+	sc := startScaleClusterTuned(t, 0, func(o *Options) { o.Clock = clk }, "n1", "n2", "n3")
 	ctx := context.Background()
 	policy := bigtable.TableAutomatedBackupPolicy{RetentionPeriod: 72 * time.Hour, Frequency: 24 * time.Hour}
 	if err := sc.nodes["n1"].admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", SplitKeys: []string{"g", "p"},
