@@ -233,6 +233,7 @@ func init() {
 	perm(cl, "bigtable.clusters.update", "DrainNode")
 	perm(cl, "bigtable.tables.get", "ListTablets")
 	perm(cl, "bigtable.tables.update", "SplitTablet", "MergeTablet", "MoveTablet", "IngestSpan")
+	perm(cl, "bigtable.backups.create", "BackupRows")
 
 }
 

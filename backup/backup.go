@@ -100,7 +100,8 @@ type Manager struct {
 	mu       sync.Mutex
 	backups  map[Name]*Manifest // ready
 	creating map[Name]*Manifest
-	busy     map[Name]int // restores and copies reading a backup
+	busy     map[Name]int            // restores and copies reading a backup
+	sweeps   []func(context.Context) // OnExpiry
 	closed   bool
 
 	ctx    context.Context
@@ -483,14 +484,10 @@ func (m *Manager) UpdateExpiry(name Name, expire time.Time) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkExpiry(expire, mf.StartTime, MaxExpiry); err != nil {
+	next, err := mf.WithExpiry(expire, m.now())
+	if err != nil {
 		return nil, err
 	}
-	if !expire.After(m.now()) {
-		return nil, fmt.Errorf("%w: expire_time %s is in the past", table.ErrInvalid, expire.UTC().Format(time.RFC3339))
-	}
-	next := mf.clone()
-	next.ExpireTime = expire
 	if err := writeManifest(filepath.Join(m.root, name.relDir()), next); err != nil {
 		return nil, fmt.Errorf("ebbtable: update backup %s: %w", name, err)
 	}

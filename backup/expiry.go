@@ -13,6 +13,7 @@ func (m *Manager) expiryLoop() {
 		case <-m.opts.Clock.After(m.opts.ExpiryInterval):
 		}
 		m.DeleteExpired()
+		m.runSweeps()
 	}
 }
 

@@ -131,6 +131,11 @@ type Manifest struct {
 	SizeBytes int64      `json:"size_bytes"`
 	Cells     int64      `json:"cells"`
 	Files     []FileInfo `json:"files"`
+	// Objects and Parts are a cluster backup's (cluster.go): the prefix
+	// of its files' names in the shared object store, and its tablets'
+	// parts, whose files are named Objects+name (Files is then empty).
+	Objects string `json:"objects,omitempty"`
+	Parts   []Part `json:"parts,omitempty"`
 	// Checksum is the CRC-32C (Castagnoli), in hex, of the manifest's
 	// canonical encoding with Checksum empty: a flipped byte that still
 	// parses as a manifest (a family id turned into another number) is
@@ -150,6 +155,7 @@ func (m *Manifest) BackupName() Name { return m.name }
 func (m *Manifest) clone() *Manifest {
 	c := *m
 	c.Files = append([]FileInfo(nil), m.Files...)
+	c.Parts = append([]Part(nil), m.Parts...)
 	return &c
 }
 
@@ -188,7 +194,7 @@ func (m *Manifest) check() error {
 		return fmt.Errorf("negative size %d or cell count %d", m.SizeBytes, m.Cells)
 	}
 	seen := map[string]bool{}
-	for _, f := range m.Files {
+	for _, f := range m.AllFiles() {
 		if f.Name == "" || f.Name == "." || f.Name == ".." || strings.ContainsAny(f.Name, "/\\\x00") || f.Name == manifestFile || seen[f.Name] {
 			return fmt.Errorf("file name %q is not a plain, unique file name", f.Name)
 		}

@@ -26,6 +26,7 @@ type sstWriter struct {
 	dir    string
 	eng    SSTs
 	target int64
+	prefix string // of the file names
 
 	w       *table.SSTWriter
 	cur     FileInfo
@@ -47,7 +48,7 @@ func (s *sstWriter) add(k, v []byte) error {
 		}
 	}
 	if s.w == nil {
-		name := fmt.Sprintf("%06d.sst", len(s.files)+1)
+		name := fmt.Sprintf("%s%06d.sst", s.prefix, len(s.files)+1)
 		w, err := s.eng.CreateSST(filepath.Join(s.dir, name))
 		if err != nil {
 			return err

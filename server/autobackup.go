@@ -8,6 +8,8 @@ import (
 
 	"github.com/ebbtable/ebbtable/backup"
 	"github.com/ebbtable/ebbtable/schedule"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Automated backups: every table with an automated backup policy (see
@@ -48,7 +50,16 @@ func (s *Server) takeAutoBackups(ctx context.Context) error {
 		now := s.opts.Clock.Now()
 		src := ref.name()
 		var newest time.Time
-		for _, mf := range s.backups.List(m.Instance, s.opts.ClusterID) {
+		list := s.backups.List(m.Instance, s.opts.ClusterID)
+		if s.cluster != nil {
+			// A cluster's backups: every tablet, from its owner
+			// (clusterbackup.go).
+			if list, err = s.cluster.listBackups(ctx, m.Instance, s.opts.ClusterID); err != nil {
+				first = errors.Join(first, err)
+				continue
+			}
+		}
+		for _, mf := range list {
 			if mf.Automated && mf.SourceTable == src && mf.StartTime.After(newest) {
 				newest = mf.StartTime
 			}
@@ -60,14 +71,27 @@ func (s *Server) takeAutoBackups(ctx context.Context) error {
 		if len(id) > 30 {
 			id = id[:30]
 		}
-		id = strings.TrimRight(id, "-.") + "-" + now.UTC().Format("20060102-150405")
-		name := backup.Name{Instance: m.Instance, Cluster: s.opts.ClusterID, ID: id}
-		_, job, err := s.backups.CreateWith(name, m.Name, now.Add(p.GetRetentionPeriod().AsDuration()), backup.CreateOptions{Automated: true})
-		if err != nil {
-			first = errors.Join(first, err)
-			continue
+		at := now
+		if s.cluster != nil {
+			// Every node has the table's policy: nodes checking within
+			// the same minute pick the same name, and one of them makes
+			// it (the others see it exists); a later one sees it listed.
+			at = now.Truncate(time.Minute)
 		}
-		if _, err := job.Result(); err != nil {
+		id = strings.TrimRight(id, "-.") + "-" + at.UTC().Format("20060102-150405")
+		name := backup.Name{Instance: m.Instance, Cluster: s.opts.ClusterID, ID: id}
+		if s.cluster != nil {
+			err = s.cluster.createBackupAndWait(ctx, name, ref, now.Add(p.GetRetentionPeriod().AsDuration()), backup.CreateOptions{Automated: true})
+			if status.Code(err) == codes.AlreadyExists {
+				continue
+			}
+		} else {
+			var job *backup.Job[*backup.Manifest]
+			if _, job, err = s.backups.CreateWith(name, m.Name, now.Add(p.GetRetentionPeriod().AsDuration()), backup.CreateOptions{Automated: true}); err == nil {
+				_, err = job.Result()
+			}
+		}
+		if err != nil {
 			first = errors.Join(first, err)
 			continue
 		}

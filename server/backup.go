@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -194,14 +192,9 @@ func (a *adminServer) UpdateBackup(ctx context.Context, req *adminpb.UpdateBacku
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	paths := req.GetUpdateMask().GetPaths()
-	if len(paths) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "ebbtable: update_mask must name expire_time or hot_to_standard_time")
-	}
-	for _, p := range paths {
-		if p != "expire_time" && p != "hot_to_standard_time" {
-			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: %q cannot be updated (expire_time and hot_to_standard_time can)", p)
-		}
+	paths, err := backupUpdatePaths(req)
+	if err != nil {
+		return nil, err
 	}
 	var mf *backup.Manifest
 	for _, p := range paths {
@@ -264,40 +257,7 @@ func (a *adminServer) ListBackups(ctx context.Context, req *adminpb.ListBackupsR
 	if strings.TrimSpace(req.GetFilter()) != "" {
 		return nil, status.Errorf(codes.Unimplemented, "ebbtable: ListBackups filters are not supported (got %q); list all and filter on the client", req.GetFilter())
 	}
-	list := a.s.backups.List(inst, cluster)
-	if ob := strings.Fields(req.GetOrderBy()); len(ob) > 0 {
-		less, ok := backupOrder[ob[0]]
-		desc := len(ob) == 2 && strings.EqualFold(ob[1], "desc")
-		if !ok || len(ob) > 2 || (len(ob) == 2 && !desc && !strings.EqualFold(ob[1], "asc")) {
-			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: order_by %q: want one of name, source_table, expire_time, start_time, end_time, size_bytes, state, optionally followed by desc", req.GetOrderBy())
-		}
-		sort.SliceStable(list, func(i, j int) bool {
-			if desc {
-				return less(list[j], list[i])
-			}
-			return less(list[i], list[j])
-		})
-	}
-	start := 0
-	if tok := req.GetPageToken(); tok != "" {
-		n, err := strconv.Atoi(tok)
-		if err != nil || n < 0 || n > len(list) {
-			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: bad page token %q", tok)
-		}
-		start = n
-	}
-	end := len(list)
-	if ps := int(req.GetPageSize()); ps > 0 && start+ps < end {
-		end = start + ps
-	}
-	resp := &adminpb.ListBackupsResponse{}
-	for _, mf := range list[start:end] {
-		resp.Backups = append(resp.Backups, backupToProto(mf, a.s.opts.Clock.Now()))
-	}
-	if end < len(list) {
-		resp.NextPageToken = strconv.Itoa(end)
-	}
-	return resp, nil
+	return listBackupsPage(a.s.backups.List(inst, cluster), req, a.s.opts.Clock.Now())
 }
 
 // restoreRetention reads the retention choice of a RestoreTable request.

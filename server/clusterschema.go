@@ -169,10 +169,6 @@ func (c *clusterMember) applyMore(ctx context.Context, e clusteretcd.SchemaEntry
 		if err = decode(&req); err == nil {
 			resp, err = a.UndeleteTable(ctx, &req)
 		}
-	case "RestoreTable":
-		return c.applyRestore(e)
-	case "RestoredTable":
-		return c.applyRestored(e)
 	default:
 		err = status.Errorf(codes.Unimplemented, "ebbtable: unknown schema change %q", e.Method)
 	}

@@ -81,6 +81,20 @@ func (s *TableSnapshot) Iter() (*RawIter, error) {
 	return &RawIter{it: it}, nil
 }
 
+// IterRows walks the keys of rows [start, end) as of the snapshot; an
+// empty end is the table's end. A cluster's backup reads one tablet so.
+func (s *TableSnapshot) IterRows(start, end []byte) (*RawIter, error) {
+	upper := storage.TableEnd(s.Meta.ID)
+	if len(end) > 0 {
+		upper = storage.RowBound(s.Meta.ID, end)
+	}
+	it, err := s.snap.NewIter(&pebble.IterOptions{LowerBound: storage.RowBound(s.Meta.ID, start), UpperBound: upper})
+	if err != nil {
+		return nil, err
+	}
+	return &RawIter{it: it}, nil
+}
+
 // SnapshotTable takes a consistent image of a table while writes continue.
 // The schema lock is held shared while the snapshot is taken, so no schema
 // change falls between the schema read and the snapshot.
@@ -130,10 +144,10 @@ func (e *Engine) BeginRestore(instance, name string) (*Restoring, error) {
 	return e.BeginRestoreID(instance, name, 0)
 }
 
-// BeginRestoreID is BeginRestore under a given table id (a cluster gives
-// every node the same ids; TableSpec.ID), or a fresh one when id is 0. An
-// id in use fails with ErrPrecondition.
-func (e *Engine) BeginRestoreID(instance, name string, id uint64) (*Restoring, error) {
+// BeginRestoreID is BeginRestore under a table id a cluster assigned
+// (TableSpec.ID explains why); zero is the engine's next id. An id a table
+// here has, or a deleted one keeps, fails with ErrPrecondition.
+func (e *Engine) BeginRestoreID(instance, name string, given uint64) (*Restoring, error) {
 	if err := e.enter(); err != nil {
 		return nil, err
 	}
@@ -147,10 +161,12 @@ func (e *Engine) BeginRestoreID(instance, name string, id uint64) (*Restoring, e
 	if _, ok := e.tables[key]; ok || e.reserved[key] {
 		return nil, fmt.Errorf("%w: %s", ErrTableExists, name)
 	}
-	if id == 0 {
-		id = e.nextTableID
-	} else if err := e.checkFreeIDLocked(id); err != nil {
-		return nil, err
+	id := e.nextTableID
+	if given != 0 {
+		if err := e.checkFreeIDLocked(given); err != nil {
+			return nil, err
+		}
+		id = given
 	}
 	next := max(e.nextTableID, id+1)
 	rec, err := json.Marshal(restoringRecord{Instance: instance, Name: name})

@@ -850,6 +850,156 @@ func (*IngestSpanResponse) Descriptor() ([]byte, []int) {
 	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
+type BackupRowsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Table string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	Start []byte                 `protobuf:"bytes,2,opt,name=start,proto3" json:"start,omitempty"`
+	// Empty: the table's end.
+	End []byte `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
+	// The directory revision the coordinator cut the rows by.
+	Revision int64 `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Where the files go in the shared object store, and the prefix of
+	// their names.
+	Objects       string `protobuf:"bytes,5,opt,name=objects,proto3" json:"objects,omitempty"`
+	FilePrefix    string `protobuf:"bytes,6,opt,name=file_prefix,json=filePrefix,proto3" json:"file_prefix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupRowsRequest) Reset() {
+	*x = BackupRowsRequest{}
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupRowsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupRowsRequest) ProtoMessage() {}
+
+func (x *BackupRowsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupRowsRequest.ProtoReflect.Descriptor instead.
+func (*BackupRowsRequest) Descriptor() ([]byte, []int) {
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *BackupRowsRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *BackupRowsRequest) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *BackupRowsRequest) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *BackupRowsRequest) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *BackupRowsRequest) GetObjects() string {
+	if x != nil {
+		return x.Objects
+	}
+	return ""
+}
+
+func (x *BackupRowsRequest) GetFilePrefix() string {
+	if x != nil {
+		return x.FilePrefix
+	}
+	return ""
+}
+
+type BackupRowsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// package backup's FileInfo list, JSON.
+	Files []byte `protobuf:"bytes,1,opt,name=files,proto3" json:"files,omitempty"`
+	// When the snapshot was taken (Unix microseconds).
+	VersionMicros int64  `protobuf:"varint,2,opt,name=version_micros,json=versionMicros,proto3" json:"version_micros,omitempty"`
+	Node          string `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupRowsResponse) Reset() {
+	*x = BackupRowsResponse{}
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupRowsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupRowsResponse) ProtoMessage() {}
+
+func (x *BackupRowsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupRowsResponse.ProtoReflect.Descriptor instead.
+func (*BackupRowsResponse) Descriptor() ([]byte, []int) {
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *BackupRowsResponse) GetFiles() []byte {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+func (x *BackupRowsResponse) GetVersionMicros() int64 {
+	if x != nil {
+		return x.VersionMicros
+	}
+	return 0
+}
+
+func (x *BackupRowsResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
 var File_ebbtable_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
@@ -907,7 +1057,19 @@ const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x16\n" +
 	"\x06tablet\x18\x02 \x01(\x04R\x06tablet\x12\x16\n" +
 	"\x06export\x18\x03 \x01(\fR\x06export\"\x14\n" +
-	"\x12IngestSpanResponse2\xa5\x05\n" +
+	"\x12IngestSpanResponse\"\xa8\x01\n" +
+	"\x11BackupRowsRequest\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\tR\x05table\x12\x14\n" +
+	"\x05start\x18\x02 \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\x03 \x01(\fR\x03end\x12\x1a\n" +
+	"\brevision\x18\x04 \x01(\x03R\brevision\x12\x18\n" +
+	"\aobjects\x18\x05 \x01(\tR\aobjects\x12\x1f\n" +
+	"\vfile_prefix\x18\x06 \x01(\tR\n" +
+	"filePrefix\"e\n" +
+	"\x12BackupRowsResponse\x12\x14\n" +
+	"\x05files\x18\x01 \x01(\fR\x05files\x12%\n" +
+	"\x0eversion_micros\x18\x02 \x01(\x03R\rversionMicros\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node2\x84\x06\n" +
 	"\aCluster\x12Z\n" +
 	"\tListNodes\x12%.ebbtable.cluster.v1.ListNodesRequest\x1a&.ebbtable.cluster.v1.ListNodesResponse\x12Z\n" +
 	"\tDrainNode\x12%.ebbtable.cluster.v1.DrainNodeRequest\x1a&.ebbtable.cluster.v1.DrainNodeResponse\x12`\n" +
@@ -917,7 +1079,9 @@ const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"MoveTablet\x12&.ebbtable.cluster.v1.MoveTabletRequest\x1a'.ebbtable.cluster.v1.MoveTabletResponse\x12]\n" +
 	"\n" +
-	"IngestSpan\x12&.ebbtable.cluster.v1.IngestSpanRequest\x1a'.ebbtable.cluster.v1.IngestSpanResponseB/Z-github.com/ebbtable/ebbtable/server/clusterpbb\x06proto3"
+	"IngestSpan\x12&.ebbtable.cluster.v1.IngestSpanRequest\x1a'.ebbtable.cluster.v1.IngestSpanResponse\x12]\n" +
+	"\n" +
+	"BackupRows\x12&.ebbtable.cluster.v1.BackupRowsRequest\x1a'.ebbtable.cluster.v1.BackupRowsResponseB/Z-github.com/ebbtable/ebbtable/server/clusterpbb\x06proto3"
 
 var (
 	file_ebbtable_cluster_v1_cluster_proto_rawDescOnce sync.Once
@@ -931,7 +1095,7 @@ func file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_ebbtable_cluster_v1_cluster_proto_rawDescData
 }
 
-var file_ebbtable_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_ebbtable_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_ebbtable_cluster_v1_cluster_proto_goTypes = []any{
 	(*Node)(nil),                // 0: ebbtable.cluster.v1.Node
 	(*ListNodesRequest)(nil),    // 1: ebbtable.cluster.v1.ListNodesRequest
@@ -947,6 +1111,8 @@ var file_ebbtable_cluster_v1_cluster_proto_goTypes = []any{
 	(*MoveTabletResponse)(nil),  // 11: ebbtable.cluster.v1.MoveTabletResponse
 	(*IngestSpanRequest)(nil),   // 12: ebbtable.cluster.v1.IngestSpanRequest
 	(*IngestSpanResponse)(nil),  // 13: ebbtable.cluster.v1.IngestSpanResponse
+	(*BackupRowsRequest)(nil),   // 14: ebbtable.cluster.v1.BackupRowsRequest
+	(*BackupRowsResponse)(nil),  // 15: ebbtable.cluster.v1.BackupRowsResponse
 }
 var file_ebbtable_cluster_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: ebbtable.cluster.v1.ListNodesResponse.nodes:type_name -> ebbtable.cluster.v1.Node
@@ -958,15 +1124,17 @@ var file_ebbtable_cluster_v1_cluster_proto_depIdxs = []int32{
 	9,  // 6: ebbtable.cluster.v1.Cluster.MergeTablet:input_type -> ebbtable.cluster.v1.MergeTabletRequest
 	10, // 7: ebbtable.cluster.v1.Cluster.MoveTablet:input_type -> ebbtable.cluster.v1.MoveTabletRequest
 	12, // 8: ebbtable.cluster.v1.Cluster.IngestSpan:input_type -> ebbtable.cluster.v1.IngestSpanRequest
-	2,  // 9: ebbtable.cluster.v1.Cluster.ListNodes:output_type -> ebbtable.cluster.v1.ListNodesResponse
-	4,  // 10: ebbtable.cluster.v1.Cluster.DrainNode:output_type -> ebbtable.cluster.v1.DrainNodeResponse
-	7,  // 11: ebbtable.cluster.v1.Cluster.ListTablets:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	7,  // 12: ebbtable.cluster.v1.Cluster.SplitTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	7,  // 13: ebbtable.cluster.v1.Cluster.MergeTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	11, // 14: ebbtable.cluster.v1.Cluster.MoveTablet:output_type -> ebbtable.cluster.v1.MoveTabletResponse
-	13, // 15: ebbtable.cluster.v1.Cluster.IngestSpan:output_type -> ebbtable.cluster.v1.IngestSpanResponse
-	9,  // [9:16] is the sub-list for method output_type
-	2,  // [2:9] is the sub-list for method input_type
+	14, // 9: ebbtable.cluster.v1.Cluster.BackupRows:input_type -> ebbtable.cluster.v1.BackupRowsRequest
+	2,  // 10: ebbtable.cluster.v1.Cluster.ListNodes:output_type -> ebbtable.cluster.v1.ListNodesResponse
+	4,  // 11: ebbtable.cluster.v1.Cluster.DrainNode:output_type -> ebbtable.cluster.v1.DrainNodeResponse
+	7,  // 12: ebbtable.cluster.v1.Cluster.ListTablets:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	7,  // 13: ebbtable.cluster.v1.Cluster.SplitTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	7,  // 14: ebbtable.cluster.v1.Cluster.MergeTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	11, // 15: ebbtable.cluster.v1.Cluster.MoveTablet:output_type -> ebbtable.cluster.v1.MoveTabletResponse
+	13, // 16: ebbtable.cluster.v1.Cluster.IngestSpan:output_type -> ebbtable.cluster.v1.IngestSpanResponse
+	15, // 17: ebbtable.cluster.v1.Cluster.BackupRows:output_type -> ebbtable.cluster.v1.BackupRowsResponse
+	10, // [10:18] is the sub-list for method output_type
+	2,  // [2:10] is the sub-list for method input_type
 	2,  // [2:2] is the sub-list for extension type_name
 	2,  // [2:2] is the sub-list for extension extendee
 	0,  // [0:2] is the sub-list for field type_name
@@ -983,7 +1151,7 @@ func file_ebbtable_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ebbtable_cluster_v1_cluster_proto_rawDesc), len(file_ebbtable_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

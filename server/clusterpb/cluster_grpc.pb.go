@@ -42,6 +42,7 @@ const (
 	Cluster_MergeTablet_FullMethodName = "/ebbtable.cluster.v1.Cluster/MergeTablet"
 	Cluster_MoveTablet_FullMethodName  = "/ebbtable.cluster.v1.Cluster/MoveTablet"
 	Cluster_IngestSpan_FullMethodName  = "/ebbtable.cluster.v1.Cluster/IngestSpan"
+	Cluster_BackupRows_FullMethodName  = "/ebbtable.cluster.v1.Cluster/BackupRows"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -67,6 +68,11 @@ type ClusterClient interface {
 	// IngestSpan is a move's second half: the source sends its export of the
 	// tablet's span to the target, which ingests it.
 	IngestSpan(ctx context.Context, in *IngestSpanRequest, opts ...grpc.CallOption) (*IngestSpanResponse, error)
+	// BackupRows is an owner's part of a cluster backup: it writes the
+	// cells of rows [start, end) of a table, all in tablets it owns, from
+	// one snapshot into the shared object store. A node the coordinator
+	// calls; UNAVAILABLE when this node does not own them all.
+	BackupRows(ctx context.Context, in *BackupRowsRequest, opts ...grpc.CallOption) (*BackupRowsResponse, error)
 }
 
 type clusterClient struct {
@@ -147,6 +153,16 @@ func (c *clusterClient) IngestSpan(ctx context.Context, in *IngestSpanRequest, o
 	return out, nil
 }
 
+func (c *clusterClient) BackupRows(ctx context.Context, in *BackupRowsRequest, opts ...grpc.CallOption) (*BackupRowsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BackupRowsResponse)
+	err := c.cc.Invoke(ctx, Cluster_BackupRows_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -170,6 +186,11 @@ type ClusterServer interface {
 	// IngestSpan is a move's second half: the source sends its export of the
 	// tablet's span to the target, which ingests it.
 	IngestSpan(context.Context, *IngestSpanRequest) (*IngestSpanResponse, error)
+	// BackupRows is an owner's part of a cluster backup: it writes the
+	// cells of rows [start, end) of a table, all in tablets it owns, from
+	// one snapshot into the shared object store. A node the coordinator
+	// calls; UNAVAILABLE when this node does not own them all.
+	BackupRows(context.Context, *BackupRowsRequest) (*BackupRowsResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -200,6 +221,9 @@ func (UnimplementedClusterServer) MoveTablet(context.Context, *MoveTabletRequest
 }
 func (UnimplementedClusterServer) IngestSpan(context.Context, *IngestSpanRequest) (*IngestSpanResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method IngestSpan not implemented")
+}
+func (UnimplementedClusterServer) BackupRows(context.Context, *BackupRowsRequest) (*BackupRowsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BackupRows not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -348,6 +372,24 @@ func _Cluster_IngestSpan_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_BackupRows_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BackupRowsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).BackupRows(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_BackupRows_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).BackupRows(ctx, req.(*BackupRowsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -382,6 +424,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "IngestSpan",
 			Handler:    _Cluster_IngestSpan_Handler,
+		},
+		{
+			MethodName: "BackupRows",
+			Handler:    _Cluster_BackupRows_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
