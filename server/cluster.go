@@ -55,6 +55,14 @@ type ClusterOptions struct {
 	SplitBytes int64
 	// SplitInterval is how often tablet sizes are checked; default 30s.
 	SplitInterval time.Duration
+	// Failover turns automatic failover on (clusterfail.go; needs
+	// SharedStorage): writes go to a commit log in the shared store before
+	// they are acknowledged, and a dead node's tablets are recovered by
+	// the others once its lease expires.
+	Failover bool
+	// CheckpointInterval is how often, with Failover, a node checkpoints
+	// its tablets while writes arrive; default 30s.
+	CheckpointInterval time.Duration
 }
 
 // Files in the data directory that cluster mode keeps.
@@ -87,6 +95,8 @@ type clusterMember struct {
 	applied  uint64
 	results  map[uint64]applyResult
 	progress chan struct{} // closed when applied advances
+
+	fail *failover // automatic failover (clusterfail.go); nil: off
 
 	moveBytes prometheus.Histogram
 	moves     *prometheus.CounterVec
@@ -209,6 +219,10 @@ func (c *clusterMember) start(addr string) error {
 		return err
 	}
 	if err := m.SetApplied(ctx, c.appliedSeq()); err != nil {
+		m.Close()
+		return err
+	}
+	if err := c.startFailover(); err != nil { // clusterfail.go
 		m.Close()
 		return err
 	}

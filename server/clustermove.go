@@ -209,7 +209,7 @@ func (c *clusterMember) ingestSpan(ctx context.Context, b []byte) error {
 	if err := c.s.engine.IngestSpan(ctx, x); err != nil {
 		return toStatus(err)
 	}
-	return nil
+	return toStatus(c.tookSpan(ctx, x)) // clusterfail.go
 }
 
 // forceReassign gives the tablets of a node that is not live to live

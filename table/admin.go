@@ -528,5 +528,10 @@ func (e *Engine) DropRowRange(instance, name string, prefix []byte, all bool) er
 	if err != nil {
 		return err
 	}
+	finished, err := e.logBatch(b) // commitlog.go
+	if err != nil {
+		return err
+	}
+	defer finished()
 	return e.commitRecorded(b, m, nil, recs, pebble.Sync, true)
 }

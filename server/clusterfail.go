@@ -1,0 +1,442 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	tablets "github.com/ebbtable/ebbtable/cluster"
+	"github.com/ebbtable/ebbtable/storage"
+	"github.com/ebbtable/ebbtable/table"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Automatic failover (docs/scale-out.md, "Automatic failover"), on with
+// ClusterOptions.Failover and shared storage:
+//
+//   - Every batch of user writes is first written to this node's commit log
+//     in the shared store (storage/commitlog.go); a write is acknowledged
+//     only once its log object exists and the node's lease fence still
+//     holds, so nothing acknowledged is missing from the log when etcd
+//     expires the lease.
+//   - Checkpoint rounds (every CheckpointInterval while the log grows, and
+//     at once when the tablets this node owns change) export each owned
+//     tablet's span (shared SSTables by reference, held until the next
+//     round; the local levels' keys copied) into the store, write a catalog
+//     naming them with the log position each holds, and truncate the log
+//     below the oldest.
+//   - A node taking a tablet (the target of a move, before the source
+//     flips; a node recovering one, before its own flip) checkpoints it
+//     first, so its catalog covers every tablet it may be named owner of.
+//   - When a node's key leaves etcd (its lease expired, or it left), every
+//     survivor computes the same plan (cluster.PlanTakeOvers: each table's
+//     tablets of the dead node to the least loaded node); the node chosen
+//     ingests the dead node's checkpoints, replays its log after them,
+//     checkpoints the result, and becomes the owner in one etcd transaction
+//     that holds only while the dead node's key is absent.
+
+// failover is a node's part in automatic failover.
+type failover struct {
+	c        *clusterMember
+	log      *storage.CommitLog
+	interval time.Duration
+	grace    time.Time // no take-overs before (peers restarting with us register)
+
+	roundMu  sync.Mutex
+	round    uint64
+	held     []*table.SpanExport
+	lastFP   string
+	lastNext uint64
+	lastAt   time.Time
+	// pending are spans this node took (a move's target before the flip,
+	// a take-over before its flip): checkpointed in every round until the
+	// directory names this node their owner or a minute passes.
+	pending map[string]pendingSpan
+
+	kick chan struct{}
+	// failures counts failed take-overs by group, to retry with a pause.
+	failMu   sync.Mutex
+	failures map[string]time.Time
+}
+
+type pendingSpan struct {
+	span  ownedSpan
+	since time.Time
+}
+
+// ownedSpan is one tablet's rows in a table ("projects/P/instances/I/tables/T").
+type ownedSpan struct {
+	table      string
+	start, end []byte
+}
+
+func (s ownedSpan) key() string { return fmt.Sprintf("%s\x00%x\x00%x", s.table, s.start, s.end) }
+
+// startFailover opens this node's commit log, sends the engine's writes to
+// it, writes a first checkpoint round and starts the loops.
+func (c *clusterMember) startFailover() error {
+	if !c.opts.Failover {
+		return nil
+	}
+	if c.store == nil {
+		return fmt.Errorf("%w: automatic failover needs shared storage (--shared-storage)", errInvalid)
+	}
+	l, err := storage.OpenCommitLog(storage.CommitLogOptions{Store: c.store, Node: c.opts.NodeID, Fence: func() error {
+		if !c.m.Live() {
+			return status.Errorf(codes.Unavailable, "ebbtable: node %s does not hold its lease now; retry", c.opts.NodeID)
+		}
+		return nil
+	}})
+	if err != nil {
+		return err
+	}
+	interval := c.opts.CheckpointInterval
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	ttl := c.opts.LeaseTTL
+	if ttl <= 0 {
+		ttl = 10 * time.Second
+	}
+	f := &failover{c: c, log: l, interval: interval, grace: c.s.opts.Clock.Now().Add(ttl),
+		pending: map[string]pendingSpan{}, kick: make(chan struct{}, 1), failures: map[string]time.Time{}}
+	if cat, ok, err := storage.ReadCatalog(c.store, c.opts.NodeID); err == nil && ok {
+		f.round = cat.Round
+	}
+	c.fail = f
+	c.s.engine.SetCommitLog(l)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := f.checkpoint(ctx, nil); err != nil {
+		c.s.engine.SetCommitLog(nil)
+		c.fail = nil
+		return fmt.Errorf("ebbtable: first checkpoint round: %w", err)
+	}
+	c.wg.Add(2)
+	go f.checkpointLoop()
+	go f.takeOverLoop()
+	return nil
+}
+
+// ownedSpans lists the tablets the directory gives this node.
+func (f *failover) ownedSpans() []ownedSpan {
+	var out []ownedSpan
+	for _, d := range f.c.m.Directories() {
+		for _, t := range d.Tablets {
+			if t.Owner == f.c.opts.NodeID {
+				out = append(out, ownedSpan{table: d.Table, start: t.Start, end: t.End})
+			}
+		}
+	}
+	return out
+}
+
+// checkpoint runs one round: every owned tablet, every pending span and
+// extra are exported into the store, the catalog is replaced, and the log
+// truncated below the oldest checkpoint. A round with nothing new (same
+// spans, no log record since the last, the interval not passed) is skipped.
+func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan) error {
+	f.roundMu.Lock()
+	defer f.roundMu.Unlock()
+	now := f.c.s.opts.Clock.Now()
+	owned := f.ownedSpans()
+	ownedKeys := map[string]bool{}
+	for _, s := range owned {
+		ownedKeys[s.key()] = true
+	}
+	for _, s := range extra {
+		f.pending[s.key()] = pendingSpan{span: s, since: now}
+	}
+	all := append([]ownedSpan(nil), owned...)
+	for k, p := range f.pending {
+		if ownedKeys[k] || now.Sub(p.since) > time.Minute {
+			delete(f.pending, k)
+			continue
+		}
+		all = append(all, p.span)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].key() < all[j].key() })
+	var fp strings.Builder
+	for _, s := range all {
+		fp.WriteString(s.key())
+		fp.WriteByte('\n')
+	}
+	next := f.log.Next()
+	if len(extra) == 0 && fp.String() == f.lastFP && (next == f.lastNext || now.Sub(f.lastAt) < f.interval) {
+		return nil
+	}
+	trunc := f.log.CommittedThrough()
+	round := f.round + 1
+	var entries []storage.CatalogEntry
+	var held []*table.SpanExport
+	ok := false
+	defer func() {
+		if !ok {
+			for _, x := range held {
+				x.Release()
+			}
+		}
+	}()
+	for i, s := range all {
+		ref, err := parseTable(s.table)
+		if err != nil {
+			continue
+		}
+		after := f.log.CommittedThrough()
+		x, err := f.c.s.engine.ExportSpan(ctx, ref.instance, ref.table, s.start, s.end)
+		if errors.Is(err, table.ErrTableNotFound) {
+			continue // not created here yet: it holds nothing here
+		}
+		if err != nil {
+			return err
+		}
+		held = append(held, x)
+		b, err := x.Marshal()
+		if err != nil {
+			return err
+		}
+		name := storage.CheckpointName(f.c.opts.NodeID, round, i)
+		if err := storage.PutObject(f.c.store, name, b); err != nil {
+			return fmt.Errorf("ebbtable: checkpoint %s: %w", name, err)
+		}
+		x.TrimLocal()
+		entries = append(entries, storage.CatalogEntry{Table: s.table, TableID: x.TableID, StartRow: s.start, EndRow: s.end, After: after, Object: name})
+		trunc = min(trunc, after)
+	}
+	cat := storage.CommitCatalog{Node: f.c.opts.NodeID, Round: round, Truncated: trunc, Next: next, Entries: entries}
+	if err := storage.WriteCatalog(f.c.store, cat); err != nil {
+		return err
+	}
+	ok = true
+	old := f.held
+	f.round, f.held, f.lastFP, f.lastNext, f.lastAt = round, held, fp.String(), next, now
+	for _, x := range old {
+		x.Release()
+	}
+	keep := map[string]bool{}
+	for _, e := range entries {
+		keep[e.Object] = true
+	}
+	if err := storage.DeleteCheckpoints(f.c.store, f.c.opts.NodeID, keep); err != nil {
+		f.c.s.log.Warn("delete old checkpoints", "err", err)
+	}
+	if err := f.log.Truncate(trunc); err != nil {
+		f.c.s.log.Warn("truncate the commit log", "err", err)
+	}
+	return nil
+}
+
+// checkpointLoop runs rounds on the interval, and at once when the
+// directory changes (a tablet split, merged, arrived or left).
+func (f *failover) checkpointLoop() {
+	c := f.c
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.m.Changed():
+		case <-c.s.opts.Clock.After(f.interval):
+		}
+		if !c.m.Live() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := f.checkpoint(ctx, nil); err != nil {
+			c.s.log.Warn("checkpoint round", "err", err)
+		}
+		cancel()
+	}
+}
+
+// tookSpan checkpoints a span this node just ingested as a move's target,
+// before the source flips the owner.
+func (c *clusterMember) tookSpan(ctx context.Context, x *table.SpanExport) error {
+	if c.fail == nil {
+		return nil
+	}
+	ref := tableRef{instance: x.Instance, table: x.Table}
+	return c.fail.checkpoint(ctx, []ownedSpan{{table: ref.name(), start: x.StartRow, end: x.EndRow}})
+}
+
+// takeOverLoop watches for dead owners and recovers the groups the plan
+// gives this node.
+func (f *failover) takeOverLoop() {
+	c := f.c
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.m.Changed():
+		case <-f.kick:
+		case <-c.s.opts.Clock.After(time.Second):
+		}
+		if !c.m.Live() || c.s.opts.Clock.Now().Before(f.grace) {
+			continue
+		}
+		plan, err := tablets.PlanTakeOvers(c.m.Nodes(), c.m.Directories())
+		if err != nil && len(plan) == 0 {
+			continue
+		}
+		for _, g := range plan {
+			if g.To != c.opts.NodeID {
+				continue
+			}
+			key := g.Dead + "\x00" + g.Table
+			f.failMu.Lock()
+			last, failed := f.failures[key]
+			f.failMu.Unlock()
+			if failed && c.s.opts.Clock.Now().Sub(last) < 2*time.Second {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			err := f.takeOver(ctx, g)
+			cancel()
+			f.failMu.Lock()
+			if err != nil {
+				f.failures[key] = c.s.opts.Clock.Now()
+			} else {
+				delete(f.failures, key)
+			}
+			f.failMu.Unlock()
+			if err != nil {
+				c.s.log.Warn("take over a dead node's tablets", "dead", g.Dead, "table", g.Table, "err", err)
+				select {
+				case f.kick <- struct{}{}:
+				default:
+				}
+			}
+			break // the plan changes with each take-over: compute it again
+		}
+	}
+}
+
+// takeOver recovers one table's tablets of a dead node here and makes
+// this node their owner.
+func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
+	c := f.c
+	start := time.Now()
+	ref, err := parseTable(g.Table)
+	if err != nil {
+		return err
+	}
+	cat, _, err := storage.ReadCatalog(c.store, g.Dead)
+	if err != nil {
+		return err
+	}
+	// The checkpoints that hold rows of the group's tablets.
+	var entries []storage.CatalogEntry
+	var cps []tablets.Checkpointed
+	for _, e := range cat.Entries {
+		if e.Table != g.Table {
+			continue
+		}
+		for _, t := range g.Tablets {
+			if tablets.Overlaps(e.StartRow, e.EndRow, t.Start, t.End) {
+				entries = append(entries, e)
+				cps = append(cps, tablets.Checkpointed{Start: e.StartRow, End: e.EndRow, After: e.After})
+				break
+			}
+		}
+	}
+	// Ingesting a checkpoint replaces its whole span here: it must not
+	// reach rows this node serves (a checkpoint from before a split whose
+	// other half came here since).
+	if d, ok := c.m.Directory(g.Table); ok {
+		for _, t := range d.Tablets {
+			if t.Owner != c.opts.NodeID {
+				continue
+			}
+			for _, e := range entries {
+				if tablets.Overlaps(e.StartRow, e.EndRow, t.Start, t.End) {
+					return fmt.Errorf("ebbtable: %s's checkpoint [%q, %q) reaches %s, which this node serves; give the tablets away by hand (node drain --force)", g.Dead, e.StartRow, e.EndRow, t)
+				}
+			}
+		}
+	}
+	eng := c.s.engine
+	// Whatever this node holds of the tablets (a copy from an old move) goes.
+	for _, t := range g.Tablets {
+		if err := eng.ExciseSpan(ctx, ref.instance, ref.table, t.Start, t.End); err != nil {
+			return err
+		}
+	}
+	for _, e := range entries {
+		b, err := storage.GetObject(ctx, c.store, e.Object)
+		if err != nil {
+			return fmt.Errorf("ebbtable: checkpoint %s: %w", e.Object, err)
+		}
+		x, err := table.UnmarshalSpanExport(b)
+		if err != nil {
+			return err
+		}
+		if err := eng.IngestSpan(ctx, x); err != nil {
+			return err
+		}
+	}
+	pieces := tablets.RecoveryPieces(g.Tablets, cps, cat.Truncated)
+	from := uint64(1<<64 - 1)
+	for _, p := range pieces {
+		from = min(from, p.After)
+	}
+	records, keys := 0, 0
+	err = storage.ReadCommitLog(ctx, c.store, g.Dead, from, func(seq uint64, repr []byte) error {
+		var spans []table.RowSpan
+		for _, p := range pieces {
+			if seq > p.After {
+				spans = append(spans, table.RowSpan{Start: p.Start, End: p.End})
+			}
+		}
+		if len(spans) == 0 {
+			return nil
+		}
+		n, err := eng.ReplayLogged(ref.instance, ref.table, spans, repr)
+		records++
+		keys += n
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	// Rows of the checkpoints outside the group belong to other nodes now.
+	for _, e := range entries {
+		for _, r := range tablets.Outside(e.StartRow, e.EndRow, g.Tablets) {
+			if err := eng.ExciseSpan(ctx, ref.instance, ref.table, r[0], r[1]); err != nil {
+				return err
+			}
+		}
+	}
+	// This node's own catalog covers the tablets before it owns them.
+	var spans []ownedSpan
+	for _, t := range g.Tablets {
+		spans = append(spans, ownedSpan{table: g.Table, start: t.Start, end: t.End})
+	}
+	if err := f.checkpoint(ctx, spans); err != nil {
+		return err
+	}
+	d, ok := c.m.Directory(g.Table)
+	if !ok {
+		return fmt.Errorf("ebbtable: table %s was dropped", g.Table)
+	}
+	next := d.Clone()
+	for _, t := range g.Tablets {
+		ct, i, found := d.Find(t.ID)
+		if !found || ct.Owner != g.Dead || !bytes.Equal(ct.Start, t.Start) || !bytes.Equal(ct.End, t.End) {
+			return fmt.Errorf("%w: %s changed during its take-over", tablets.ErrConflict, t)
+		}
+		next.Tablets[i].Owner = c.opts.NodeID
+	}
+	if _, err := c.m.TakeOver(ctx, d, next, g.Dead); err != nil {
+		return err
+	}
+	c.s.log.Info("took over a dead node's tablets", "dead", g.Dead, "table", g.Table, "tablets", len(g.Tablets),
+		"checkpoints", len(entries), "log_records", records, "keys", keys, "took", time.Since(start))
+	return nil
+}

@@ -1,0 +1,203 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"github.com/ebbtable/ebbtable/internal/testkit"
+	"github.com/ebbtable/ebbtable/server/clusterpb"
+	"github.com/ebbtable/ebbtable/storage"
+)
+
+// startFailoverCluster is a three-node cluster with automatic failover:
+// short leases, checkpoints only when asked (an hour apart) or when the
+// tablets change.
+func startFailoverCluster(t *testing.T) *scaleCluster {
+	t.Helper()
+	return startScaleClusterTuned(t, 0, func(o *Options) {
+		o.Cluster.Failover = true
+		o.Cluster.LeaseTTL = time.Second
+		o.Cluster.CheckpointInterval = time.Hour
+	}, "n1", "n2", "n3")
+}
+
+// crash stops a node as kill -9 would for the cluster: its lease is left
+// to expire (not revoked) and nothing of it is used again; its disk is
+// never reopened.
+func (n *scaleNode) crash() {
+	n.srv.cluster.m.Abandon()
+	n.stop()
+}
+
+func owners(t *testing.T, n *scaleNode) string {
+	t.Helper()
+	tabs, err := n.ops.ListTablets(context.Background(), &clusterpb.ListTabletsRequest{Table: scaleTable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, tb := range tabs.Tablets {
+		out = append(out, fmt.Sprintf("[%s,%s)%s", tb.Start, tb.End, tb.Owner))
+	}
+	return strings.Join(out, " ")
+}
+
+// A node killed without leaving: once its lease expires, the survivors
+// take its tablets over, rebuilt from its checkpoint (shared SSTables,
+// some compacted away on it since, held by the checkpoint) and its commit
+// log (writes only its memtable held), and every acknowledged write is
+// read back through every survivor, while a writer kept writing.
+func TestFailoverNodeKilled(t *testing.T) {
+	sc := startFailoverCluster(t)
+	sc.createTable(t, "n1", "g", "p")
+	ctx := context.Background()
+	n3 := sc.nodes["n3"]
+	if got := owners(t, sc.nodes["n1"]); got != "[,g)n1 [g,p)n2 [p,)n3" {
+		t.Fatalf("tablets: %s", got)
+	}
+	var mu sync.Mutex
+	acked := map[string]string{}
+	write := func(tbl *bigtable.Table, row, val string) error {
+		err := writeScale(t, tbl, row, val)
+		if err == nil {
+			mu.Lock()
+			acked[row] = val
+			mu.Unlock()
+		}
+		return err
+	}
+	tbl := sc.nodes["n1"].client.Open("t")
+	// Batch A: in n3's shared SSTables after a compaction, then
+	// checkpointed (by reference).
+	for i := range 300 {
+		if err := write(tbl, fmt.Sprintf("%c-a%03d", 'a'+i%26, i), "A"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eng3 := n3.srv.Engine()
+	if err := eng3.Compact(ctx, []byte{0}, []byte{0xff, 0xff}); err != nil {
+		t.Fatal(err)
+	}
+	n3.srv.cluster.fail.lastAt = time.Time{}
+	if err := n3.srv.cluster.fail.checkpoint(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	cat, ok, err := storage.ReadCatalog(n3.srv.cluster.store, "n3")
+	if err != nil || !ok || len(cat.Entries) != 1 {
+		t.Fatalf("n3's catalog: %+v %v %v", cat, ok, err)
+	}
+	// Batch B overwrites some of A and compacts again (the checkpoint's
+	// shared SSTables are obsolete on n3 now, but held); batch C stays in
+	// n3's memtable and commit log only.
+	for i := range 300 {
+		if i%3 == 0 {
+			if err := write(tbl, fmt.Sprintf("%c-a%03d", 'a'+i%26, i), "B"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := eng3.Compact(ctx, []byte{0}, []byte{0xff, 0xff}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		if err := write(tbl, fmt.Sprintf("%c-c%03d", 'a'+i%26, i), "C"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A delete that only the log holds must stay deleted.
+	mu.Lock()
+	delete(acked, "z-a025")
+	mu.Unlock()
+	if err := tbl.Apply(ctx, "z-a025", deleteRow()); err != nil {
+		t.Fatal(err)
+	}
+	// A writer through n2 keeps going across the crash.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var slowest time.Duration
+	go func() {
+		defer close(done)
+		t2 := sc.nodes["n2"].client.Open("t")
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			began := time.Now()
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			m := bigtable.NewMutation()
+			m.Set("f", "c", bigtable.Timestamp(1000), []byte(fmt.Sprintf("w%d", i)))
+			row := fmt.Sprintf("%c-w%04d", 'a'+i%26, i)
+			err := t2.Apply(wctx, row, m)
+			cancel()
+			if err == nil {
+				mu.Lock()
+				acked[row] = fmt.Sprintf("w%d", i)
+				mu.Unlock()
+				slowest = max(slowest, time.Since(began))
+			}
+		}
+	}()
+	waitWrites := func(n int) {
+		testkit.Eventually(t, "more writes", 30*time.Second, func() (bool, string) {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(acked) >= n, fmt.Sprintf("%d acked", len(acked))
+		})
+	}
+	mu.Lock()
+	before := len(acked)
+	mu.Unlock()
+	waitWrites(before + 50)
+	n3.crash()
+	testkit.Eventually(t, "n3's tablet to be taken over", 30*time.Second, func() (bool, string) {
+		got := owners(t, sc.nodes["n1"])
+		return !strings.Contains(got, "n3"), got
+	})
+	mu.Lock()
+	before = len(acked)
+	mu.Unlock()
+	waitWrites(before + 100)
+	close(stop)
+	<-done
+	t.Logf("tablets after the take-over: %s; slowest acknowledged write across it: %v", owners(t, sc.nodes["n2"]), slowest)
+	for _, id := range []string{"n1", "n2"} {
+		keys, vals := readScale(t, sc.nodes[id])
+		if !sort.StringsAreSorted(keys) {
+			t.Errorf("read through %s is out of order", id)
+		}
+		mu.Lock()
+		missing := 0
+		for r, v := range acked {
+			if vals[r] != v {
+				if missing < 5 {
+					t.Errorf("read through %s: %s = %q, want %q", id, r, vals[r], v)
+				}
+				missing++
+			}
+		}
+		if missing > 0 {
+			t.Errorf("read through %s: %d of %d acknowledged writes missing or wrong", id, missing, len(acked))
+		}
+		if _, ok := vals["z-a025"]; ok {
+			t.Errorf("read through %s: the deleted row z-a025 is back", id)
+		}
+		if len(keys) != len(vals) {
+			t.Errorf("read through %s: %d rows, %d distinct", id, len(keys), len(vals))
+		}
+		mu.Unlock()
+	}
+}
+
+func deleteRow() *bigtable.Mutation {
+	m := bigtable.NewMutation()
+	m.DeleteRow()
+	return m
+}
