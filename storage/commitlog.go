@@ -165,7 +165,6 @@ func (l *CommitLog) flush() {
 // uvarint length, bytes), then a CRC-32C of everything before it.
 const logMagic = "ebblog1\n"
 
-
 func (l *CommitLog) writeGroup(group []*logAppend) error {
 	n := len(logMagic) + 4
 	for _, a := range group {
