@@ -41,7 +41,9 @@ func TestPlanTakeOvers(t *testing.T) {
 
 func TestRecoveryPieces(t *testing.T) {
 	tb := func(s, e string) Tablet { return Tablet{Start: []byte(s), End: []byte(e)} }
-	cp := func(s, e string, after uint64) Checkpointed { return Checkpointed{Start: []byte(s), End: []byte(e), After: after} }
+	cp := func(s, e string, after uint64) Checkpointed {
+		return Checkpointed{Start: []byte(s), End: []byte(e), After: after}
+	}
 	for _, tc := range []struct {
 		name    string
 		tablets []Tablet
