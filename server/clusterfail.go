@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	tablets "github.com/ebbtable/ebbtable/cluster"
@@ -50,7 +51,8 @@ type failover struct {
 
 	roundMu  sync.Mutex
 	round    uint64
-	held     []*table.SpanExport
+	cur      []heldCheckpoint
+	rounds   atomic.Int64
 	lastFP   string
 	lastNext uint64
 	lastAt   time.Time
@@ -113,7 +115,7 @@ func (c *clusterMember) startFailover() error {
 	c.s.engine.SetCommitLog(l)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := f.checkpoint(ctx, nil); err != nil {
+	if err := f.checkpoint(ctx, nil, true); err != nil {
 		c.s.engine.SetCommitLog(nil)
 		c.fail = nil
 		return fmt.Errorf("ebbtable: first checkpoint round: %w", err)
@@ -137,11 +139,23 @@ func (f *failover) ownedSpans() []ownedSpan {
 	return out
 }
 
-// checkpoint runs one round: every owned tablet, every pending span and
-// extra are exported into the store, the catalog is replaced, and the log
-// truncated below the oldest checkpoint. A round with nothing new (same
-// spans, no log record since the last, the interval not passed) is skipped.
-func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan) error {
+// heldCheckpoint is one entry of this node's current catalog, with the
+// export whose hold keeps its shared SSTables in the store.
+type heldCheckpoint struct {
+	span  ownedSpan
+	entry storage.CatalogEntry
+	x     *table.SpanExport
+}
+
+// checkpoint runs one round: the catalog is replaced by one covering every
+// owned tablet, every pending span and extra, and the log is truncated
+// below the oldest checkpoint. A full round (asked for, and due: the last
+// was an interval ago) exports every span again, so the log shrinks;
+// otherwise only spans without a checkpoint are exported (a tablet taken,
+// split or merged) and the others are kept. A round that would change
+// nothing (the same spans, and not full or no log record since the last
+// full one) is skipped.
+func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan, full bool) error {
 	f.roundMu.Lock()
 	defer f.roundMu.Unlock()
 	now := f.c.s.opts.Clock.Now()
@@ -168,22 +182,34 @@ func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan) error {
 		fp.WriteByte('\n')
 	}
 	next := f.log.Next()
-	if len(extra) == 0 && fp.String() == f.lastFP && (next == f.lastNext || now.Sub(f.lastAt) < f.interval) {
+	if full && now.Sub(f.lastAt) < f.interval {
+		full = false // not due yet
+	}
+	if fp.String() == f.lastFP && (!full || next == f.lastNext) {
 		return nil
+	}
+	cur := map[string]heldCheckpoint{}
+	for _, h := range f.cur {
+		cur[h.span.key()] = h
 	}
 	trunc := f.log.CommittedThrough()
 	round := f.round + 1
-	var entries []storage.CatalogEntry
-	var held []*table.SpanExport
+	var kept []heldCheckpoint
+	var fresh []*table.SpanExport
 	ok := false
 	defer func() {
 		if !ok {
-			for _, x := range held {
+			for _, x := range fresh {
 				x.Release()
 			}
 		}
 	}()
 	for i, s := range all {
+		if h, found := cur[s.key()]; found && !full {
+			kept = append(kept, h)
+			trunc = min(trunc, h.entry.After)
+			continue
+		}
 		ref, err := parseTable(s.table)
 		if err != nil {
 			continue
@@ -196,7 +222,7 @@ func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan) error {
 		if err != nil {
 			return err
 		}
-		held = append(held, x)
+		fresh = append(fresh, x)
 		b, err := x.Marshal()
 		if err != nil {
 			return err
@@ -206,23 +232,33 @@ func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan) error {
 			return fmt.Errorf("ebbtable: checkpoint %s: %w", name, err)
 		}
 		x.TrimLocal()
-		entries = append(entries, storage.CatalogEntry{Table: s.table, TableID: x.TableID, StartRow: s.start, EndRow: s.end, After: after, Object: name})
+		kept = append(kept, heldCheckpoint{span: s, x: x,
+			entry: storage.CatalogEntry{Table: s.table, TableID: x.TableID, StartRow: s.start, EndRow: s.end, After: after, Object: name}})
 		trunc = min(trunc, after)
+	}
+	entries := make([]storage.CatalogEntry, len(kept))
+	for i, h := range kept {
+		entries[i] = h.entry
 	}
 	cat := storage.CommitCatalog{Node: f.c.opts.NodeID, Round: round, Truncated: trunc, Next: next, Entries: entries}
 	if err := storage.WriteCatalog(f.c.store, cat); err != nil {
 		return err
 	}
 	ok = true
-	old := f.held
-	f.round, f.held, f.lastFP, f.lastNext, f.lastAt = round, held, fp.String(), next, now
-	for _, x := range old {
-		x.Release()
-	}
 	keep := map[string]bool{}
 	for _, e := range entries {
 		keep[e.Object] = true
 	}
+	for _, h := range f.cur {
+		if !keep[h.entry.Object] {
+			h.x.Release()
+		}
+	}
+	f.round, f.cur, f.lastFP = round, kept, fp.String()
+	if full {
+		f.lastNext, f.lastAt = next, now
+	}
+	f.rounds.Add(1)
 	if err := storage.DeleteCheckpoints(f.c.store, f.c.opts.NodeID, keep); err != nil {
 		f.c.s.log.Warn("delete old checkpoints", "err", err)
 	}
@@ -248,7 +284,7 @@ func (f *failover) checkpointLoop() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if err := f.checkpoint(ctx, nil); err != nil {
+		if err := f.checkpoint(ctx, nil, true); err != nil { // full when due
 			c.s.log.Warn("checkpoint round", "err", err)
 		}
 		cancel()
@@ -262,7 +298,7 @@ func (c *clusterMember) tookSpan(ctx context.Context, x *table.SpanExport) error
 		return nil
 	}
 	ref := tableRef{instance: x.Instance, table: x.Table}
-	return c.fail.checkpoint(ctx, []ownedSpan{{table: ref.name(), start: x.StartRow, end: x.EndRow}})
+	return c.fail.checkpoint(ctx, []ownedSpan{{table: ref.name(), start: x.StartRow, end: x.EndRow}}, false)
 }
 
 // takeOverLoop watches for dead owners and recovers the groups the plan
@@ -418,7 +454,7 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 	for _, t := range g.Tablets {
 		spans = append(spans, ownedSpan{table: g.Table, start: t.Start, end: t.End})
 	}
-	if err := f.checkpoint(ctx, spans); err != nil {
+	if err := f.checkpoint(ctx, spans, false); err != nil {
 		return err
 	}
 	d, ok := c.m.Directory(g.Table)

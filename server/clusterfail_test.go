@@ -85,7 +85,7 @@ func TestFailoverNodeKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	n3.srv.cluster.fail.lastAt = time.Time{}
-	if err := n3.srv.cluster.fail.checkpoint(ctx, nil); err != nil {
+	if err := n3.srv.cluster.fail.checkpoint(ctx, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	cat, ok, err := storage.ReadCatalog(n3.srv.cluster.store, "n3")
@@ -116,6 +116,27 @@ func TestFailoverNodeKilled(t *testing.T) {
 	mu.Unlock()
 	if err := tbl.Apply(ctx, "z-a025", deleteRow()); err != nil {
 		t.Fatal(err)
+	}
+	// Tablet [g, p) moves to n3 (which checkpoints it before the flip: it
+	// is in none of n3's log), n3's tablet splits (a directory change
+	// only), and more writes land everywhere.
+	tabs, err := sc.nodes["n1"].ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: scaleTable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sc.nodes["n1"].ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: tabs.Tablets[1].Id, To: "n3"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sc.nodes["n2"].ops.SplitTablet(ctx, &clusterpb.SplitTabletRequest{Table: scaleTable, Key: []byte("t")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := owners(t, sc.nodes["n2"]); got != "[,g)n1 [g,p)n3 [p,t)n3 [t,)n3" {
+		t.Fatalf("tablets before the crash: %s", got)
+	}
+	for i := range 100 {
+		if err := write(tbl, fmt.Sprintf("%c-d%03d", 'a'+i%26, i), "D"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// A writer through n2 keeps going across the crash.
 	stop := make(chan struct{})
