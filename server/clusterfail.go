@@ -53,6 +53,9 @@ type failover struct {
 	round    uint64
 	cur      []heldCheckpoint
 	rounds   atomic.Int64
+	// loopPaused stops checkpointLoop's rounds (tests: a node that dies
+	// before its loop catches up with a change).
+	loopPaused atomic.Bool
 	lastFP   string
 	lastNext uint64
 	lastAt   time.Time
@@ -280,7 +283,7 @@ func (f *failover) checkpointLoop() {
 		case <-c.m.Changed():
 		case <-c.s.opts.Clock.After(f.interval):
 		}
-		if !c.m.Live() {
+		if !c.m.Live() || f.loopPaused.Load() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

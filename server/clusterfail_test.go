@@ -119,7 +119,10 @@ func TestFailoverNodeKilled(t *testing.T) {
 	}
 	// Tablet [g, p) moves to n3 (which checkpoints it before the flip: it
 	// is in none of n3's log), n3's tablet splits (a directory change
-	// only), and more writes land everywhere.
+	// only), and more writes land everywhere. n3's checkpoint loop is
+	// paused: it dies before it would catch up with either change, so the
+	// move's own checkpoint and the one from before the split must do.
+	n3.srv.cluster.fail.loopPaused.Store(true)
 	tabs, err := sc.nodes["n1"].ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: scaleTable})
 	if err != nil {
 		t.Fatal(err)
@@ -132,6 +135,10 @@ func TestFailoverNodeKilled(t *testing.T) {
 	}
 	if got := owners(t, sc.nodes["n2"]); got != "[,g)n1 [g,p)n3 [p,t)n3 [t,)n3" {
 		t.Fatalf("tablets before the crash: %s", got)
+	}
+	cat, _, err = storage.ReadCatalog(n3.srv.cluster.store, "n3")
+	if err != nil || len(cat.Entries) != 2 {
+		t.Fatalf("n3's catalog after the move: %+v %v", cat, err)
 	}
 	for i := range 100 {
 		if err := write(tbl, fmt.Sprintf("%c-d%03d", 'a'+i%26, i), "D"); err != nil {
