@@ -49,16 +49,16 @@ type failover struct {
 	interval time.Duration
 	grace    time.Time // no take-overs before (peers restarting with us register)
 
-	roundMu  sync.Mutex
-	round    uint64
-	cur      []heldCheckpoint
-	rounds   atomic.Int64
+	roundMu sync.Mutex
+	round   uint64
+	cur     []heldCheckpoint
+	rounds  atomic.Int64
 	// loopPaused stops checkpointLoop's rounds (tests: a node that dies
 	// before its loop catches up with a change).
 	loopPaused atomic.Bool
-	lastFP   string
-	lastNext uint64
-	lastAt   time.Time
+	lastFP     string
+	lastNext   uint64
+	lastAt     time.Time
 	// pending are spans this node took (a move's target before the flip,
 	// a take-over before its flip): checkpointed in every round until the
 	// directory names this node their owner or a minute passes.
