@@ -87,6 +87,11 @@ func (s ownedSpan) key() string { return fmt.Sprintf("%s\x00%x\x00%x", s.table, 
 // it, writes a first checkpoint round and starts the loops.
 func (c *clusterMember) startFailover() error {
 	if !c.opts.Failover {
+		if c.store != nil {
+			// No catalog: nobody takes this node's tablets over from
+			// checkpoints it no longer keeps current.
+			return storage.DeleteCatalogs(c.store, c.opts.NodeID)
+		}
 		return nil
 	}
 	if c.store == nil {
@@ -366,9 +371,12 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 	if err != nil {
 		return err
 	}
-	cat, _, err := storage.ReadCatalog(c.store, g.Dead)
+	cat, ok, err := storage.ReadCatalog(c.store, g.Dead)
 	if err != nil {
 		return err
+	}
+	if !ok {
+		return fmt.Errorf("ebbtable: node %s left no commit catalog (it did not run with failover): its tablets wait for it, or for node drain --force", g.Dead)
 	}
 	// The checkpoints that hold rows of the group's tablets.
 	var entries []storage.CatalogEntry

@@ -441,6 +441,22 @@ func ReadCatalog(st ObjectStore, node string) (CommitCatalog, bool, error) {
 	return CommitCatalog{}, false, nil
 }
 
+// DeleteCatalogs deletes node's catalogs: a node that runs without
+// failover says so, since its tablets cannot be rebuilt from what it
+// wrote before.
+func DeleteCatalogs(st ObjectStore, node string) error {
+	cs, err := listCatalogs(st, node)
+	if err != nil {
+		return err
+	}
+	for _, c := range cs {
+		if err := st.Delete(c.name); err != nil && !st.IsNotExistError(err) {
+			return err
+		}
+	}
+	return nil
+}
+
 // DeleteCheckpoints deletes node's checkpoint objects not in keep.
 func DeleteCheckpoints(st ObjectStore, node string, keep map[string]bool) error {
 	p := checkpointPrefix(node)
