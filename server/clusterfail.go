@@ -64,6 +64,10 @@ type failover struct {
 	// directory names this node their owner or a minute passes.
 	pending map[string]pendingSpan
 
+	// takeMu keeps ingests of moved tablets out while a take-over runs:
+	// its checkpoints must not reach a span arriving here meanwhile.
+	takeMu sync.Mutex
+
 	kick chan struct{}
 	// failures counts failed take-overs by group, to retry with a pause.
 	failMu   sync.Mutex
@@ -299,14 +303,41 @@ func (f *failover) checkpointLoop() {
 	}
 }
 
-// tookSpan checkpoints a span this node just ingested as a move's target,
-// before the source flips the owner.
-func (c *clusterMember) tookSpan(ctx context.Context, x *table.SpanExport) error {
+// ingestMoved is a move target's ingest; with failover the span is
+// checkpointed before the source flips the owner (it is in no part of
+// this node's log), and no take-over runs meanwhile.
+func (c *clusterMember) ingestMoved(ctx context.Context, x *table.SpanExport) error {
 	if c.fail == nil {
-		return nil
+		return c.s.engine.IngestSpan(ctx, x)
+	}
+	c.fail.takeMu.Lock()
+	defer c.fail.takeMu.Unlock()
+	if err := c.s.engine.IngestSpan(ctx, x); err != nil {
+		return err
 	}
 	ref := tableRef{instance: x.Instance, table: x.Table}
 	return c.fail.checkpoint(ctx, []ownedSpan{{table: ref.name(), start: x.StartRow, end: x.EndRow}}, false)
+}
+
+// mine lists the spans of a table this node serves or is taking (a move's
+// target before the flip).
+func (f *failover) mine(tableName string) [][2][]byte {
+	var out [][2][]byte
+	if d, ok := f.c.m.Directory(tableName); ok {
+		for _, t := range d.Tablets {
+			if t.Owner == f.c.opts.NodeID {
+				out = append(out, [2][]byte{t.Start, t.End})
+			}
+		}
+	}
+	f.roundMu.Lock()
+	for _, p := range f.pending {
+		if p.span.table == tableName {
+			out = append(out, [2][]byte{p.span.start, p.span.end})
+		}
+	}
+	f.roundMu.Unlock()
+	return out
 }
 
 // takeOverLoop watches for dead owners and recovers the groups the plan
@@ -394,17 +425,14 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 		}
 	}
 	// Ingesting a checkpoint replaces its whole span here: it must not
-	// reach rows this node serves (a checkpoint from before a split whose
-	// other half came here since).
-	if d, ok := c.m.Directory(g.Table); ok {
-		for _, t := range d.Tablets {
-			if t.Owner != c.opts.NodeID {
-				continue
-			}
-			for _, e := range entries {
-				if tablets.Overlaps(e.StartRow, e.EndRow, t.Start, t.End) {
-					return fmt.Errorf("ebbtable: %s's checkpoint [%q, %q) reaches %s, which this node serves; give the tablets away by hand (node drain --force)", g.Dead, e.StartRow, e.EndRow, t)
-				}
+	// reach rows this node serves or is taking (a checkpoint from before a
+	// split whose other half came here since). Moves into this node wait.
+	f.takeMu.Lock()
+	defer f.takeMu.Unlock()
+	for _, r := range f.mine(g.Table) {
+		for _, e := range entries {
+			if tablets.Overlaps(e.StartRow, e.EndRow, r[0], r[1]) {
+				return fmt.Errorf("ebbtable: %s's checkpoint [%q, %q) reaches rows [%q, %q) this node serves; give the tablets away by hand (node drain --force)", g.Dead, e.StartRow, e.EndRow, r[0], r[1])
 			}
 		}
 	}
