@@ -11,11 +11,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	tablets "github.com/ebbtable/ebbtable/cluster"
 	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // Automatic failover (docs/scale-out.md, "Automatic failover"), on with
@@ -106,7 +108,7 @@ func (c *clusterMember) startFailover() error {
 			return status.Errorf(codes.Unavailable, "ebbtable: node %s does not hold its lease now; retry", c.opts.NodeID)
 		}
 		return nil
-	}})
+	}, Tag: c.appliedSeq})
 	if err != nil {
 		return err
 	}
@@ -205,6 +207,7 @@ func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan, full bool)
 		cur[h.span.key()] = h
 	}
 	trunc := f.log.CommittedThrough()
+	tag := f.c.appliedSeq()
 	round := f.round + 1
 	var kept []heldCheckpoint
 	var fresh []*table.SpanExport
@@ -252,7 +255,7 @@ func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan, full bool)
 	for i, h := range kept {
 		entries[i] = h.entry
 	}
-	cat := storage.CommitCatalog{Node: f.c.opts.NodeID, Round: round, Truncated: trunc, Next: next, Entries: entries}
+	cat := storage.CommitCatalog{Node: f.c.opts.NodeID, Round: round, Truncated: trunc, Next: next, Tag: tag, Entries: entries}
 	if err := storage.WriteCatalog(f.c.store, cat); err != nil {
 		return err
 	}
@@ -462,7 +465,22 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 		from = min(from, p.After)
 	}
 	records, keys := 0, 0
-	err = storage.ReadCommitLog(ctx, c.store, g.Dead, from, func(seq uint64, repr []byte) error {
+	// The schema log position the dead node had applied: its catalog's,
+	// or a later group's; a DropRowRange logged while it was at T was
+	// entry T+1 (entries are applied one at a time, in order).
+	tableID := uint64(0)
+	if d, ok := c.m.Directory(g.Table); ok {
+		tableID = d.TableID
+	}
+	// (Read from the truncation point: a drop applied after the catalog's
+	// tag was read is logged after it, and must be seen even where a
+	// checkpoint already holds its effect.)
+	applied, droppedNext := cat.Tag, map[uint64]bool{}
+	err = storage.ReadCommitLog(ctx, c.store, g.Dead, min(from, cat.Truncated), func(seq, tag uint64, repr []byte) error {
+		applied = max(applied, tag)
+		if table.LoggedDrop(repr, tableID) {
+			droppedNext[tag+1] = true
+		}
 		var spans []table.RowSpan
 		for _, p := range pieces {
 			if seq > p.After {
@@ -478,6 +496,9 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 		return err
 	})
 	if err != nil {
+		return err
+	}
+	if err := f.dropsMissed(ctx, ref, g, applied, droppedNext); err != nil {
 		return err
 	}
 	// Rows of the checkpoints outside the group belong to other nodes now.
@@ -513,5 +534,42 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 	}
 	c.s.log.Info("took over a dead node's tablets", "dead", g.Dead, "table", g.Table, "tablets", len(g.Tablets),
 		"checkpoints", len(entries), "log_records", records, "keys", keys, "took", time.Since(start))
+	return nil
+}
+
+// dropsMissed applies to the rebuilt tablets the DropRowRange entries of
+// their table that the dead node had not applied (it had applied the
+// schema log up to applied, and the entries in done besides) and this
+// node has: the node applies later ones itself, in order, as they come.
+func (f *failover) dropsMissed(ctx context.Context, ref tableRef, g tablets.TakeOver, applied uint64, done map[uint64]bool) error {
+	upTo := f.c.appliedSeq()
+	if upTo <= applied {
+		return nil
+	}
+	es, err := f.c.m.Entries(ctx, applied)
+	if err != nil {
+		return err
+	}
+	var spans []table.RowSpan
+	for _, t := range g.Tablets {
+		spans = append(spans, table.RowSpan{Start: t.Start, End: t.End})
+	}
+	for _, e := range es {
+		if e.Seq > upTo {
+			break
+		}
+		if e.Method != "DropRowRange" || e.Table != g.Table || done[e.Seq] {
+			continue
+		}
+		var req adminpb.DropRowRangeRequest
+		if err := proto.Unmarshal(e.Request, &req); err != nil {
+			return err
+		}
+		prefix, all := req.GetRowKeyPrefix(), req.GetDeleteAllDataFromTable()
+		if err := f.c.s.engine.DropInSpans(ref.instance, ref.table, prefix, all, spans); err != nil {
+			return err
+		}
+		f.c.s.log.Info("applied a row-range drop the dead node had missed to its tablets", "dead", g.Dead, "table", g.Table, "seq", e.Seq)
+	}
 	return nil
 }

@@ -49,6 +49,10 @@ type CommitLogOptions struct {
 	// acknowledged), so a node whose lease may have expired acknowledges
 	// nothing another node's recovery could miss.
 	Fence func() error
+	// Tag, when set, is asked at each append and stored with the record
+	// (a cluster node's applied schema log position: a take-over learns
+	// which schema changes the dead node had applied).
+	Tag func() uint64
 }
 
 // CommitLog is one node's commit log in the shared store. Append is safe
@@ -57,6 +61,7 @@ type CommitLog struct {
 	st    ObjectStore
 	node  string
 	fence func() error
+	tag   func() uint64
 
 	mu       sync.Mutex
 	next     uint64 // the next sequence number
@@ -73,6 +78,7 @@ type CommitLog struct {
 
 type logAppend struct {
 	seq  uint64
+	tag  uint64
 	repr []byte
 	err  chan error
 }
@@ -94,7 +100,7 @@ func OpenCommitLog(opts CommitLogOptions) (*CommitLog, error) {
 	if opts.Store == nil || opts.Node == "" {
 		return nil, errors.New("ebbtable: commit log: a store and a node id are required")
 	}
-	l := &CommitLog{st: opts.Store, node: opts.Node, fence: opts.Fence, finished: map[uint64]bool{}}
+	l := &CommitLog{st: opts.Store, node: opts.Node, fence: opts.Fence, tag: opts.Tag, finished: map[uint64]bool{}}
 	objs, err := listLog(opts.Store, opts.Node)
 	if err != nil {
 		return nil, err
@@ -119,6 +125,9 @@ func OpenCommitLog(opts CommitLogOptions) (*CommitLog, error) {
 // The caller applies the batch, then calls Finished.
 func (l *CommitLog) Append(repr []byte) (uint64, error) {
 	a := &logAppend{repr: repr, err: make(chan error, 1)}
+	if l.tag != nil {
+		a.tag = l.tag()
+	}
 	l.mu.Lock()
 	a.seq = l.next
 	l.next++
@@ -162,18 +171,20 @@ func (l *CommitLog) flush() {
 }
 
 // logMagic starts a log object: the magic, then records (uvarint seq,
-// uvarint length, bytes), then a CRC-32C of everything before it.
-const logMagic = "ebblog1\n"
+// uvarint tag, uvarint length, bytes), then a CRC-32C of everything
+// before it.
+const logMagic = "ebblog2\n"
 
 func (l *CommitLog) writeGroup(group []*logAppend) error {
 	n := len(logMagic) + 4
 	for _, a := range group {
-		n += len(a.repr) + 2*binary.MaxVarintLen64
+		n += len(a.repr) + 3*binary.MaxVarintLen64
 	}
 	buf := make([]byte, 0, n)
 	buf = append(buf, logMagic...)
 	for _, a := range group {
 		buf = binary.AppendUvarint(buf, a.seq)
+		buf = binary.AppendUvarint(buf, a.tag)
 		buf = binary.AppendUvarint(buf, uint64(len(a.repr)))
 		buf = append(buf, a.repr...)
 	}
@@ -284,10 +295,10 @@ func listLog(st ObjectStore, node string) ([]logObject, error) {
 var ErrLogDamaged = errors.New("ebbtable: commit log damaged")
 
 // ReadCommitLog calls fn with each record of node's log numbered above
-// after, in order. The newest object may be incomplete (its writer died
+// after, in order, with its tag. The newest object may be incomplete (its writer died
 // while writing it, so nothing in it was acknowledged): it is skipped. An
 // earlier damaged object is ErrLogDamaged.
-func ReadCommitLog(ctx context.Context, st ObjectStore, node string, after uint64, fn func(seq uint64, repr []byte) error) error {
+func ReadCommitLog(ctx context.Context, st ObjectStore, node string, after uint64, fn func(seq, tag uint64, repr []byte) error) error {
 	objs, err := listLog(st, node)
 	if err != nil {
 		return err
@@ -309,7 +320,7 @@ func ReadCommitLog(ctx context.Context, st ObjectStore, node string, after uint6
 		}
 		for _, r := range recs {
 			if r.seq > after {
-				if err := fn(r.seq, r.repr); err != nil {
+				if err := fn(r.seq, r.tag, r.repr); err != nil {
 					return err
 				}
 			}
@@ -320,6 +331,7 @@ func ReadCommitLog(ctx context.Context, st ObjectStore, node string, after uint6
 
 type logRecord struct {
 	seq  uint64
+	tag  uint64
 	repr []byte
 }
 
@@ -339,11 +351,16 @@ func decodeLogObject(b []byte) ([]logRecord, error) {
 			return nil, errors.New("bad record")
 		}
 		body = body[k:]
+		tag, k := binary.Uvarint(body)
+		if k <= 0 {
+			return nil, errors.New("bad record")
+		}
+		body = body[k:]
 		n, k := binary.Uvarint(body)
 		if k <= 0 || n > uint64(len(body)-k) {
 			return nil, errors.New("bad record")
 		}
-		out = append(out, logRecord{seq: seq, repr: body[k : k+int(n)]})
+		out = append(out, logRecord{seq: seq, tag: tag, repr: body[k : k+int(n)]})
 		body = body[k+int(n):]
 	}
 	return out, nil
@@ -361,7 +378,10 @@ type CommitCatalog struct {
 	// is empty and its records are those after Truncated.
 	Truncated uint64 `json:"truncated"`
 	// Next is the log's next sequence number when the catalog was written.
-	Next    uint64         `json:"next"`
+	Next uint64 `json:"next"`
+	// Tag is the log's tag read before the round's checkpoints were taken
+	// (their content reflects at least it).
+	Tag     uint64         `json:"tag"`
 	Entries []CatalogEntry `json:"entries"`
 }
 

@@ -45,7 +45,7 @@ func TestCommitLogAppendReadTruncate(t *testing.T) {
 	read := func(after uint64) map[uint64]string {
 		out := map[uint64]string{}
 		var last uint64
-		err := ReadCommitLog(context.Background(), st, "n1", after, func(seq uint64, repr []byte) error {
+		err := ReadCommitLog(context.Background(), st, "n1", after, func(seq, _ uint64, repr []byte) error {
 			if seq <= last {
 				t.Errorf("record %d after %d", seq, last)
 			}
@@ -81,12 +81,21 @@ func TestCommitLogAppendReadTruncate(t *testing.T) {
 	if err := WriteCatalog(st, CommitCatalog{Node: "n1", Round: 1, Truncated: 40, Next: 41}); err != nil {
 		t.Fatal(err)
 	}
-	l2, err := OpenCommitLog(CommitLogOptions{Store: st, Node: "n1"})
+	l2, err := OpenCommitLog(CommitLogOptions{Store: st, Node: "n1", Tag: func() uint64 { return 7 }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s, err := l2.Append([]byte("next")); err != nil || s != 41 {
 		t.Fatalf("first append after reopening: %d %v", s, err)
+	}
+	err = ReadCommitLog(context.Background(), st, "n1", 0, func(seq, tag uint64, repr []byte) error {
+		if seq != 41 || tag != 7 || string(repr) != "next" {
+			t.Errorf("record %d tag %d %q", seq, tag, repr)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	// A refusing fence: the record is in the log but the append fails.
 	fenced := errors.New("fence")
@@ -117,11 +126,11 @@ func TestCommitLogDamage(t *testing.T) {
 	}
 	count := func() (int, error) {
 		n := 0
-		err := ReadCommitLog(context.Background(), st, "n1", 0, func(uint64, []byte) error { n++; return nil })
+		err := ReadCommitLog(context.Background(), st, "n1", 0, func(uint64, uint64, []byte) error { n++; return nil })
 		return n, err
 	}
 	// The newest object cut short (its writer died): skipped.
-	if err := PutObject(st, objs[2].name, []byte("ebblog1\n\x03")); err != nil {
+	if err := PutObject(st, objs[2].name, []byte("ebblog2\n\x03")); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := count(); n != 2 || err != nil {

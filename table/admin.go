@@ -523,6 +523,9 @@ func (e *Engine) DropRowRange(instance, name string, prefix []byte, all bool) er
 	if err := b.DeleteRange(lo, hi, nil); err != nil {
 		return err
 	}
+	if err := b.LogData(dropMarker(m.ID), nil); err != nil { // commitlog.go
+		return err
+	}
 	logged, err := e.logViewDropped(b, m, prefix, all) // viewlog.go
 	defer logged()
 	if err != nil {

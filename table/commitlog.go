@@ -2,6 +2,7 @@ package table
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -167,4 +168,76 @@ func (e *Engine) ReplayLogged(instance, name string, spans []RowSpan, repr []byt
 // SSTables (until Release) but cannot be marshaled again.
 func (x *SpanExport) TrimLocal() {
 	x.local, x.encoded = nil, nil
+}
+
+// dropMarkerPrefix starts the WAL-only entry (Pebble's LogData: in the
+// batch, never in the memtable) DropRowRange adds to its batch, so a
+// commit log reader can tell that the node applied a drop of the table.
+const dropMarkerPrefix = "ebbtable.drop."
+
+func dropMarker(tableID uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte(dropMarkerPrefix), tableID)
+}
+
+// LoggedDrop reports whether a commit log record is a DropRowRange of
+// table tableID.
+func LoggedDrop(repr []byte, tableID uint64) bool {
+	want := dropMarker(tableID)
+	r := batchrepr.Read(repr)
+	for {
+		kind, k, _, ok, err := r.Next()
+		if err != nil || !ok {
+			return false
+		}
+		if kind == pebble.InternalKeyKindLogData && bytes.Equal(k, want) {
+			return true
+		}
+	}
+}
+
+// DropInSpans deletes the rows of a table within spans that DropRowRange
+// with prefix (or all) deletes: a schema change a dead node had not
+// applied, applied to its tablets once rebuilt here.
+func (e *Engine) DropInSpans(instance, name string, prefix []byte, all bool, spans []RowSpan) error {
+	if err := e.enter(); err != nil {
+		return err
+	}
+	defer e.leave()
+	m, err := e.Table(instance, name)
+	if err != nil {
+		return err
+	}
+	dlo, dhi := storage.TablePrefix(m.ID), storage.TableEnd(m.ID)
+	if !all {
+		if len(prefix) == 0 {
+			return fmt.Errorf("%w: row key prefix must not be empty", ErrInvalid)
+		}
+		dlo, dhi = storage.RowPrefixScanStart(m.ID, prefix), storage.RowPrefixScanEnd(m.ID, prefix)
+	}
+	b := e.store.NewBatch()
+	defer b.Close()
+	n := 0
+	for _, s := range spans {
+		lo, hi, err := spanBounds(m.ID, s.Start, s.End)
+		if err != nil {
+			return err
+		}
+		if bytes.Compare(dlo, lo) > 0 {
+			lo = dlo
+		}
+		if bytes.Compare(dhi, hi) < 0 {
+			hi = dhi
+		}
+		if bytes.Compare(lo, hi) < 0 {
+			if err := b.DeleteRange(lo, hi, nil); err != nil {
+				return err
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	e.cellGen.Add(1)
+	return e.commit(b)
 }
