@@ -96,7 +96,8 @@ type clusterMember struct {
 	results  map[uint64]applyResult
 	progress chan struct{} // closed when applied advances
 
-	fail *failover // automatic failover (clusterfail.go); nil: off
+	fail        *failover // automatic failover (clusterfail.go); nil: off
+	failMetrics failoverMetrics
 
 	moveBytes prometheus.Histogram
 	moves     *prometheus.CounterVec
@@ -190,10 +191,12 @@ func (c *clusterMember) newMetrics() {
 		Help: "Planned tablet moves this node ran as the source, by outcome."}, []string{"outcome"})
 	c.forwarded = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbtable_cluster_forwarded_total",
 		Help: "Data requests (or parts of them) forwarded to the tablet's owner, by method."}, []string{"method"})
+	c.failMetrics = newFailoverMetrics() // clusterfail.go
 }
 
 func (c *clusterMember) register(reg prometheus.Registerer) {
 	reg.MustRegister(c.moveBytes, c.moves, c.forwarded)
+	reg.MustRegister(c.failMetrics.collectors()...)
 }
 
 // start joins the cluster (after the server listens: other nodes reach it

@@ -15,6 +15,7 @@ import (
 	tablets "github.com/ebbtable/ebbtable/cluster"
 	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -274,6 +275,11 @@ func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan, full bool)
 		f.lastNext, f.lastAt = next, now
 	}
 	f.rounds.Add(1)
+	kind := "incremental"
+	if full {
+		kind = "full"
+	}
+	f.c.failMetrics.rounds.WithLabelValues(kind).Inc()
 	if err := storage.DeleteCheckpoints(f.c.store, f.c.opts.NodeID, keep); err != nil {
 		f.c.s.log.Warn("delete old checkpoints", "err", err)
 	}
@@ -293,8 +299,9 @@ func (f *failover) checkpointLoop() {
 		case <-c.stop:
 			return
 		case <-c.m.Changed():
-		case <-c.s.opts.Clock.After(f.interval):
+		case <-c.s.opts.Clock.After(min(f.interval, 5*time.Second)): // metrics; full rounds when due
 		}
+		c.failMetrics.observeLog(f.log)
 		if !c.m.Live() || f.loopPaused.Load() {
 			continue
 		}
@@ -380,8 +387,10 @@ func (f *failover) takeOverLoop() {
 			f.failMu.Lock()
 			if err != nil {
 				f.failures[key] = c.s.opts.Clock.Now()
+				c.failMetrics.takeOvers.WithLabelValues("failed").Inc()
 			} else {
 				delete(f.failures, key)
+				c.failMetrics.takeOvers.WithLabelValues("done").Inc()
 			}
 			f.failMu.Unlock()
 			if err != nil {
@@ -572,4 +581,44 @@ func (f *failover) dropsMissed(ctx context.Context, ref tableRef, g tablets.Take
 		f.c.s.log.Info("applied a row-range drop the dead node had missed to its tablets", "dead", g.Dead, "table", g.Table, "seq", e.Seq)
 	}
 	return nil
+}
+
+// failoverMetrics count the commit log's appends, checkpoint rounds and
+// take-overs (zero on a node without failover, so one dashboard fits all).
+type failoverMetrics struct {
+	logRecords, logObjects, logBytes prometheus.Counter
+	rounds                           *prometheus.CounterVec
+	takeOvers                        *prometheus.CounterVec
+	last                             storage.CommitLogStats
+	mu                               sync.Mutex
+}
+
+func newFailoverMetrics() failoverMetrics {
+	return failoverMetrics{
+		logRecords: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbtable_commit_log_records_total",
+			Help: "Write batches this node put in its shared commit log before acknowledging them (failover)."}),
+		logObjects: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbtable_commit_log_objects_total",
+			Help: "Objects (groups of records) this node wrote to its shared commit log (failover)."}),
+		logBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "ebbtable_commit_log_bytes_total",
+			Help: "Bytes this node wrote to its shared commit log (failover)."}),
+		rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbtable_checkpoint_rounds_total",
+			Help: "Checkpoint rounds this node wrote to the shared store, by kind (full, incremental) (failover)."}, []string{"kind"}),
+		takeOvers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbtable_failover_takeovers_total",
+			Help: "Take-overs of a dead node's tablets (one table's worth each) this node ran, by outcome (done, failed)."}, []string{"outcome"}),
+	}
+}
+
+func (m *failoverMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.logRecords, m.logObjects, m.logBytes, m.rounds, m.takeOvers}
+}
+
+// observeLog adds the log's appends since the last call.
+func (m *failoverMetrics) observeLog(l *storage.CommitLog) {
+	st := l.Stats()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.logRecords.Add(float64(st.Records - m.last.Records))
+	m.logObjects.Add(float64(st.Groups - m.last.Groups))
+	m.logBytes.Add(float64(st.Bytes - m.last.Bytes))
+	m.last = st
 }
