@@ -254,6 +254,25 @@ func TestFailoverNodeKilled(t *testing.T) {
 		}
 		mu.Unlock()
 	}
+	// n3 comes back with its disk: it serves nothing it lost, reads
+	// through it see every acknowledged write, and its tablets stay taken.
+	n3 = sc.start(t, "n3", n3.dir)
+	t.Cleanup(n3.stop)
+	keys, vals := readScale(t, n3)
+	mu.Lock()
+	for r, v := range acked {
+		if vals[r] != v {
+			t.Errorf("read through n3 after its restart: %s = %q, want %q", r, vals[r], v)
+			break
+		}
+	}
+	if len(keys) < len(acked) || len(keys) != len(vals) {
+		t.Errorf("read through n3 after its restart: %d rows (%d distinct), %d acknowledged", len(keys), len(vals), len(acked))
+	}
+	mu.Unlock()
+	if got := owners(t, n3); strings.Contains(got, "n3") {
+		t.Errorf("n3 owns tablets again after its restart: %s", got)
+	}
 }
 
 func deleteRow() *bigtable.Mutation {
