@@ -138,7 +138,7 @@ func (l *CommitLog) Append(repr []byte) (uint64, error) {
 	}
 	l.mu.Unlock()
 	if lead {
-		l.flush()
+		l.flush(a)
 	}
 	if err := <-a.err; err != nil {
 		l.Finished(a.seq)
@@ -147,9 +147,11 @@ func (l *CommitLog) Append(repr []byte) (uint64, error) {
 	return a.seq, nil
 }
 
-// flush writes queued groups until the queue is empty; one flusher at a
-// time, so groups are written in order.
-func (l *CommitLog) flush() {
+// flush writes queued groups, one flusher at a time, so groups are
+// written in order. A writer that became the flusher (self) writes the
+// group holding its own record, then hands the rest to a new flusher, so
+// it is not kept writing others' records under a steady load.
+func (l *CommitLog) flush(self *logAppend) {
 	for {
 		l.mu.Lock()
 		group := l.queue
@@ -164,8 +166,20 @@ func (l *CommitLog) flush() {
 		if err == nil && l.fence != nil {
 			err = l.fence()
 		}
+		mine := false
 		for _, a := range group {
 			a.err <- err
+			mine = mine || a == self
+		}
+		if mine {
+			l.mu.Lock()
+			if len(l.queue) == 0 {
+				l.flushing = false
+			} else {
+				go l.flush(nil)
+			}
+			l.mu.Unlock()
+			return
 		}
 	}
 }
