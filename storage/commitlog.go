@@ -109,6 +109,20 @@ func OpenCommitLog(opts CommitLogOptions) (*CommitLog, error) {
 	for _, o := range objs {
 		last = max(last, o.last)
 	}
+	// The newest object may be torn (the last process died writing it;
+	// nothing in it was acknowledged): delete it, so that it does not sit
+	// between whole objects once the log goes on. Its numbers stay used.
+	if n := len(objs); n > 0 {
+		b, err := GetObject(context.Background(), opts.Store, objs[n-1].name)
+		if err == nil {
+			_, err = decodeLogObject(b)
+		}
+		if err != nil {
+			if derr := opts.Store.Delete(objs[n-1].name); derr != nil && !opts.Store.IsNotExistError(derr) {
+				return nil, fmt.Errorf("ebbtable: commit log: remove torn %s: %w", objs[n-1].name, derr)
+			}
+		}
+	}
 	cat, ok, err := ReadCatalog(opts.Store, opts.Node)
 	if err != nil {
 		return nil, err
@@ -205,6 +219,9 @@ func (l *CommitLog) writeGroup(group []*logAppend) error {
 	buf = binary.BigEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli))
 	name := fmt.Sprintf("%s%016x-%016x", logPrefix(l.node), group[0].seq, group[len(group)-1].seq)
 	if err := PutObject(l.st, name, buf); err != nil {
+		// A partial object would sit between whole ones: remove it (its
+		// records are refused, so none was acknowledged).
+		l.st.Delete(name)
 		return fmt.Errorf("ebbtable: commit log: %w", err)
 	}
 	l.mu.Lock()

@@ -136,6 +136,18 @@ func TestCommitLogDamage(t *testing.T) {
 	if n, err := count(); n != 2 || err != nil {
 		t.Fatalf("torn tail: %d records, %v", n, err)
 	}
+	// Reopening the log (the node restarted) removes the torn object,
+	// keeps its numbers used, and the log goes on readable.
+	l2, err := OpenCommitLog(CommitLogOptions{Store: st, Node: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := l2.Append([]byte{9}); err != nil || s != 4 {
+		t.Fatalf("append after reopening: %d %v", s, err)
+	}
+	if n, err := count(); n != 3 || err != nil {
+		t.Fatalf("after reopening: %d records, %v", n, err)
+	}
 	// An older one damaged: acknowledged writes may be missing.
 	if err := PutObject(st, objs[0].name, []byte("junk")); err != nil {
 		t.Fatal(err)
