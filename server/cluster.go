@@ -205,6 +205,9 @@ func (c *clusterMember) start(addr string) error {
 	prev, _ := readUint(filepath.Join(c.s.opts.DataDir, clusterLeaseFile))
 	applied, _ := readUint(filepath.Join(c.s.opts.DataDir, clusterAppliedFile))
 	c.applied = applied
+	if err := c.openFailover(); err != nil { // clusterfail.go: before any write is served
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	m, err := clusteretcd.Join(ctx, clusteretcd.Options{Endpoints: c.opts.Etcd, Prefix: c.opts.Prefix, NodeID: c.opts.NodeID, Addr: addr,

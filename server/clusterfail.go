@@ -13,6 +13,7 @@ import (
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	tablets "github.com/ebbtable/ebbtable/cluster"
+	"github.com/ebbtable/ebbtable/clusteretcd"
 	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,6 +49,7 @@ import (
 // failover is a node's part in automatic failover.
 type failover struct {
 	c        *clusterMember
+	member   atomic.Pointer[clusteretcd.Member] // set once joined; the fence asks it
 	log      *storage.CommitLog
 	interval time.Duration
 	grace    time.Time // no take-overs before (peers restarting with us register)
@@ -90,9 +92,11 @@ type ownedSpan struct {
 
 func (s ownedSpan) key() string { return fmt.Sprintf("%s\x00%x\x00%x", s.table, s.start, s.end) }
 
-// startFailover opens this node's commit log, sends the engine's writes to
-// it, writes a first checkpoint round and starts the loops.
-func (c *clusterMember) startFailover() error {
+// openFailover opens this node's commit log and sends the engine's writes
+// to it, before the node joins the cluster (so before it serves a write:
+// none is acknowledged without the log). Until startFailover, the log's
+// fence refuses every write.
+func (c *clusterMember) openFailover() error {
 	if !c.opts.Failover {
 		if c.store != nil {
 			// No catalog: nobody takes this node's tablets over from
@@ -104,8 +108,14 @@ func (c *clusterMember) startFailover() error {
 	if c.store == nil {
 		return fmt.Errorf("%w: automatic failover needs shared storage (--shared-storage)", errInvalid)
 	}
+	interval := c.opts.CheckpointInterval
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	f := &failover{c: c, interval: interval,
+		pending: map[string]pendingSpan{}, kick: make(chan struct{}, 1), failures: map[string]time.Time{}}
 	l, err := storage.OpenCommitLog(storage.CommitLogOptions{Store: c.store, Node: c.opts.NodeID, Fence: func() error {
-		if !c.m.Live() {
+		if m := f.member.Load(); m == nil || !m.Live() {
 			return status.Errorf(codes.Unavailable, "ebbtable: node %s does not hold its lease now; retry", c.opts.NodeID)
 		}
 		return nil
@@ -113,26 +123,31 @@ func (c *clusterMember) startFailover() error {
 	if err != nil {
 		return err
 	}
-	interval := c.opts.CheckpointInterval
-	if interval <= 0 {
-		interval = 30 * time.Second
-	}
-	ttl := c.opts.LeaseTTL
-	if ttl <= 0 {
-		ttl = 10 * time.Second
-	}
-	f := &failover{c: c, log: l, interval: interval, grace: c.s.opts.Clock.Now().Add(ttl),
-		pending: map[string]pendingSpan{}, kick: make(chan struct{}, 1), failures: map[string]time.Time{}}
+	f.log = l
 	if cat, ok, err := storage.ReadCatalog(c.store, c.opts.NodeID); err == nil && ok {
 		f.round = cat.Round
 	}
 	c.fail = f
 	c.s.engine.SetCommitLog(l)
+	return nil
+}
+
+// startFailover, once the node has joined, writes a first checkpoint
+// round and starts the loops.
+func (c *clusterMember) startFailover() error {
+	f := c.fail
+	if f == nil {
+		return nil
+	}
+	ttl := c.opts.LeaseTTL
+	if ttl <= 0 {
+		ttl = 10 * time.Second
+	}
+	f.grace = c.s.opts.Clock.Now().Add(ttl)
+	f.member.Store(c.m)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := f.checkpoint(ctx, nil, true); err != nil {
-		c.s.engine.SetCommitLog(nil)
-		c.fail = nil
 		return fmt.Errorf("ebbtable: first checkpoint round: %w", err)
 	}
 	c.wg.Add(2)
