@@ -21,11 +21,13 @@ type TakeOver struct {
 
 // PlanTakeOvers groups the tablets of dead owners (owners with no live
 // node) by owner and table, in table order and then owner order, and gives
-// each group to the least loaded taker (ties by id), counting the groups
-// already given. Every node computes the same plan from the same state, so
-// the node a group falls to recovers it; etcd's compare-and-swap settles
-// the rare race between nodes that saw different states.
-func PlanTakeOvers(nodes []Node, dirs []Directory) ([]TakeOver, error) {
+// each group to the least loaded taker (ties by id) that exclude (when
+// set) does not rule out, counting the groups already given; a group no
+// taker may have is left out. Every node computes the same plan from the
+// same state, so the node a group falls to recovers it; etcd's
+// compare-and-swap settles the rare race between nodes that saw different
+// states.
+func PlanTakeOvers(nodes []Node, dirs []Directory, exclude func(dead, table, node string) bool) ([]TakeOver, error) {
 	live := map[string]bool{}
 	for _, n := range nodes {
 		live[n.ID] = true
@@ -52,11 +54,17 @@ func PlanTakeOvers(nodes []Node, dirs []Directory) ([]TakeOver, error) {
 			if len(takers) == 0 {
 				return out, ErrNoNodes
 			}
-			best := takers[0]
-			for _, id := range takers[1:] {
-				if load[id] < load[best] {
+			best := ""
+			for _, id := range takers {
+				if exclude != nil && exclude(o, d.Table, id) {
+					continue
+				}
+				if best == "" || load[id] < load[best] {
 					best = id
 				}
+			}
+			if best == "" {
+				continue
 			}
 			load[best] += len(byOwner[o])
 			out = append(out, TakeOver{Dead: o, Table: d.Table, Tablets: byOwner[o], To: best})

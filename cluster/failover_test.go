@@ -13,7 +13,7 @@ func TestPlanTakeOvers(t *testing.T) {
 			{ID: 3, Start: []byte("p"), Owner: "n3"}}},
 	}
 	nodes := []Node{{ID: "n1"}, {ID: "n2"}, {ID: "n5", Draining: true}}
-	plan, err := PlanTakeOvers(nodes, dirs)
+	plan, err := PlanTakeOvers(nodes, dirs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,10 +31,20 @@ func TestPlanTakeOvers(t *testing.T) {
 	if strings.Join(got, " ") != want {
 		t.Fatalf("plan %s, want %s", strings.Join(got, " "), want)
 	}
-	if _, err := PlanTakeOvers([]Node{{ID: "n5", Draining: true}}, dirs); err != ErrNoNodes {
+	// A taker ruled out for a group (a checkpoint of the dead node reaches
+	// a tablet it serves) is passed over; a group nobody may take waits.
+	plan, _ = PlanTakeOvers(nodes, dirs, func(dead, table, node string) bool { return table == "i/t" && dead == "n3" && node == "n2" })
+	if len(plan) != 3 || plan[0].To != "n1" {
+		t.Errorf("n2 ruled out: %+v", plan)
+	}
+	plan, _ = PlanTakeOvers(nodes, dirs, func(dead, table, node string) bool { return dead == "n4" })
+	if len(plan) != 2 {
+		t.Errorf("n4's group ruled out everywhere: %+v", plan)
+	}
+	if _, err := PlanTakeOvers([]Node{{ID: "n5", Draining: true}}, dirs, nil); err != ErrNoNodes {
 		t.Errorf("no takers: %v", err)
 	}
-	if plan, _ := PlanTakeOvers([]Node{{ID: "n1"}, {ID: "n3"}, {ID: "n4"}}, dirs); len(plan) != 0 {
+	if plan, _ := PlanTakeOvers([]Node{{ID: "n1"}, {ID: "n3"}, {ID: "n4"}}, dirs, nil); len(plan) != 0 {
 		t.Errorf("nobody dead: %v", plan)
 	}
 }

@@ -216,6 +216,7 @@ func (c *clusterMember) start(addr string) error {
 		return err
 	}
 	c.m = m
+	c.fail.joined(m) // clusterfail.go: the log's fence follows the lease from now on
 	if err := writeFileSync(filepath.Join(c.s.opts.DataDir, clusterLeaseFile), []byte(strconv.FormatInt(m.LeaseID(), 10))); err != nil {
 		m.Close()
 		return err

@@ -94,8 +94,8 @@ func (s ownedSpan) key() string { return fmt.Sprintf("%s\x00%x\x00%x", s.table, 
 
 // openFailover opens this node's commit log and sends the engine's writes
 // to it, before the node joins the cluster (so before it serves a write:
-// none is acknowledged without the log). Until startFailover, the log's
-// fence refuses every write.
+// none is acknowledged without the log). Until the node has joined, the
+// log's fence refuses every write.
 func (c *clusterMember) openFailover() error {
 	if !c.opts.Failover {
 		if c.store != nil {
@@ -132,8 +132,16 @@ func (c *clusterMember) openFailover() error {
 	return nil
 }
 
-// startFailover, once the node has joined, writes a first checkpoint
-// round and starts the loops.
+// joined gives the log's fence the node's membership: from now on it
+// follows the lease (the schema log's catch-up logs its row-range drops).
+func (f *failover) joined(m *clusteretcd.Member) {
+	if f != nil {
+		f.member.Store(m)
+	}
+}
+
+// startFailover, once the node has joined and caught up with the schema
+// log, writes a first checkpoint round and starts the loops.
 func (c *clusterMember) startFailover() error {
 	f := c.fail
 	if f == nil {
@@ -144,7 +152,6 @@ func (c *clusterMember) startFailover() error {
 		ttl = 10 * time.Second
 	}
 	f.grace = c.s.opts.Clock.Now().Add(ttl)
-	f.member.Store(c.m)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := f.checkpoint(ctx, nil, true); err != nil {
@@ -381,7 +388,8 @@ func (f *failover) takeOverLoop() {
 		if !c.m.Live() || c.s.opts.Clock.Now().Before(f.grace) {
 			continue
 		}
-		plan, err := tablets.PlanTakeOvers(c.m.Nodes(), c.m.Directories())
+		dirs := c.m.Directories()
+		plan, err := tablets.PlanTakeOvers(c.m.Nodes(), dirs, f.blockedTakers(dirs))
 		if err != nil && len(plan) == 0 {
 			continue
 		}
@@ -636,4 +644,49 @@ func (m *failoverMetrics) observeLog(l *storage.CommitLog) {
 	m.logObjects.Add(float64(st.Groups - m.last.Groups))
 	m.logBytes.Add(float64(st.Bytes - m.last.Bytes))
 	m.last = st
+}
+
+// blockedTakers rules out, for a dead node's tablets of a table, the nodes
+// that serve a tablet one of its checkpoints of that table reaches (a
+// checkpoint from before a split whose other half moved on): ingesting
+// it there would overwrite their rows. Every node reads the same catalogs
+// and directories, so every node rules out the same ones.
+func (f *failover) blockedTakers(dirs []tablets.Directory) func(dead, table, node string) bool {
+	cats := map[string][]storage.CatalogEntry{}
+	dirOf := map[string]tablets.Directory{}
+	for _, d := range dirs {
+		dirOf[d.Table] = d
+	}
+	return func(dead, table, node string) bool {
+		entries, ok := cats[dead]
+		if !ok {
+			cat, found, err := storage.ReadCatalog(f.c.store, dead)
+			if err == nil && found {
+				entries = cat.Entries
+			}
+			cats[dead] = entries
+		}
+		d := dirOf[table]
+		for _, e := range entries {
+			if e.Table != table {
+				continue
+			}
+			reachesDead := false
+			for _, t := range d.Tablets {
+				if t.Owner == dead && tablets.Overlaps(e.StartRow, e.EndRow, t.Start, t.End) {
+					reachesDead = true
+					break
+				}
+			}
+			if !reachesDead {
+				continue
+			}
+			for _, t := range d.Tablets {
+				if t.Owner == node && tablets.Overlaps(e.StartRow, e.EndRow, t.Start, t.End) {
+					return true
+				}
+			}
+		}
+		return false
+	}
 }

@@ -136,7 +136,16 @@ func TestFailoverNodeKilled(t *testing.T) {
 	if _, err := sc.nodes["n2"].ops.SplitTablet(ctx, &clusterpb.SplitTabletRequest{Table: scaleTable, Key: []byte("t")}); err != nil {
 		t.Fatal(err)
 	}
-	if got := owners(t, sc.nodes["n2"]); got != "[,g)n1 [g,p)n3 [p,t)n3 [t,)n3" {
+	// The new right half moves on to n1: n3's checkpoint of [p, ) now
+	// reaches a tablet n1 serves, so n1 may not take n3's tablets over.
+	tabs, err = sc.nodes["n1"].ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: scaleTable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sc.nodes["n2"].ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: tabs.Tablets[3].Id, To: "n1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := owners(t, sc.nodes["n2"]); got != "[,g)n1 [g,p)n3 [p,t)n3 [t,)n1" {
 		t.Fatalf("tablets before the crash: %s", got)
 	}
 	cat, _, err = storage.ReadCatalog(n3.srv.cluster.store, "n3")
@@ -218,6 +227,9 @@ func TestFailoverNodeKilled(t *testing.T) {
 		got := owners(t, sc.nodes["n1"])
 		return !strings.Contains(got, "n3"), got
 	})
+	if got := owners(t, sc.nodes["n1"]); got != "[,g)n1 [g,p)n2 [p,t)n2 [t,)n1" {
+		t.Errorf("tablets after the take-over: %s (n1 was ruled out)", got)
+	}
 	mu.Lock()
 	before = len(acked)
 	mu.Unlock()
