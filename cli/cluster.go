@@ -29,6 +29,8 @@ type clusterFlags struct {
 	splitSize     string
 	splitInterval time.Duration
 	trimEvery     int
+	failover      bool
+	checkpoint    time.Duration
 }
 
 func (f *clusterFlags) register(fl *pflag.FlagSet) {
@@ -41,12 +43,14 @@ func (f *clusterFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.splitSize, "split-size", "0", "cluster mode: split a tablet this node owns once it grows past this size (64MiB, 1GiB; 0: only by hand)")
 	fl.DurationVar(&f.splitInterval, "split-interval", 30*time.Second, "cluster mode: how often tablet sizes are checked for --split-size")
 	fl.IntVar(&f.trimEvery, "schema-trim-every", server.DefaultSchemaTrimEvery, "cluster mode: after applying this many schema log entries past the last snapshot, write one and trim the log to what every node applied (-1: never)")
+	fl.BoolVar(&f.failover, "failover", false, "cluster mode: automatic failover: every write goes to a commit log in --shared-storage before it is acknowledged, and a dead node's tablets are recovered by the others once its lease expires")
+	fl.DurationVar(&f.checkpoint, "checkpoint-interval", 30*time.Second, "cluster mode with --failover: how often a node checkpoints its tablets (and truncates its commit log) while writes arrive")
 }
 
 // options turns the flags into cluster options, nil without --etcd.
 func (f *clusterFlags) options(cmd *cobra.Command) (*server.ClusterOptions, error) {
 	if f.etcd == "" {
-		for _, name := range []string{"node-id", "shared-storage", "s3-endpoint", "split-size", "schema-trim-every"} {
+		for _, name := range []string{"node-id", "shared-storage", "s3-endpoint", "split-size", "schema-trim-every", "failover"} {
 			if cmd.Flags().Changed(name) {
 				return nil, usagef("--%s needs --etcd (cluster mode)", name)
 			}
@@ -68,6 +72,12 @@ func (f *clusterFlags) options(cmd *cobra.Command) (*server.ClusterOptions, erro
 	if f.leaseTTL < time.Second {
 		return nil, usagef("--lease-ttl %v must be at least 1s", f.leaseTTL)
 	}
+	if f.failover && f.sharedStorage == "" {
+		return nil, usagef("--failover needs --shared-storage: the commit log and checkpoints live there")
+	}
+	if f.checkpoint <= 0 {
+		return nil, usagef("--checkpoint-interval %v must be positive", f.checkpoint)
+	}
 	split := int64(0)
 	if f.splitSize != "0" {
 		b, err := parseBallast(f.splitSize)
@@ -81,7 +91,7 @@ func (f *clusterFlags) options(cmd *cobra.Command) (*server.ClusterOptions, erro
 	}
 	return &server.ClusterOptions{Etcd: eps, NodeID: f.nodeID, Prefix: f.prefix, LeaseTTL: f.leaseTTL,
 		SharedStorage: f.sharedStorage, S3Endpoint: f.s3Endpoint, SplitBytes: split, SplitInterval: f.splitInterval,
-		SchemaTrimEvery: f.trimEvery}, nil
+		SchemaTrimEvery: f.trimEvery, Failover: f.failover, CheckpointInterval: f.checkpoint}, nil
 }
 
 // withCluster runs fn with a Cluster service client of the server.

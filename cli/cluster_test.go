@@ -18,6 +18,8 @@ func TestClusterServeFlags(t *testing.T) {
 		{"etcd without node id", []string{"--etcd", "127.0.0.1:2379"}, "--etcd needs --node-id"},
 		{"etcd and join", []string{"--etcd", "127.0.0.1:2379", "--node-id", "n1", "--join", "127.0.0.1:1"}, "--etcd and --join do not go together"},
 		{"short lease", []string{"--etcd", "127.0.0.1:2379", "--node-id", "n1", "--lease-ttl", "100ms"}, "--lease-ttl 100ms must be at least 1s"},
+		{"failover alone", []string{"--failover"}, "--failover needs --etcd"},
+		{"failover without shared storage", []string{"--etcd", "127.0.0.1:2379", "--node-id", "n1", "--failover"}, "--failover needs --shared-storage"},
 		{"bad split size", []string{"--etcd", "127.0.0.1:2379", "--node-id", "n1", "--split-size", "lots"}, "--split-size \"lots\""},
 	} {
 		r := ebbtable(t, append([]string{"serve", "--addr", "127.0.0.1:0", "--http-addr", "off", "--data", dir}, tc.args...)...)

@@ -61,6 +61,14 @@ type ClusterOptions struct {
 	// past the last snapshot writes the next and trims the log
 	// (clustertrim.go); 0: DefaultSchemaTrimEvery, negative: never.
 	SchemaTrimEvery int
+	// Failover turns automatic failover on (clusterfail.go; needs
+	// SharedStorage): writes go to a commit log in the shared store before
+	// they are acknowledged, and a dead node's tablets are recovered by
+	// the others once its lease expires.
+	Failover bool
+	// CheckpointInterval is how often, with Failover, a node checkpoints
+	// its tablets while writes arrive; default 30s.
+	CheckpointInterval time.Duration
 }
 
 // Files in the data directory that cluster mode keeps.
@@ -102,6 +110,9 @@ type clusterMember struct {
 	// ingestFault, when set (tests), runs before each ingest here and
 	// fails it with its error.
 	ingestFault atomic.Pointer[func() error]
+
+	fail        *failover // automatic failover (clusterfail.go); nil: off
+	failMetrics failoverMetrics
 
 	moveBytes prometheus.Histogram
 	moves     *prometheus.CounterVec
@@ -195,10 +206,12 @@ func (c *clusterMember) newMetrics() {
 		Help: "Planned tablet moves this node ran as the source, by outcome."}, []string{"outcome"})
 	c.forwarded = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbtable_cluster_forwarded_total",
 		Help: "Data requests (or parts of them) forwarded to the tablet's owner, by method."}, []string{"method"})
+	c.failMetrics = newFailoverMetrics() // clusterfail.go
 }
 
 func (c *clusterMember) register(reg prometheus.Registerer) {
 	reg.MustRegister(c.moveBytes, c.moves, c.forwarded)
+	reg.MustRegister(c.failMetrics.collectors()...)
 }
 
 // start joins the cluster (after the server listens: other nodes reach it
@@ -207,6 +220,9 @@ func (c *clusterMember) start(addr string) error {
 	prev, _ := readUint(filepath.Join(c.s.opts.DataDir, clusterLeaseFile))
 	applied, _ := readUint(filepath.Join(c.s.opts.DataDir, clusterAppliedFile))
 	c.applied = applied
+	if err := c.openFailover(); err != nil { // clusterfail.go: before any write is served
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	m, err := clusteretcd.Join(ctx, clusteretcd.Options{Endpoints: c.opts.Etcd, Prefix: c.opts.Prefix, NodeID: c.opts.NodeID, Addr: addr,
@@ -215,6 +231,7 @@ func (c *clusterMember) start(addr string) error {
 		return err
 	}
 	c.m = m
+	c.fail.joined(m) // clusterfail.go: the log's fence follows the lease from now on
 	if err := durable.ReplaceFile(filepath.Join(c.s.opts.DataDir, clusterLeaseFile), []byte(strconv.FormatInt(m.LeaseID(), 10))); err != nil {
 		m.Close()
 		return err
@@ -228,6 +245,10 @@ func (c *clusterMember) start(addr string) error {
 		return err
 	}
 	if err := m.SetApplied(ctx, c.appliedSeq()); err != nil {
+		m.Close()
+		return err
+	}
+	if err := c.startFailover(); err != nil { // clusterfail.go
 		m.Close()
 		return err
 	}

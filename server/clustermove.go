@@ -230,10 +230,7 @@ func (c *clusterMember) ingestSpan(ctx context.Context, b []byte) error {
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "ebbtable: span export: %v", err)
 	}
-	if err := c.s.engine.IngestSpan(ctx, x); err != nil {
-		return toStatus(err)
-	}
-	return nil
+	return toStatus(c.ingestMoved(ctx, x)) // clusterfail.go
 }
 
 // forceReassign gives the tablets of a node that is not live to live

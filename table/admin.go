@@ -523,10 +523,18 @@ func (e *Engine) DropRowRange(instance, name string, prefix []byte, all bool) er
 	if err := b.DeleteRange(lo, hi, nil); err != nil {
 		return err
 	}
+	if err := b.LogData(dropMarker(m.ID), nil); err != nil { // commitlog.go
+		return err
+	}
 	logged, err := e.logViewDropped(b, m, prefix, all) // viewlog.go
 	defer logged()
 	if err != nil {
 		return err
 	}
+	finished, err := e.logBatch(b) // commitlog.go
+	if err != nil {
+		return err
+	}
+	defer finished()
 	return e.commitRecorded(b, m, nil, recs, pebble.Sync, true)
 }

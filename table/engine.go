@@ -172,6 +172,8 @@ type Engine struct {
 	pileHook atomic.Pointer[pileHookBox]
 	// moves counts span moves (span.go).
 	moves moveCounters
+	// clog, when set, receives batches of user writes first (commitlog.go).
+	clog atomic.Pointer[commitLogBox]
 
 	seed     maphash.Seed
 	rowLocks [rowLockStripes]sync.Mutex
@@ -496,6 +498,15 @@ func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs [
 			return nil, err
 		}
 	}
+	finished, err := e.logBatch(b) // commitlog.go
+	if err != nil {
+		if recorded {
+			e.seq.end(ts)
+		}
+		b.Close()
+		return nil, err
+	}
+	defer finished()
 	var synced func() error
 	if cells != nil {
 		synced, err = e.applySyncedTicket(b, e.dur.beginCells(tableSlot(m.ID), cellStripes(cells), cells))

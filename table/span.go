@@ -452,8 +452,18 @@ func (e *Engine) scanSpan(ctx context.Context, x *SpanExport, lo, hi []byte, sha
 			x.stats.LocalKeys++
 			return w.DeleteRange(clampKey(start, lo, hi), clampKey(end, lo, hi))
 		},
-		func(_, _ []byte, _ []rangekey.Key) error {
-			return errors.New("range keys are not expected")
+		func(_, _ []byte, keys []rangekey.Key) error {
+			// ebbtable writes no range keys; an ingest with an excise that
+			// overlapped the memtable leaves a range-key deletion over
+			// the excised span (with a range deletion, copied above)
+			// until it is flushed. Deleting range keys that do not exist
+			// changes nothing, so it need not travel.
+			for _, k := range keys {
+				if k.Kind() != pebble.InternalKeyKindRangeKeyDelete {
+					return errors.New("range keys are not expected")
+				}
+			}
+			return nil
 		},
 		visitShared, nil)
 	if err != nil {
