@@ -304,8 +304,9 @@ func TestSQLResumeOverLogicalView(t *testing.T) {
 				r.put(keys[i], "", 1000)
 			}
 			iac := testkit.InstanceAdmin(t, r.env.srv.Addr(), testProject)
-			for id, q := range map[string]string{"lv": "SELECT _key, f['big'] AS big FROM t", "lv2": "SELECT _key, big FROM lv WHERE big IS NOT NULL"} {
-				if err := iac.CreateLogicalView(context.Background(), testInstance, &bigtable.LogicalViewInfo{LogicalViewID: id, Query: q}); err != nil {
+			// lv first: lv2 reads it.
+			for _, v := range [][2]string{{"lv", "SELECT _key, f['big'] AS big FROM t"}, {"lv2", "SELECT _key, big FROM lv WHERE big IS NOT NULL"}} {
+				if err := iac.CreateLogicalView(context.Background(), testInstance, &bigtable.LogicalViewInfo{LogicalViewID: v[0], Query: v[1]}); err != nil {
 					t.Fatal(err)
 				}
 			}
