@@ -232,6 +232,7 @@ func (e *Engine) applyLocked(m *Meta, row []byte, ps []prepared) (wait func() er
 	now := clock.MillisTruncated(e.clock.Now())
 	var cells cellsOnly
 	cells.only = !needsRead
+	defer cells.close()
 	for _, p := range ps {
 		p = p.at(now)
 		written, err := e.applyOne(b, m, row, p, stamp)
@@ -259,6 +260,19 @@ func (e *Engine) applyLocked(m *Meta, row []byte, ps []prepared) (wait func() er
 type cellsOnly struct {
 	only  bool
 	cells []newCell
+	// it looks up the newest versions of the batch's columns: opened at
+	// the first lookup, when every row of the batch is locked (so no
+	// write to them can land after its snapshot), and shared by the
+	// batch's cells rather than an iterator opened for each (close).
+	it *pebble.Iterator
+}
+
+// close closes the lookup iterator, if one was opened.
+func (c *cellsOnly) close() {
+	if c.it != nil {
+		c.it.Close()
+		c.it = nil
+	}
 }
 
 // add adds the cell p puts in row, under the row's lock. A cell that may
@@ -270,7 +284,7 @@ func (c *cellsOnly) add(e *Engine, m *Meta, row []byte, p prepared) error {
 	}
 	k := storage.CellKey(m.ID, row, p.familyID, p.Qualifier, p.Timestamp)
 	stripe := e.stripe(m.ID, row)
-	fresh, err := e.newest[stripe].put(e, k, p.Timestamp, c.only)
+	fresh, err := e.newest[stripe].put(e, k, p.Timestamp, c)
 	if err != nil {
 		return err
 	}
@@ -306,8 +320,10 @@ const (
 
 // put records that the cell key k, at timestamp ts, is being written, and
 // says whether it is newer than every version of its column (looking the
-// column up, if it is not remembered and look is set).
-func (cn *columnNewest) put(e *Engine, k []byte, ts int64, look bool) (bool, error) {
+// column up through c, if it is not remembered and c still holds only new
+// cells).
+func (cn *columnNewest) put(e *Engine, k []byte, ts int64, c *cellsOnly) (bool, error) {
+	look := c.only
 	if g := e.cellGen.Load(); cn.gen != g || cn.cols == nil {
 		cn.gen, cn.cols = g, make(map[string]int64, columnsRemembered)
 	}
@@ -316,7 +332,7 @@ func (cn *columnNewest) put(e *Engine, k []byte, ts int64, look bool) (bool, err
 	if !ok && look && len(col) <= columnKeyRemembered {
 		var found bool
 		var err error
-		if newest, found, err = e.newestVersion(col); err != nil {
+		if newest, found, err = e.newestVersion(&c.it, col); err != nil {
 			return false, err
 		}
 		if !found {
@@ -338,13 +354,18 @@ func (cn *columnNewest) put(e *Engine, k []byte, ts int64, look bool) (bool, err
 }
 
 // newestVersion returns the timestamp of the newest version of the column
-// with key prefix col, if it has one.
-func (e *Engine) newestVersion(col []byte) (int64, bool, error) {
-	it, err := e.store.NewIter(&pebble.IterOptions{LowerBound: col, UpperBound: storage.PrefixEnd(col)})
-	if err != nil {
-		return 0, false, err
+// with key prefix col, if it has one, through *itp (opened if nil; the
+// caller closes it).
+func (e *Engine) newestVersion(itp **pebble.Iterator, col []byte) (int64, bool, error) {
+	it := *itp
+	if it == nil {
+		var err error
+		if it, err = e.store.NewIter(nil); err != nil {
+			return 0, false, err
+		}
+		*itp = it
 	}
-	defer it.Close()
+	it.SetBounds(col, storage.PrefixEnd(col))
 	if !it.First() {
 		return 0, false, it.Error()
 	}
@@ -352,8 +373,10 @@ func (e *Engine) newestVersion(col []byte) (int64, bool, error) {
 	return storage.DecodeSuffix(k[len(k)-storage.SuffixLen:]), true, it.Error()
 }
 
-// get returns the cells, or nil if the batch is not one of new cells only.
+// get returns the cells, or nil if the batch is not one of new cells only,
+// and ends the lookups (before the batch commits).
 func (c *cellsOnly) get() []newCell {
+	c.close()
 	if !c.only {
 		return nil
 	}
@@ -543,6 +566,7 @@ func (e *Engine) MutateRows(instance, table string, entries []RowMutation) ([]er
 	now := clock.MillisTruncated(e.clock.Now())
 	var cells cellsOnly
 	cells.only = !needsRead
+	defer cells.close()
 	for i, ps := range preps {
 		if ps == nil {
 			continue
