@@ -79,8 +79,6 @@ type DB struct {
 	paceMu     sync.Mutex  // one paced compaction at a time
 	backlogged func() bool // nil: writesBacklogged asks Pebble
 
-	ramp *rampFlusher // flushes the small memtables of the ramp (memramp.go)
-
 	closeHealth func() error // stops the disk-health checker; nil: none
 }
 
@@ -133,13 +131,12 @@ func Open(opts Options) (*DB, error) {
 		closeHealth = c.Close
 	}
 	pc := &pacer{}
-	ramp := newRampFlusher(64<<20, fail)
 	cache := pebble.NewCache(opts.CacheBytes)
 	defer cache.Unref()
 	po := &pebble.Options{
 		Comparer:           Comparer,
 		Cache:              cache,
-		FS:                 rampFS{pacedFS{fs, pc}, ramp},
+		FS:                 pacedFS{fs, pc},
 		FormatMajorVersion: pebble.FormatNewest,
 		BlockPropertyCollectors: []func() pebble.BlockPropertyCollector{
 			NewTimestampCollector,
@@ -148,7 +145,7 @@ func Open(opts Options) (*DB, error) {
 		EventListener: &events,
 		// Larger memtables mean fewer flushes and L0 files for write-heavy
 		// loads; the WAL keeps them durable.
-		MemTableSize:                ramp.limit,
+		MemTableSize:                64 << 20,
 		MemTableStopWritesThreshold: 4,
 		WALMinSyncInterval:          opts.WALMinSyncInterval,
 	}
@@ -209,8 +206,7 @@ func Open(opts Options) (*DB, error) {
 	}
 	full := po.Clone()
 	full.EnsureDefaults()
-	ramp.start(db)
-	return &DB{DB: db, dir: opts.Dir, opts: full, pacer: pc, fail: fail, ramp: ramp, closeHealth: closeHealth}, nil
+	return &DB{DB: db, dir: opts.Dir, opts: full, pacer: pc, fail: fail, closeHealth: closeHealth}, nil
 }
 
 // openPebble opens the database, unless a fatal error (a flush of the
@@ -305,7 +301,6 @@ func (d *DB) Failed() <-chan struct{} { return d.fail.notify }
 
 // Close closes the database and its disk-health checker.
 func (d *DB) Close() error {
-	d.ramp.close()
 	err := d.DB.Close()
 	if d.closeHealth != nil {
 		d.closeHealth()
