@@ -123,32 +123,53 @@ func restoreInfoProto(r *table.Restored) *adminpb.RestoreInfo {
 	}
 }
 
-// CreateBackup takes a consistent image of the table now and writes it in
-// the background; the operation finishes when the backup is READY.
-func (a *adminServer) CreateBackup(ctx context.Context, req *adminpb.CreateBackupRequest) (*longrunningpb.Operation, error) {
+// createBackupArgs is a CreateBackupRequest checked: the source table, the
+// backup's name, expiry and options.
+type createBackupArgs struct {
+	src    tableRef
+	name   backup.Name
+	expire time.Time
+	opt    backup.CreateOptions
+}
+
+// parseCreateBackup checks a CreateBackupRequest's names and options (the
+// expiry is the backup manager's to check); errors are statuses.
+func parseCreateBackup(req *adminpb.CreateBackupRequest) (createBackupArgs, error) {
+	var out createBackupArgs
 	inst, cluster, err := parseCluster(req.GetParent())
 	if err != nil {
-		return nil, toStatus(err)
+		return out, toStatus(err)
 	}
 	src, err := parseTable(req.GetBackup().GetSourceTable())
 	if err != nil {
-		return nil, toStatus(err)
+		return out, toStatus(err)
 	}
 	if src.instance != inst {
-		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: source table %s is not in instance %s", src.name(), inst)
+		return out, status.Errorf(codes.InvalidArgument, "ebbtable: source table %s is not in instance %s", src.name(), inst)
 	}
-	opt := backup.CreateOptions{Hot: req.GetBackup().GetBackupType() == adminpb.Backup_HOT}
+	out.src = src
+	out.opt = backup.CreateOptions{Hot: req.GetBackup().GetBackupType() == adminpb.Backup_HOT}
 	if h := req.GetBackup().GetHotToStandardTime(); h != nil {
-		if !opt.Hot {
-			return nil, status.Error(codes.InvalidArgument, "ebbtable: hot_to_standard_time needs backup_type HOT")
+		if !out.opt.Hot {
+			return out, status.Error(codes.InvalidArgument, "ebbtable: hot_to_standard_time needs backup_type HOT")
 		}
-		opt.HotToStandard = h.AsTime()
+		out.opt.HotToStandard = h.AsTime()
 	}
-	var expire time.Time
 	if e := req.GetBackup().GetExpireTime(); e != nil {
-		expire = e.AsTime()
+		out.expire = e.AsTime()
 	}
-	name := backup.Name{Instance: inst, Cluster: cluster, ID: req.GetBackupId()}
+	out.name = backup.Name{Instance: inst, Cluster: cluster, ID: req.GetBackupId()}
+	return out, nil
+}
+
+// CreateBackup takes a consistent image of the table now and writes it in
+// the background; the operation finishes when the backup is READY.
+func (a *adminServer) CreateBackup(ctx context.Context, req *adminpb.CreateBackupRequest) (*longrunningpb.Operation, error) {
+	cb, err := parseCreateBackup(req)
+	if err != nil {
+		return nil, err
+	}
+	src, expire, opt, name := cb.src, cb.expire, cb.opt, cb.name
 	mf, job, err := a.s.backups.CreateWith(name, src.table, expire, opt)
 	if err != nil {
 		return nil, toStatus(err)

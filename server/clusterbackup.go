@@ -118,29 +118,11 @@ func randomID() string {
 // CreateBackup backs up every tablet of the table, wherever it lives.
 func (a *clusterAdmin) CreateBackup(ctx context.Context, req *adminpb.CreateBackupRequest) (*longrunningpb.Operation, error) {
 	c := a.c
-	inst, cluster, err := parseCluster(req.GetParent())
+	cb, err := parseCreateBackup(req)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
-	src, err := parseTable(req.GetBackup().GetSourceTable())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if src.instance != inst {
-		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: source table %s is not in instance %s", src.name(), inst)
-	}
-	opt := backup.CreateOptions{Hot: req.GetBackup().GetBackupType() == adminpb.Backup_HOT}
-	if h := req.GetBackup().GetHotToStandardTime(); h != nil {
-		if !opt.Hot {
-			return nil, status.Error(codes.InvalidArgument, "ebbtable: hot_to_standard_time needs backup_type HOT")
-		}
-		opt.HotToStandard = h.AsTime()
-	}
-	var expire time.Time
-	if e := req.GetBackup().GetExpireTime(); e != nil {
-		expire = e.AsTime()
-	}
-	name := backup.Name{Instance: inst, Cluster: cluster, ID: req.GetBackupId()}
+	src, expire, opt, name := cb.src, cb.expire, cb.opt, cb.name
 	var op *pendingOp
 	finish := func(done *backup.Manifest, err error) {
 		if err != nil {
