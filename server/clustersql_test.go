@@ -104,6 +104,25 @@ func TestClusterSQLSeesEveryTablet(t *testing.T) {
 		t.Fatalf("n3 holds %q after the move", got)
 	}
 	check("moved")
+	// The query's cell filter runs on the receiving node: the latest
+	// version by default, older ones through temporal arguments.
+	m := bigtable.NewMutation()
+	m.Set("f", "c", bigtable.Timestamp(2000), []byte("vq2"))
+	if err := tbl.Apply(ctx, "q", m); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		n := sc.nodes[id]
+		if got := sqlKeys(t, n, "SELECT _key FROM t WHERE f['c'] = b'vq2'"); got != "q" {
+			t.Errorf("latest version through %s: %q", id, got)
+		}
+		if got := sqlKeys(t, n, "SELECT _key FROM t WHERE f['c'] = b'vq'"); got != "" {
+			t.Errorf("an older version through %s: %q", id, got)
+		}
+		if got := sqlKeys(t, n, "SELECT _key FROM t(as_of => TIMESTAMP_FROM_UNIX_MILLIS(1)) WHERE f['c'] = b'vq'"); got != "q" {
+			t.Errorf("as_of through %s: %q", id, got)
+		}
+	}
 }
 
 // A query's read that a tablet move interrupts resumes after the last row
