@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/ebbtable/ebbtable/cell"
@@ -22,8 +23,8 @@ import (
 // this node owns are read here under their gates, the others are forwarded
 // to their owners, in key order. So a query sent to any node sees every row
 // of the table, wherever its tablets live. The read asks the owners for
-// whole rows (no filter) and applies the query's cell filter (its
-// timestamp bounds and versions) here; a read cut short by a tablet move
+// rows cut to the query's timestamp window and versions per column
+// (sqlPushdown) and applies the query's whole cell filter here; a read cut short by a tablet move
 // (UNAVAILABLE) is resumed after the last row received, as the official
 // client resumes ReadRows, so a query runs across moves.
 //
@@ -66,6 +67,7 @@ func (x *clusterData) sqlRead(ctx context.Context, ref tableRef, req table.ReadR
 		for _, r := range ranges {
 			rr.Rows.RowRanges = append(rr.Rows.RowRanges, fromRange(r))
 		}
+		rr.Filter = sqlPushdown(req.Filter)
 		if req.Limit > 0 && req.Filter == nil {
 			rr.RowsLimit = req.Limit - sent
 		}
@@ -107,6 +109,38 @@ func (x *clusterData) sqlRead(ctx context.Context, ref tableRef, req table.ReadR
 			}
 		}
 	}
+}
+
+// sqlPushdown is the part of a query's cell filter the owners can run,
+// so they do not send versions the query drops: its timestamp window,
+// then its versions per column. The whole filter still runs on the rows
+// received (running it after this cut gives the same cells).
+func sqlPushdown(f table.RowFilter) *btpb.RowFilter {
+	lo, hi, versions, ok := sqlquery.CellBounds(f)
+	if !ok {
+		return nil
+	}
+	var chain []*btpb.RowFilter
+	tr := &btpb.TimestampRange{}
+	if lo > 0 {
+		tr.StartTimestampMicros = lo
+	}
+	if hi >= 0 && hi < math.MaxInt64 {
+		tr.EndTimestampMicros = hi + 1 // exclusive
+	}
+	if tr.StartTimestampMicros != 0 || tr.EndTimestampMicros != 0 {
+		chain = append(chain, &btpb.RowFilter{Filter: &btpb.RowFilter_TimestampRangeFilter{TimestampRangeFilter: tr}})
+	}
+	if versions > 0 && versions <= math.MaxInt32 {
+		chain = append(chain, &btpb.RowFilter{Filter: &btpb.RowFilter_CellsPerColumnLimitFilter{CellsPerColumnLimitFilter: int32(versions)}})
+	}
+	switch len(chain) {
+	case 0:
+		return nil
+	case 1:
+		return chain[0]
+	}
+	return &btpb.RowFilter{Filter: &btpb.RowFilter_Chain_{Chain: &btpb.RowFilter_Chain{Filters: chain}}}
 }
 
 // sqlRowSet is a read request's rows as sorted keys and half-open ranges;

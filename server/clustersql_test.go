@@ -122,6 +122,12 @@ func TestClusterSQLSeesEveryTablet(t *testing.T) {
 		if got := sqlKeys(t, n, "SELECT _key FROM t(as_of => TIMESTAMP_FROM_UNIX_MILLIS(1)) WHERE f['c'] = b'vq'"); got != "q" {
 			t.Errorf("as_of through %s: %q", id, got)
 		}
+		if got := sqlKeys(t, n, "SELECT _key FROM t(with_history => TRUE) WHERE ARRAY_LENGTH(f['c']) = 2"); got != "q" {
+			t.Errorf("with_history through %s: %q", id, got)
+		}
+		if got := sqlKeys(t, n, "SELECT _key FROM t(with_history => TRUE, after => TIMESTAMP_FROM_UNIX_MILLIS(1)) WHERE ARRAY_LENGTH(f['c']) = 1"); got != "q" {
+			t.Errorf("with_history after 1 ms through %s: %q", id, got)
+		}
 	}
 }
 
@@ -199,5 +205,28 @@ func TestClusterSQLReadAcrossMove(t *testing.T) {
 		if got := sqlKeys(t, sc.nodes[id], "SELECT _key FROM t"); got != strings.Join(want, "") {
 			t.Errorf("SELECT through %s after the move: %q", id, got)
 		}
+	}
+}
+
+func TestClusterSQLResumeAfter(t *testing.T) {
+	keys, ranges := sqlRowSet(table.ReadRequest{Keys: [][]byte{[]byte("a"), []byte("k"), []byte("z")},
+		Ranges: []table.RowRange{{Start: []byte("b"), End: []byte("d"), EndClosed: true}, {Start: []byte("m"), StartOpen: true}}})
+	ks, rs := sqlResumeAfter(keys, ranges, []byte("c"))
+	var got []string
+	for _, k := range ks {
+		got = append(got, string(k))
+	}
+	for _, r := range rs {
+		got = append(got, fmt.Sprintf("[%q,%q)", r.Start, r.End))
+	}
+	want := []string{"k", "z", `["c\x00","d\x00")`, `["m\x00","")`}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("after c: %v", got)
+	}
+	if ks, rs := sqlResumeAfter(keys, ranges[:1], []byte("d")); len(rs) != 0 || len(ks) != 2 {
+		t.Errorf("after d: %q %v", ks, rs)
+	}
+	if f := sqlPushdown(nil); f != nil {
+		t.Errorf("pushdown of no filter: %v", f)
 	}
 }
