@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"math"
@@ -58,6 +59,12 @@ func (x *clusterData) sqlRead(ctx context.Context, ref tableRef, req table.ReadR
 	if req.Limit < 0 {
 		return status.Error(codes.InvalidArgument, "ebbtable: rows limit must not be negative")
 	}
+	// ExecuteQuery was routed between replicated clusters already (it
+	// chose this one): the query's reads are not routed again.
+	md, _ := metadata.FromIncomingContext(ctx)
+	md = md.Copy()
+	md.Set(MetaRoutedBy, cmp.Or(x.s.opts.ClusterID, "local"))
+	ctx = metadata.NewIncomingContext(ctx, md)
 	keys, ranges := sqlRowSet(req)
 	var sent int64
 	var last []byte // the key of the last row received
