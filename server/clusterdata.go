@@ -23,8 +23,9 @@ import (
 // ReadRows visits the tablets in key order (reverse order for a reversed
 // read), carrying the rows limit along; SampleRowKeys answers the tablet
 // boundaries with the owners' own samples between them. Methods not
-// overridden here (SQL, change streams, PingAndWarm) are served from this
-// node's data alone.
+// overridden here (change streams, PingAndWarm) are served from this
+// node's data alone; SQL runs here but reads its tables through ReadRows
+// (clustersql.go).
 type clusterData struct {
 	*dataServer
 	c *clusterMember

@@ -102,6 +102,7 @@ func (d *dataServer) prepare(req *btpb.PrepareQueryRequest) (*sqlquery.Plan, sql
 		return nil, sqlquery.EngineCatalog{}, sqlStatus(err)
 	}
 	cat := d.s.catalog(inst)
+	d.s.clusterSQL(&cat) // server/clustersql.go
 	plan, err := sqlquery.Prepare(cat, req.GetQuery(), pts)
 	if err != nil {
 		return nil, cat, sqlStatus(err)

@@ -116,6 +116,23 @@ type cellFilter struct {
 	history bool
 }
 
+// CellBounds describes a query's cell filter f so a reader can cut cells
+// before it runs: f keeps only cells with timestamps in [lo, hi] (micros)
+// and, among those, the newest versions of each column (0: all). ok is
+// false when f is not a query's cell filter. Applying f after such a cut
+// gives what f alone gives.
+func CellBounds(f table.RowFilter) (lo, hi, versions int64, ok bool) {
+	c, ok := f.(*cellFilter)
+	if !ok {
+		return 0, 0, 0, false
+	}
+	versions = c.n
+	if !c.history {
+		versions = 1
+	}
+	return c.lo, c.hi, versions, true
+}
+
 func (f *cellFilter) Apply(r cell.Row) cell.Row {
 	out := r.Cells[:0]
 	var prev *cell.Cell
