@@ -54,6 +54,7 @@ func owners(t *testing.T, n *scaleNode) string {
 // log (writes only its memtable held), and every acknowledged write is
 // read back through every survivor, while a writer kept writing.
 func TestFailoverNodeKilled(t *testing.T) {
+	t.Parallel()
 	sc := startFailoverCluster(t)
 	sc.createTable(t, "n1", "g", "p")
 	ctx := context.Background()
@@ -298,6 +299,7 @@ func deleteRow() *bigtable.Mutation {
 // under concurrent writers: what its last catalog and the rest of its log
 // hold must still be every acknowledged write.
 func TestFailoverUnderCheckpoints(t *testing.T) {
+	t.Parallel()
 	sc := startScaleClusterTuned(t, 0, func(o *Options) {
 		o.Cluster.Failover = true
 		o.Cluster.LeaseTTL = time.Second

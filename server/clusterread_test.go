@@ -19,6 +19,7 @@ import (
 // reading lets a move of its tablet go ahead; the official client's read
 // then resumes at the next row and sees every row once, in order.
 func TestScaleOutSlowReadDoesNotHoldAMove(t *testing.T) {
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2")
 	sc.createTable(t, "n1")
 	ctx := context.Background()

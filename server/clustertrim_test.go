@@ -56,6 +56,7 @@ func trimmed(t *testing.T, n *scaleNode) uint64 {
 // applied, a node that was down catches up, a new node starts from the
 // snapshot, and a node given up is refused once the log passed it.
 func TestScaleOutSchemaLogTrim(t *testing.T) {
+	t.Parallel()
 	sc := startScaleClusterTuned(t, 0, func(o *Options) { o.Cluster.SchemaTrimEvery = 3 }, "n1", "n2", "n3")
 	sc.createTable(t, "n1", "k")
 	ctx := context.Background()

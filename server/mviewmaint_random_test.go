@@ -39,6 +39,11 @@ var maintQueries = map[string]string{
 // each under the race detector); by default one per visibility mode.
 var mviewAllSeeds = flag.Bool("mview.seeds", false, "TestMaterializedViewRandom: run every seed, not only the first")
 
+// mviewSteps is how many random steps each run of
+// TestMaterializedViewRandom takes (each checks every view about one step
+// in three, and after the last); -mview.steps=300 is the old default.
+var mviewSteps = flag.Int("mview.steps", 120, "TestMaterializedViewRandom: random steps per seed")
+
 // TestMaterializedViewRandom writes, overwrites and deletes rows through
 // the official client, with cells that expire by native TTL and by the
 // family's max age, runs the collector and drops row ranges, at random,
@@ -46,13 +51,17 @@ var mviewAllSeeds = flag.Bool("mview.seeds", false, "TestMaterializedViewRandom:
 // run from scratch; in both visibility modes. Then it restarts the server
 // and checks that the views read the same without reading the table.
 func TestMaterializedViewRandom(t *testing.T) {
+	t.Parallel()
 	seeds := []uint64{7, 11, 23}
 	if !*mviewAllSeeds {
 		seeds = seeds[:1]
 	}
 	for _, vis := range []table.Visibility{table.HideEligible, table.UntilCollected} {
 		for _, seed := range seeds {
-			t.Run(fmt.Sprintf("visibility=%v/seed=%d", vis, seed), func(t *testing.T) { testMaintRandom(t, vis, seed) })
+			t.Run(fmt.Sprintf("visibility=%v/seed=%d", vis, seed), func(t *testing.T) {
+				t.Parallel()
+				testMaintRandom(t, vis, seed)
+			})
 		}
 	}
 }
@@ -127,7 +136,8 @@ func testMaintRandom(t *testing.T, vis table.Visibility, seed uint64) {
 	row := func() string { return fmt.Sprintf("r%02d", rng.IntN(30)) }
 	val := func() []byte { return binary.BigEndian.AppendUint64(nil, uint64(rng.IntN(20))) }
 	check("empty")
-	for step := 0; step < 300; step++ {
+	steps := *mviewSteps
+	for step := 0; step < steps; step++ {
 		var desc string
 		m := bigtable.NewMutation()
 		c := ctx
@@ -180,7 +190,7 @@ func testMaintRandom(t *testing.T, vis table.Visibility, seed uint64) {
 				t.Fatalf("%s: %v", desc, err)
 			}
 		}
-		if rng.IntN(3) == 0 || step == 299 {
+		if rng.IntN(3) == 0 || step == steps-1 {
 			check(fmt.Sprintf("step %d (%s)", step, desc))
 		}
 	}

@@ -172,6 +172,7 @@ func letters() []string {
 }
 
 func TestScaleOutForwarding(t *testing.T) {
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2", "n3")
 	sc.createTable(t, "n1", "g", "p")
 	ctx := context.Background()
@@ -311,6 +312,7 @@ func contains(ss []string, s string) bool {
 }
 
 func TestScaleOutSplitMoveDrain(t *testing.T) {
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2", "n3")
 	sc.createTable(t, "n1", "g", "p")
 	ctx := context.Background()
@@ -429,6 +431,7 @@ func TestScaleOutSplitMoveDrain(t *testing.T) {
 }
 
 func TestScaleOutNodeDownAndBack(t *testing.T) {
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2")
 	sc.createTable(t, "n1", "m")
 	tbl := sc.nodes["n1"].client.Open("t")
@@ -478,6 +481,7 @@ func TestScaleOutNodeDownAndBack(t *testing.T) {
 }
 
 func TestScaleOutSplitsBySize(t *testing.T) {
+	t.Parallel()
 	sc := startScaleClusterSplitting(t, 64<<10, "n1", "n2")
 	sc.createTable(t, "n1")
 	tbl := sc.nodes["n2"].client.Open("t")
