@@ -143,6 +143,8 @@ func Open(opts Options) (*DB, error) {
 		},
 		Logger:        logger{fail},
 		EventListener: &events,
+		// Obsolete WALs are deleted, not kept for reuse (cleaner.go).
+		Cleaner: deleteCleaner{},
 		// Larger memtables mean fewer flushes and L0 files for write-heavy
 		// loads; the WAL keeps them durable.
 		MemTableSize:                64 << 20,
