@@ -449,8 +449,14 @@ func TestScaleOutBackupDuringMoves(t *testing.T) {
 	}
 	d, _ := m.Directory(scaleTable)
 	mid := d.Tablets[1].ID
+	// A move sent while n1's directory is stale is forwarded to the old
+	// owner, which answers ABORTED ("retry"): retried, as a client would.
 	move := func(to string) error {
-		_, err := sc.nodes["n1"].ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: mid, To: to})
+		var err error
+		testkit.Poll(20*time.Second, func() bool {
+			_, err = sc.nodes["n1"].ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: mid, To: to})
+			return status.Code(err) != codes.Aborted
+		})
 		return err
 	}
 	// Backup b0: the middle tablet moves after the coordinator cut the

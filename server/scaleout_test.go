@@ -395,7 +395,10 @@ func TestScaleOutSplitMoveDrain(t *testing.T) {
 	if len(dr.Moves) != 2 {
 		t.Errorf("drain moves: %v", dr.Moves)
 	}
-	waitAcked(len(acked) + 100)
+	mu.Lock()
+	n := len(acked)
+	mu.Unlock()
+	waitAcked(n + 100)
 	close(stop)
 	<-done
 	nodes, err := sc.nodes["n1"].ops.ListNodes(ctx, &clusterpb.ListNodesRequest{})
