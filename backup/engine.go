@@ -19,5 +19,5 @@ type Engine interface {
 	SSTs
 	Clock() clock.Clock
 	SnapshotTable(instance, name string) (*table.TableSnapshot, error)
-	BeginRestoreID(instance, name string, id uint64) (*table.Restoring, error)
+	BeginRestore(instance, name string) (*table.Restoring, error)
 }

@@ -22,12 +22,6 @@ import (
 // process dies, no part of the table is visible (the engine removes the
 // cells of an unfinished restore when it next opens).
 func (m *Manager) Restore(name Name, instance, tableID string, retention table.Retention) (*Manifest, *Job[*table.Meta], error) {
-	return m.RestoreAs(name, instance, tableID, retention, 0)
-}
-
-// RestoreAs is Restore into a table with the given id (0: a fresh one);
-// in a cluster every node gives a table the same id.
-func (m *Manager) RestoreAs(name Name, instance, tableID string, retention table.Retention, id uint64) (*Manifest, *Job[*table.Meta], error) {
 	if _, err := table.ParseRetention(string(retention)); err != nil {
 		return nil, nil, err
 	}
@@ -40,7 +34,7 @@ func (m *Manager) RestoreAs(name Name, instance, tableID string, retention table
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := m.eng.BeginRestoreID(instance, tableID, id)
+	r, err := m.eng.BeginRestore(instance, tableID)
 	if err != nil {
 		m.releaseLocked(name)
 		return nil, nil, err
