@@ -2,12 +2,9 @@ package table_test
 
 import (
 	"bytes"
-	"path/filepath"
 	"sync"
 	"testing"
 
-	"github.com/ebbtable/ebbtable/clock"
-	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
 )
 
@@ -36,17 +33,7 @@ func (l *memLog) Finished(uint64) {
 // the span) and nothing outside it; a drop's record is told apart; a
 // drop applied afterwards to the span only reaches the span.
 func TestReplayLogged(t *testing.T) {
-	root := t.TempDir()
-	store, err := storage.SharedDir(filepath.Join(root, "shared"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	clk := clock.NewFake(spanStart)
-	src := openSpanNode(t, filepath.Join(root, "a"), store, 1, clk, nil)
-	defer src.Close()
-	dst := openSpanNode(t, filepath.Join(root, "b"), store, 2, clk, nil)
-	defer dst.Close()
+	src, dst, _ := openSpanPair(t)
 	createSpanTable(t, src, dst)
 	log := &memLog{}
 	src.SetCommitLog(log)

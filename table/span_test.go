@@ -53,6 +53,24 @@ func openSpanNode(t *testing.T, dir string, store storage.ObjectStore, creator u
 	return e
 }
 
+// openSpanPair opens two engines (creator ids 1 and 2) on one shared
+// directory store and a fake clock at spanStart; all close at cleanup.
+func openSpanPair(t *testing.T) (src, dst *table.Engine, clk *clock.Fake) {
+	t.Helper()
+	root := t.TempDir()
+	store, err := storage.SharedDir(filepath.Join(root, "shared"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	clk = clock.NewFake(spanStart)
+	src = openSpanNode(t, filepath.Join(root, "a"), store, 1, clk, nil)
+	t.Cleanup(func() { src.Close() })
+	dst = openSpanNode(t, filepath.Join(root, "b"), store, 2, clk, nil)
+	t.Cleanup(func() { dst.Close() })
+	return src, dst, clk
+}
+
 func spanRow(i int) []byte { return []byte(fmt.Sprintf("row%06d", i)) }
 
 // writeSpanCells writes rows [0, rows) with perRow cells each in family f
@@ -278,17 +296,7 @@ func TestSpanMoveShared(t *testing.T) {
 // read.
 func TestSpanMoveLocalLevels(t *testing.T) {
 	ctx := context.Background()
-	root := t.TempDir()
-	store, err := storage.SharedDir(filepath.Join(root, "shared"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	clk := clock.NewFake(spanStart)
-	src := openSpanNode(t, filepath.Join(root, "a"), store, 1, clk, nil)
-	defer src.Close()
-	dst := openSpanNode(t, filepath.Join(root, "b"), store, 2, clk, nil)
-	defer dst.Close()
+	src, dst, _ := openSpanPair(t)
 	createSpanTable(t, src, dst)
 
 	writeSpanCells(t, src, 2000, 4, 2000, spanStart)
@@ -376,17 +384,7 @@ func TestSpanMoveLocalLevels(t *testing.T) {
 // another id, is refused with ErrPrecondition and changes nothing.
 func TestSpanIngestRefusals(t *testing.T) {
 	ctx := context.Background()
-	root := t.TempDir()
-	store, err := storage.SharedDir(filepath.Join(root, "shared"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	clk := clock.NewFake(spanStart)
-	src := openSpanNode(t, filepath.Join(root, "a"), store, 1, clk, nil)
-	defer src.Close()
-	dst := openSpanNode(t, filepath.Join(root, "b"), store, 2, clk, nil)
-	defer dst.Close()
+	src, dst, _ := openSpanPair(t)
 	createSpanTable(t, src)
 	writeSpanCells(t, src, 100, 2, 100, spanStart)
 	x, err := src.ExportSpan(ctx, "i", "t", nil, nil)
