@@ -140,6 +140,10 @@ func (c *clusterMember) moveTablet(ctx context.Context, tableName string, id uin
 	if t, _, ok = d.Find(id); !ok || t.Owner != c.opts.NodeID {
 		return res, status.Errorf(codes.Aborted, "ebbtable: tablet %d changed before the move began", id)
 	}
+	// Change-stream readers of the tablet here stop at this mark; its
+	// records up to the export travel with it (clusterchanges.go).
+	mark, moved := c.beginMove(d.Table, t), false
+	defer func() { c.endMove(d.Table, mark, moved) }()
 	x, err := c.s.engine.ExportSpan(ctx, ref.instance, ref.table, t.Start, t.End)
 	if err != nil {
 		c.moves.WithLabelValues("failed").Inc()
@@ -158,6 +162,10 @@ func (c *clusterMember) moveTablet(ctx context.Context, tableName string, id uin
 	if _, err := clusterpb.NewClusterClient(cc).IngestSpan(ctx, &clusterpb.IngestSpanRequest{Table: tableName, Tablet: id, Export: b}); err != nil {
 		c.moves.WithLabelValues("failed").Inc()
 		return res, fmt.Errorf("ebbtable: node %s could not ingest %s: %w", to, t, err)
+	}
+	if err := c.shipChanges(ctx, ref, t, clusterpb.NewClusterClient(cc)); err != nil {
+		c.moves.WithLabelValues("failed").Inc()
+		return res, fmt.Errorf("ebbtable: node %s could not take the change-stream records of %s: %w", to, t, err)
 	}
 	next, err := d.WithOwner(id, to)
 	if err != nil {
@@ -184,6 +192,7 @@ func (c *clusterMember) moveTablet(ctx context.Context, tableName string, id uin
 			return res, clusterStatus(err)
 		}
 	}
+	moved = true
 	// Flipped: the target serves the tablet from now on. The excise only
 	// frees space here; a failure leaves unreachable data behind.
 	if err := c.s.engine.ExciseSpan(context.WithoutCancel(ctx), ref.instance, ref.table, t.Start, t.End); err != nil {

@@ -1,0 +1,406 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"github.com/ebbtable/ebbtable/changestream"
+	tablets "github.com/ebbtable/ebbtable/cluster"
+	"github.com/ebbtable/ebbtable/internal/testkit"
+	"github.com/ebbtable/ebbtable/server/clusterpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// csFollower reads every partition of a table's change stream as Beam's
+// connector does: one reader per partition; on a CloseStream it keeps the
+// continuation tokens by new partition and starts a new partition once
+// tokens cover it (a merge waits for both parents); an UNAVAILABLE stream
+// is opened again from its last token. It reads through the nodes in turn,
+// so most streams are forwarded to the owner.
+type csFollower struct {
+	t       *testing.T
+	ctx     context.Context
+	clients []btpb.BigtableClient
+	start   time.Time
+
+	mu      sync.Mutex
+	next    int                                        // the next client to use
+	sets    map[string][]string                        // row → SetCell values, in stream order
+	gc      map[string]int                             // row → GARBAGE_COLLECTION records
+	pending map[string][]*btpb.StreamContinuationToken // new partition → tokens so far
+	closes  int                                        // CloseStreams with new partitions
+	wg      sync.WaitGroup
+}
+
+func rangeKey(p *btpb.StreamPartition) string {
+	r := partitionRange(p)
+	return fmt.Sprintf("[%q,%q)", r.Start, r.End)
+}
+
+func (f *csFollower) client() btpb.BigtableClient {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.next++
+	return f.clients[f.next%len(f.clients)]
+}
+
+func (f *csFollower) startAll() {
+	res, err := f.clients[0].GenerateInitialChangeStreamPartitions(f.ctx, &btpb.GenerateInitialChangeStreamPartitionsRequest{TableName: scaleTable})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var parts []*btpb.StreamPartition
+	for {
+		r, err := res.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		parts = append(parts, r.Partition)
+	}
+	if len(parts) != 3 {
+		f.t.Fatalf("initial partitions: %v, want the 3 tablets", parts)
+	}
+	for _, p := range parts {
+		f.launch(p, nil)
+	}
+}
+
+func (f *csFollower) launch(p *btpb.StreamPartition, toks []*btpb.StreamContinuationToken) {
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		f.read(p, toks)
+	}()
+}
+
+// read follows one partition until it closes or the test ends.
+func (f *csFollower) read(p *btpb.StreamPartition, toks []*btpb.StreamContinuationToken) {
+	for attempt := 0; ; attempt++ {
+		req := &btpb.ReadChangeStreamRequest{TableName: scaleTable, Partition: p, HeartbeatDuration: durationpb.New(50 * time.Millisecond)}
+		if toks != nil {
+			req.StartFrom = &btpb.ReadChangeStreamRequest_ContinuationTokens{ContinuationTokens: &btpb.StreamContinuationTokens{Tokens: toks}}
+		} else {
+			req.StartFrom = &btpb.ReadChangeStreamRequest_StartTime{StartTime: timestamppb.New(f.start)}
+		}
+		cs, err := f.client().ReadChangeStream(f.ctx, req)
+		for err == nil {
+			var resp *btpb.ReadChangeStreamResponse
+			if resp, err = cs.Recv(); err != nil {
+				break
+			}
+			switch r := resp.StreamRecord.(type) {
+			case *btpb.ReadChangeStreamResponse_DataChange_:
+				f.record(r.DataChange)
+				toks = []*btpb.StreamContinuationToken{{Partition: p, Token: r.DataChange.Token}}
+			case *btpb.ReadChangeStreamResponse_Heartbeat_:
+				toks = []*btpb.StreamContinuationToken{r.Heartbeat.ContinuationToken}
+			case *btpb.ReadChangeStreamResponse_CloseStream_:
+				f.closed(p, r.CloseStream)
+				return
+			}
+		}
+		if f.ctx.Err() != nil {
+			return
+		}
+		if status.Code(err) != codes.Unavailable || attempt > 200 {
+			f.t.Errorf("partition %s: %v (end of stream without CloseStream: %v)", rangeKey(p), err, errors.Is(err, io.EOF))
+			return
+		}
+	}
+}
+
+func (f *csFollower) record(dc *btpb.ReadChangeStreamResponse_DataChange) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	row := string(dc.RowKey)
+	if dc.Type == btpb.ReadChangeStreamResponse_DataChange_GARBAGE_COLLECTION {
+		f.gc[row]++
+		return
+	}
+	for _, ch := range dc.Chunks {
+		if sc := ch.GetMutation().GetSetCell(); sc != nil && sc.FamilyName == "f" {
+			f.sets[row] = append(f.sets[row], string(sc.Value))
+		}
+	}
+}
+
+// closed keeps a CloseStream's tokens and starts the partitions they cover.
+func (f *csFollower) closed(p *btpb.StreamPartition, cl *btpb.ReadChangeStreamResponse_CloseStream) {
+	if cl.GetStatus().GetCode() != int32(codes.OK) {
+		f.t.Errorf("partition %s closed with %v", rangeKey(p), cl.GetStatus())
+	}
+	if len(cl.NewPartitions) != len(cl.ContinuationTokens) || len(cl.NewPartitions) == 0 {
+		f.t.Errorf("partition %s: CloseStream with %d new partitions, %d tokens", rangeKey(p), len(cl.NewPartitions), len(cl.ContinuationTokens))
+		return
+	}
+	f.mu.Lock()
+	f.closes++
+	var ready []*btpb.StreamPartition
+	var readyToks [][]*btpb.StreamContinuationToken
+	for i, np := range cl.NewPartitions {
+		k := rangeKey(np)
+		f.pending[k] = append(f.pending[k], cl.ContinuationTokens[i])
+		if covers(np, f.pending[k]) {
+			ready, readyToks = append(ready, np), append(readyToks, f.pending[k])
+			delete(f.pending, k)
+		}
+	}
+	f.mu.Unlock()
+	for i := range ready {
+		f.launch(ready[i], readyToks[i])
+	}
+}
+
+// covers says whether the tokens' partitions cover p.
+func covers(p *btpb.StreamPartition, toks []*btpb.StreamContinuationToken) bool {
+	var rs []tablets.Range
+	for _, t := range toks {
+		rs = append(rs, partitionRange(t.Partition))
+	}
+	sort.Slice(rs, func(i, j int) bool { return bytes.Compare(rs[i].Start, rs[j].Start) < 0 })
+	want := partitionRange(p)
+	at := want.Start
+	for _, r := range rs {
+		if !bytes.Equal(r.Start, at) {
+			return false
+		}
+		if len(r.End) == 0 {
+			return len(want.End) == 0
+		}
+		at = r.End
+	}
+	return bytes.Equal(at, want.End)
+}
+
+// TestClusterChangeStreamAcrossMoves: a reader follows every partition of a
+// three-node table's change stream while a writer writes through n1 and
+// the tablets split, move and merge; it must see each write once, in
+// per-row order, and the collector's deletions in a moved tablet.
+func TestClusterChangeStreamAcrossMoves(t *testing.T) {
+	t.Parallel()
+	sc := startScaleCluster(t, "n1", "n2", "n3")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err := sc.nodes["n1"].admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", SplitKeys: []string{"g", "p"},
+		ColumnFamilies:        map[string]bigtable.Family{"f": {}, "g": {GCPolicy: bigtable.MaxVersionsPolicy(1)}},
+		ChangeStreamRetention: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &csFollower{t: t, ctx: ctx, start: time.Now(), sets: map[string][]string{}, gc: map[string]int{},
+		pending: map[string][]*btpb.StreamContinuationToken{}}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		f.clients = append(f.clients, btpb.NewBigtableClient(sc.nodes[id].conn))
+	}
+	f.startAll()
+
+	// The writer: rows a00..z03, each written again and again with
+	// increasing values, through n1.
+	var mu sync.Mutex
+	acked := map[string][]string{} // row → acknowledged values, in order
+	tried := map[string]bool{}     // every value written, acknowledged or not
+	nacked := 0
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tbl := sc.nodes["n1"].client.Open("t")
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			row := fmt.Sprintf("%c%02d", 'a'+i%26, (i/26)%4)
+			v := "v" + strconv.Itoa(i)
+			m := bigtable.NewMutation()
+			m.Set("f", "c", bigtable.ServerTime, []byte(v)) // not idempotent: the client never retries it
+			err := tbl.Apply(ctx, row, m)
+			mu.Lock()
+			tried[v] = true
+			if err == nil {
+				acked[row] = append(acked[row], v)
+				nacked++
+			}
+			mu.Unlock()
+		}
+	}()
+	waitAcked := func(n int) {
+		testkit.Eventually(t, "more writes", 20*time.Second, func() (bool, string) {
+			mu.Lock()
+			defer mu.Unlock()
+			return nacked >= n, fmt.Sprintf("%d acked", nacked)
+		})
+	}
+	ops := sc.nodes["n2"].ops
+	tabletAt := func(key string) *clusterpb.Tablet {
+		t.Helper()
+		res, err := ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: scaleTable})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tb := range res.Tablets {
+			if string(tb.Start) <= key && (len(tb.End) == 0 || key < string(tb.End)) {
+				return tb
+			}
+		}
+		t.Fatalf("no tablet holds %q", key)
+		return nil
+	}
+	other := func(tb *clusterpb.Tablet) string {
+		for _, id := range []string{"n1", "n2", "n3"} {
+			if id != tb.Owner {
+				return id
+			}
+		}
+		return ""
+	}
+	move := func(key, to string) {
+		t.Helper()
+		tb := tabletAt(key)
+		if to == "" {
+			to = other(tb)
+		}
+		if _, err := ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: tb.Id, To: to}); err != nil {
+			t.Fatalf("move %s to %s: %v", tb, to, err)
+		}
+	}
+	split := func(key string) {
+		t.Helper()
+		if _, err := ops.SplitTablet(ctx, &clusterpb.SplitTabletRequest{Table: scaleTable, Key: []byte(key)}); err != nil {
+			t.Fatalf("split at %s: %v", key, err)
+		}
+	}
+	waitAcked(100)
+	// Cells the collector will delete in a tablet that moves first.
+	gcTbl := sc.nodes["n3"].client.Open("t")
+	for _, ts := range []bigtable.Timestamp{1000, 2000} {
+		m := bigtable.NewMutation()
+		m.Set("g", "c", ts, []byte("x"))
+		if err := gcTbl.Apply(ctx, "b-gc", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	split("d") // 1: [,d) [d,g)
+	waitAcked(200)
+	move("a", "") // 2: [,d), holding b-gc, to another node
+	waitAcked(300)
+	move("e", tabletAt("a").Owner) // 3: [d,g) to [,d)'s owner
+	waitAcked(400)
+	split("t") // 4
+	waitAcked(500)
+	move("q", "") // 5
+	waitAcked(600)
+	if _, err := ops.MergeTablet(ctx, &clusterpb.MergeTabletRequest{Table: scaleTable, Tablet: tabletAt("a").Id}); err != nil {
+		t.Fatal(err) // 6: [,d) + [d,g)
+	}
+	waitAcked(700)
+	move("a", "") // 7: the merged tablet
+	waitAcked(800)
+	move("u", "") // 8
+	waitAcked(900)
+	gcRun(t, sc.nodes[tabletAt("b").Owner]) // the moved tablet's new owner collects b-gc's old version
+	close(stop)
+	<-done
+
+	testkit.Eventually(t, "the follower to see every acknowledged write and the collection", 30*time.Second, func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		missing := 0
+		for row, want := range acked {
+			seen := map[string]bool{}
+			for _, v := range f.sets[row] {
+				seen[v] = true
+			}
+			for _, v := range want {
+				if !seen[v] {
+					missing++
+				}
+			}
+		}
+		return missing == 0 && f.gc["b-gc"] >= 1, fmt.Sprintf("%d of %d acknowledged writes not seen, %d collections", missing, nacked, f.gc["b-gc"])
+	})
+	cancel()
+	f.wg.Wait()
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	if f.closes < 8 {
+		t.Errorf("%d CloseStreams with new partitions, want one per change at least (8)", f.closes)
+	}
+	if f.gc["b-gc"] != 1 {
+		t.Errorf("b-gc: %d collector records, want 1", f.gc["b-gc"])
+	}
+	for row, want := range acked {
+		got := f.sets[row]
+		seen := map[string]bool{}
+		last := -1
+		for _, v := range got {
+			if seen[v] {
+				t.Errorf("row %s: %s seen twice", row, v)
+			}
+			seen[v] = true
+			if !tried[v] {
+				t.Errorf("row %s: %s was never written", row, v)
+			}
+			n, _ := strconv.Atoi(strings.TrimPrefix(v, "v"))
+			if n <= last {
+				t.Errorf("row %s: %s after v%d: out of order", row, v, last)
+			}
+			last = n
+		}
+		for _, v := range want {
+			if !seen[v] {
+				t.Errorf("row %s: acknowledged %s never seen", row, v)
+				break
+			}
+		}
+	}
+	t.Logf("%d writes acknowledged, %d CloseStreams followed", nacked, f.closes)
+}
+
+// TestChangeTokenPieces: a merged partition's state, its token and back.
+func TestChangeTokenPieces(t *testing.T) {
+	p1 := changestream.Position{Commit: 10, Tiebreaker: 3, Index: 1}
+	p2 := changestream.Position{Commit: 20, Tiebreaker: 4}
+	st := csState{{r: tablets.Range{Start: []byte{}, End: []byte("m")}, pos: p1}, {r: tablets.Range{Start: []byte("m")}, pos: p2}}
+	whole := tablets.Range{Start: []byte{}}
+	tok := st.token()
+	if !strings.HasPrefix(tok, "v2.") {
+		t.Fatalf("token of two positions: %s", tok)
+	}
+	back, err := parseTokenPieces(tok, whole)
+	if err != nil || len(back) != 2 || back[0].pos != p1 || back[1].pos != p2 || string(back[1].r.Start) != "m" {
+		t.Fatalf("parsed %+v %v", back, err)
+	}
+	if !st.wants([]byte("a"), changestream.Position{Commit: 15}) || st.wants([]byte("x"), changestream.Position{Commit: 15}) {
+		t.Error("a record between the pieces' positions goes to the piece behind only")
+	}
+	st.advance(changestream.Position{Commit: 30})
+	if tok := st.token(); tok != (changestream.Position{Commit: 30}).Token() {
+		t.Errorf("token once past both: %s", tok)
+	}
+	if _, err := combine(csState{{r: tablets.Range{Start: []byte{}, End: []byte("m")}}}, whole); err == nil {
+		t.Error("tokens leaving rows uncovered accepted")
+	}
+}
