@@ -404,3 +404,148 @@ func TestChangeTokenPieces(t *testing.T) {
 		t.Error("tokens leaving rows uncovered accepted")
 	}
 }
+
+// csRead reads one ReadChangeStream until stop says so or the stream
+// closes; it returns the SetCell values of family f in order, the last
+// token and the CloseStream, if any.
+func csRead(t *testing.T, c btpb.BigtableClient, req *btpb.ReadChangeStreamRequest, stop func(vals []string) bool) ([]string, *btpb.StreamContinuationToken, *btpb.ReadChangeStreamResponse_CloseStream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req.TableName = scaleTable
+	req.HeartbeatDuration = durationpb.New(20 * time.Millisecond)
+	cs, err := c.ReadChangeStream(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vals []string
+	var tok *btpb.StreamContinuationToken
+	for !stop(vals) {
+		resp, err := cs.Recv()
+		if err != nil {
+			t.Fatalf("after %v: %v", vals, err)
+		}
+		switch r := resp.StreamRecord.(type) {
+		case *btpb.ReadChangeStreamResponse_DataChange_:
+			for _, ch := range r.DataChange.Chunks {
+				if sc := ch.GetMutation().GetSetCell(); sc != nil {
+					vals = append(vals, string(sc.Value))
+				}
+			}
+			tok = &btpb.StreamContinuationToken{Partition: req.Partition, Token: r.DataChange.Token}
+		case *btpb.ReadChangeStreamResponse_Heartbeat_:
+			tok = r.Heartbeat.ContinuationToken
+		case *btpb.ReadChangeStreamResponse_CloseStream_:
+			return vals, tok, r.CloseStream
+		}
+	}
+	return vals, tok, nil
+}
+
+func fromTokens(toks ...*btpb.StreamContinuationToken) *btpb.ReadChangeStreamRequest_ContinuationTokens {
+	return &btpb.ReadChangeStreamRequest_ContinuationTokens{ContinuationTokens: &btpb.StreamContinuationTokens{Tokens: toks}}
+}
+
+func partitionOf(start, end string) *btpb.StreamPartition {
+	return streamPartition(tablets.Range{Start: []byte(start), End: []byte(end)})
+}
+
+// TestClusterChangeStreamResume: a token taken on a tablet's owner resumes
+// on the node it moved to with nothing lost (the records written on the
+// old owner after the token travelled with the tablet) or repeated; a
+// partition split since answers CloseStream at once with its halves; two
+// partitions merged since read on from their own positions.
+func TestClusterChangeStreamResume(t *testing.T) {
+	t.Parallel()
+	sc := startScaleCluster(t, "n1", "n2")
+	ctx := context.Background()
+	err := sc.nodes["n1"].admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", SplitKeys: []string{"m"},
+		ColumnFamilies: map[string]bigtable.Family{"f": {}}, ChangeStreamRetention: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ops := sc.nodes["n1"].ops
+	tabs, err := ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: scaleTable})
+	if err != nil || len(tabs.Tablets) != 2 {
+		t.Fatalf("tablets %v %v", tabs, err)
+	}
+	first := tabs.Tablets[0]
+	owner, to := first.Owner, "n1"
+	if owner == "n1" {
+		to = "n2"
+	}
+	write := func(row, v string) {
+		t.Helper()
+		if err := writeScale(t, sc.nodes["n1"].client.Open("t"), row, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a1", "v1")
+	left := partitionOf("", "m")
+	c := btpb.NewBigtableClient(sc.nodes[owner].conn)
+	vals, tok, _ := csRead(t, c, &btpb.ReadChangeStreamRequest{Partition: left,
+		StartFrom: &btpb.ReadChangeStreamRequest_StartTime{StartTime: timestamppb.New(start)}},
+		func(v []string) bool { return len(v) == 1 })
+	if vals[0] != "v1" {
+		t.Fatalf("first read: %v", vals)
+	}
+	write("a2", "v2")
+	write("a3", "v3")
+	if _, err := ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: first.Id, To: to}); err != nil {
+		t.Fatal(err)
+	}
+	write("a4", "v4")
+	// Resumed through the node the tablet left: forwarded to its owner.
+	vals, tok2, _ := csRead(t, c, &btpb.ReadChangeStreamRequest{Partition: left, StartFrom: fromTokens(tok)},
+		func(v []string) bool { return len(v) >= 3 })
+	if strings.Join(vals, ",") != "v2,v3,v4" {
+		t.Fatalf("resumed after the move: %v, want v2,v3,v4", vals)
+	}
+	// Split since: closed at once, with both halves.
+	if _, err := ops.SplitTablet(ctx, &clusterpb.SplitTabletRequest{Table: scaleTable, Key: []byte("f")}); err != nil {
+		t.Fatal(err)
+	}
+	write("g1", "v5")
+	vals, _, cl := csRead(t, c, &btpb.ReadChangeStreamRequest{Partition: left, StartFrom: fromTokens(tok2)}, func([]string) bool { return false })
+	if len(vals) != 0 || cl == nil || len(cl.NewPartitions) != 2 || rangeKey(cl.NewPartitions[1]) != rangeKey(partitionOf("f", "m")) ||
+		rangeKey(cl.ContinuationTokens[1].Partition) != rangeKey(partitionOf("f", "m")) {
+		t.Fatalf("stale partition: %v %+v", vals, cl)
+	}
+	// Read the left half on to a later position than the right half, then
+	// merge: the merged partition reads on from each half's own position.
+	write("a5", "v6")
+	lvals, ltok, _ := csRead(t, c, &btpb.ReadChangeStreamRequest{Partition: cl.NewPartitions[0], StartFrom: fromTokens(cl.ContinuationTokens[0])},
+		func(v []string) bool { return len(v) >= 1 })
+	rtok := cl.ContinuationTokens[1] // g1 (v5) not read yet
+	if strings.Join(lvals, ",") != "v6" {
+		t.Fatalf("left half: %v", lvals)
+	}
+	cur, _ := ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: scaleTable})
+	if _, err := ops.MergeTablet(ctx, &clusterpb.MergeTabletRequest{Table: scaleTable, Tablet: cur.Tablets[0].Id}); err != nil {
+		t.Fatal(err)
+	}
+	write("b1", "v7")
+	vals, _, _ = csRead(t, c, &btpb.ReadChangeStreamRequest{Partition: left, StartFrom: fromTokens(ltok, rtok)},
+		func(v []string) bool { return len(v) >= 2 })
+	if strings.Join(vals, ",") != "v5,v7" {
+		t.Fatalf("merged partition from the halves' tokens: %v, want v5,v7", vals)
+	}
+	// A move's mark caps the readers of its rows until it is settled.
+	cm := sc.nodes["n1"].srv.cluster
+	from := closedPosition(time.Now().UnixMicro() - 1000)
+	mk := cm.beginMove(scaleTable, tablets.Tablet{Start: []byte("a"), End: []byte("c")})
+	if _, at, capped := cm.closedAndCap(scaleTable, tablets.Range{Start: []byte("b"), End: []byte("d")}, from); !capped || at != mk.at {
+		t.Errorf("a reader of the moving rows: capped %v at %d, want the mark %d", capped, at, mk.at)
+	}
+	if _, _, capped := cm.closedAndCap(scaleTable, tablets.Range{Start: []byte("c")}, from); capped {
+		t.Error("a reader of other rows is capped")
+	}
+	if _, _, capped := cm.closedAndCap(scaleTable, tablets.Range{Start: []byte("a")}, closedPosition(mk.at)); capped {
+		t.Error("a reader already at the mark (the rows came back) is capped")
+	}
+	cm.endMove(scaleTable, mk, false)
+	if _, _, capped := cm.closedAndCap(scaleTable, tablets.Range{Start: []byte("a")}, from); capped {
+		t.Error("a failed move's mark still caps readers")
+	}
+}
