@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
@@ -71,6 +72,10 @@ type changeMarks struct {
 	mu     sync.Mutex
 	marks  map[string][]*moveMark
 	notify chan struct{} // closed when a mark is settled
+
+	// afterAhead, when set (tests), runs between a move's two rounds of
+	// records, before it takes the tablet's gate.
+	afterAhead atomic.Pointer[func()]
 }
 
 // settled returns a channel closed when the next mark is settled.
@@ -145,39 +150,77 @@ func (c *clusterMember) closedAndCap(tableName string, r tablets.Range, from cha
 	return closed, capAt, capped
 }
 
-// shipChanges is a move's part for change streams, run holding the
-// tablet's gate after the export: it sends the target the records of the
-// tablet's rows up to the last commit timestamp handed out (every record a
-// reader of the export may need; a deletion by the collector committed
-// later is not in the export either, so the target's own collector makes
-// it again), and that timestamp, which the target's sequence is raised
-// past.
-func (c *clusterMember) shipChanges(ctx context.Context, ref tableRef, t tablets.Tablet, client clusterpb.ClusterClient) error {
+// changeShipment sends a tablet's change-stream records to a move's
+// target in two rounds: most of them before the tablet's gate is taken
+// (ahead), the rest holding it (finish), so writes wait only for the tail.
+type changeShipment struct {
+	c      *clusterMember
+	table  string // its resource name
+	m      *table.Meta
+	tablet tablets.Tablet
+	client clusterpb.ClusterClient
+	lower  []byte // where the next round reads on from
+	n      int    // records sent
+}
+
+func (c *clusterMember) newShipment(ref tableRef, t tablets.Tablet, client clusterpb.ClusterClient) (*changeShipment, error) {
 	m, err := c.s.engine.Table(ref.instance, ref.table)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	high := c.s.engine.CommitHighWater()
-	req := &clusterpb.IngestChangesRequest{Table: ref.name(), Observe: high}
-	if m.ChangeStream != nil {
-		// Wait for the commits in flight below high (other tablets' or
-		// the collector's) to end, so none is missed.
-		for c.s.engine.ClosedTimestamp() < high {
-			notify := c.s.engine.ChangesNotify()
-			if c.s.engine.ClosedTimestamp() >= high {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-notify:
-			case <-c.s.opts.Clock.After(time.Millisecond):
-			}
+	return &changeShipment{c: c, table: ref.name(), m: m, tablet: t, client: client, lower: changestream.TableStart(m.ID)}, nil
+}
+
+// ahead sends the records up to the closed timestamp now, before the
+// gate: they are final. Records a move that then fails leaves on the
+// target are harmless: the target serves them only for a tablet it owns,
+// and a later move of it sends them again, unchanged.
+func (sh *changeShipment) ahead(ctx context.Context) error {
+	err := sh.send(ctx, sh.c.s.engine.ClosedTimestamp(), 0)
+	if h := sh.c.changes.afterAhead.Load(); h != nil && err == nil {
+		(*h)()
+	}
+	return err
+}
+
+// finish runs holding the tablet's gate after the export: it sends the
+// records of the tablet's rows up to the last commit timestamp handed out
+// (every record a reader of the export may need; a deletion by the
+// collector committed later is not in the export either, so the target's
+// own collector makes it again), and that timestamp, which the target's
+// sequence is raised past.
+func (sh *changeShipment) finish(ctx context.Context, t tablets.Tablet) error {
+	e := sh.c.s.engine
+	if !bytes.Equal(t.Start, sh.tablet.Start) || !bytes.Equal(t.End, sh.tablet.End) {
+		// The tablet changed between the rounds (a merge): start over.
+		sh.tablet, sh.lower = t, changestream.TableStart(sh.m.ID)
+	}
+	high := e.CommitHighWater()
+	// Wait for the commits in flight below high (other tablets' or the
+	// collector's) to end, so none is missed.
+	for e.ClosedTimestamp() < high {
+		notify := e.ChangesNotify()
+		if e.ClosedTimestamp() >= high {
+			break
 		}
-		lower := changestream.TableStart(m.ID)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-notify:
+		case <-sh.c.s.opts.Clock.After(time.Millisecond):
+		}
+	}
+	return sh.send(ctx, high, high)
+}
+
+// send ships the records of the tablet's rows from sh.lower up to upTo,
+// about 1 MiB per call; the last call carries observe.
+func (sh *changeShipment) send(ctx context.Context, upTo, observe int64) error {
+	req := &clusterpb.IngestChangesRequest{Table: sh.table}
+	if sh.m.ChangeStream != nil && upTo >= 0 {
 		size := 0
 		for {
-			recs, next, more, err := c.s.engine.SpanChanges(m, lower, high, t.Start, t.End, 4096)
+			recs, next, more, err := sh.c.s.engine.SpanChanges(sh.m, sh.lower, upTo, sh.tablet.Start, sh.tablet.End, 4096)
 			if err != nil {
 				return err
 			}
@@ -186,20 +229,29 @@ func (c *clusterMember) shipChanges(ctx context.Context, ref tableRef, t tablets
 				req.Records = append(req.Records, &clusterpb.ChangeRecord{Commit: r.Commit, Tiebreaker: r.Tiebreaker, Index: r.Index, Record: enc})
 				size += len(enc) + 32
 				if size >= 1<<20 {
-					if _, err := client.IngestChanges(ctx, req); err != nil {
+					if _, err := sh.client.IngestChanges(ctx, req); err != nil {
 						return err
 					}
+					sh.n += len(req.Records)
 					req.Records, size = nil, 0
 				}
 			}
 			if !more {
 				break
 			}
-			lower = next
+			sh.lower = next
 		}
+		sh.lower = changestream.After(sh.m.ID, closedPosition(upTo))
 	}
-	_, err = client.IngestChanges(ctx, req)
-	return err
+	if len(req.Records) == 0 && observe == 0 {
+		return nil
+	}
+	req.Observe = observe
+	if _, err := sh.client.IngestChanges(ctx, req); err != nil {
+		return err
+	}
+	sh.n += len(req.Records)
+	return nil
 }
 
 // IngestChanges keeps a move's change-stream records (the target's half).
