@@ -130,6 +130,29 @@ func (c *clusterMember) endMove(tableName string, mk *moveMark, moved bool) {
 	}
 }
 
+// dropMarks forgets the marks of moves of rows [start, end) away from
+// here: they are coming back (this node is a move's target), and readers
+// of them from now on start past those marks.
+func (c *clusterMember) dropMarks(tableName string, start, end []byte) {
+	cm := &c.changes
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	if len(cm.marks[tableName]) == 0 {
+		return
+	}
+	r := tablets.Range{Start: start, End: end}
+	if r.Start == nil {
+		r.Start = []byte{}
+	}
+	list := cm.marks[tableName][:0:0]
+	for _, mk := range cm.marks[tableName] {
+		if !mk.moved || !csOverlaps(r, tablets.Range{Start: mk.start, End: mk.end}) {
+			list = append(list, mk)
+		}
+	}
+	cm.marks[tableName] = list
+}
+
 // closedAndCap takes the closed timestamp and, in the same critical section
 // as beginMove, the lowest mark a reader of rows r at position from must
 // stop at: a move registered after this call marks a closed timestamp at
@@ -140,8 +163,8 @@ func (c *clusterMember) closedAndCap(tableName string, r tablets.Range, from cha
 	defer cm.mu.Unlock()
 	closed = c.s.engine.ClosedTimestamp()
 	for _, mk := range cm.marks[tableName] {
-		if !csOverlaps(r, tablets.Range{Start: mk.start, End: mk.end}) || !from.Less(closedPosition(mk.at)) {
-			continue // other rows, or a mark the reader is past (the rows came back)
+		if !csOverlaps(r, tablets.Range{Start: mk.start, End: mk.end}) || closedPosition(mk.at).Less(from) {
+			continue // other rows, or a mark the reader is past
 		}
 		if !capped || mk.at < capAt {
 			capAt, capped = mk.at, true
@@ -216,7 +239,7 @@ func (sh *changeShipment) finish(ctx context.Context, t tablets.Tablet) error {
 // send ships the records of the tablet's rows from sh.lower up to upTo,
 // about 1 MiB per call; the last call carries observe.
 func (sh *changeShipment) send(ctx context.Context, upTo, observe int64) error {
-	req := &clusterpb.IngestChangesRequest{Table: sh.table}
+	req := &clusterpb.IngestChangesRequest{Table: sh.table, Start: sh.tablet.Start, End: sh.tablet.End}
 	if sh.m.ChangeStream != nil && upTo >= 0 {
 		size := 0
 		for {
@@ -273,6 +296,7 @@ func (s *clusterService) IngestChanges(ctx context.Context, req *clusterpb.Inges
 		rec.Position = changestream.Position{Commit: r.GetCommit(), Tiebreaker: r.GetTiebreaker(), Index: r.GetIndex()}
 		recs = append(recs, rec)
 	}
+	s.c.dropMarks(ref.name(), req.GetStart(), req.GetEnd())
 	if err := s.c.s.engine.ImportChanges(m, recs); err != nil {
 		return nil, toStatus(err)
 	}

@@ -534,6 +534,10 @@ func TestClusterChangeStreamResume(t *testing.T) {
 	if strings.Join(vals, ",") != "v5,v7" {
 		t.Fatalf("merged partition from the halves' tokens: %v, want v5,v7", vals)
 	}
+	// While the tablet moves back, a reader on its owner goes no further
+	// than the move's mark, and then closes there.
+	moveCapped(t, sc, to, owner)
+
 	// A move's mark caps the readers of its rows until it is settled.
 	cm := sc.nodes["n1"].srv.cluster
 	from := closedPosition(time.Now().UnixMicro() - 1000)
@@ -544,11 +548,85 @@ func TestClusterChangeStreamResume(t *testing.T) {
 	if _, _, capped := cm.closedAndCap(scaleTable, tablets.Range{Start: []byte("c")}, from); capped {
 		t.Error("a reader of other rows is capped")
 	}
-	if _, _, capped := cm.closedAndCap(scaleTable, tablets.Range{Start: []byte("a")}, closedPosition(mk.at)); capped {
-		t.Error("a reader already at the mark (the rows came back) is capped")
+	if _, at, capped := cm.closedAndCap(scaleTable, tablets.Range{Start: []byte("a")}, closedPosition(mk.at)); !capped || at != mk.at {
+		t.Error("a reader at the mark is not held there")
+	}
+	if _, _, capped := cm.closedAndCap(scaleTable, tablets.Range{Start: []byte("a")}, closedPosition(mk.at+1)); capped {
+		t.Error("a reader past the mark is capped")
 	}
 	cm.endMove(scaleTable, mk, false)
 	if _, _, capped := cm.closedAndCap(scaleTable, tablets.Range{Start: []byte("a")}, from); capped {
 		t.Error("a failed move's mark still caps readers")
+	}
+}
+
+// moveCapped moves the tablet at "" from node from to node to while a
+// reader follows it on from: the reader's positions stay at or below the
+// move's mark while the move is under way, and its CloseStream carries the
+// mark.
+func moveCapped(t *testing.T, sc *scaleCluster, from, to string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	entered, release := make(chan struct{}), make(chan struct{})
+	fault := func() error {
+		close(entered)
+		<-release
+		return nil
+	}
+	sc.nodes[to].srv.cluster.ingestFault.Store(&fault)
+	defer sc.nodes[to].srv.cluster.ingestFault.Store(nil)
+	cs, err := btpb.NewBigtableClient(sc.nodes[from].conn).ReadChangeStream(ctx, &btpb.ReadChangeStreamRequest{TableName: scaleTable,
+		Partition: partitionOf("", "m"), HeartbeatDuration: durationpb.New(10 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.Recv(); err != nil { // the stream is being served
+		t.Fatal(err)
+	}
+	tabs, err := sc.nodes[from].ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: scaleTable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := make(chan error, 1)
+	go func() {
+		_, err := sc.nodes[from].ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: tabs.Tablets[0].Id, To: to})
+		moved <- err
+	}()
+	<-entered
+	cm := &sc.nodes[from].srv.cluster.changes
+	cm.mu.Lock()
+	marks := cm.marks[scaleTable]
+	at := marks[len(marks)-1].at
+	cm.mu.Unlock()
+	for beats := 0; beats < 5; {
+		resp, err := cs.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		hb := resp.GetHeartbeat()
+		if hb == nil {
+			continue
+		}
+		beats++
+		if p, err := changestream.ParseToken(hb.ContinuationToken.Token); err != nil || p.Commit > at {
+			t.Fatalf("heartbeat during the move at %s (%v), past the mark %d", hb.ContinuationToken.Token, err, at)
+		}
+	}
+	close(release)
+	if err := <-moved; err != nil {
+		t.Fatal(err)
+	}
+	for {
+		resp, err := cs.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cl := resp.GetCloseStream(); cl != nil {
+			if len(cl.ContinuationTokens) != 1 || cl.ContinuationTokens[0].Token != closedPosition(at).Token() {
+				t.Fatalf("CloseStream after the move: %+v, want the mark %s", cl, closedPosition(at).Token())
+			}
+			return
+		}
 	}
 }

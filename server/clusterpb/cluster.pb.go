@@ -1074,7 +1074,10 @@ type IngestChangesRequest struct {
 	Table   string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
 	Records []*ChangeRecord        `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
 	// The source's commit high-water mark: later records here follow it.
-	Observe       int64 `protobuf:"varint,3,opt,name=observe,proto3" json:"observe,omitempty"`
+	Observe int64 `protobuf:"varint,3,opt,name=observe,proto3" json:"observe,omitempty"`
+	// The tablet's rows [start, end) (end empty: no end).
+	Start         []byte `protobuf:"bytes,4,opt,name=start,proto3" json:"start,omitempty"`
+	End           []byte `protobuf:"bytes,5,opt,name=end,proto3" json:"end,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1128,6 +1131,20 @@ func (x *IngestChangesRequest) GetObserve() int64 {
 		return x.Observe
 	}
 	return 0
+}
+
+func (x *IngestChangesRequest) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *IngestChangesRequest) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
 }
 
 type IngestChangesResponse struct {
@@ -1242,11 +1259,13 @@ const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
 	"tiebreaker\x18\x02 \x01(\x05R\n" +
 	"tiebreaker\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\rR\x05index\x12\x16\n" +
-	"\x06record\x18\x04 \x01(\fR\x06record\"\x83\x01\n" +
+	"\x06record\x18\x04 \x01(\fR\x06record\"\xab\x01\n" +
 	"\x14IngestChangesRequest\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12;\n" +
 	"\arecords\x18\x02 \x03(\v2!.ebbtable.cluster.v1.ChangeRecordR\arecords\x12\x18\n" +
-	"\aobserve\x18\x03 \x01(\x03R\aobserve\"\x17\n" +
+	"\aobserve\x18\x03 \x01(\x03R\aobserve\x12\x14\n" +
+	"\x05start\x18\x04 \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\x05 \x01(\fR\x03end\"\x17\n" +
 	"\x15IngestChangesResponse2\xec\x06\n" +
 	"\aCluster\x12Z\n" +
 	"\tListNodes\x12%.ebbtable.cluster.v1.ListNodesRequest\x1a&.ebbtable.cluster.v1.ListNodesResponse\x12Z\n" +
