@@ -43,7 +43,22 @@ type csFollower struct {
 	gc      map[string]int                             // row → GARBAGE_COLLECTION records
 	pending map[string][]*btpb.StreamContinuationToken // new partition → tokens so far
 	closes  int                                        // CloseStreams with new partitions
-	wg      sync.WaitGroup
+	// queued partitions start at the next flush: the test flushes after
+	// each split, move or merge, so the partitions of every other
+	// CloseStream start on a directory that changed again since their
+	// tokens were made.
+	queued []func()
+	wg     sync.WaitGroup
+}
+
+func (f *csFollower) flush() {
+	f.mu.Lock()
+	q := f.queued
+	f.queued = nil
+	f.mu.Unlock()
+	for _, start := range q {
+		start()
+	}
 }
 
 func rangeKey(p *btpb.StreamPartition) string {
@@ -134,10 +149,25 @@ func (f *csFollower) record(dc *btpb.ReadChangeStreamResponse_DataChange) {
 		f.gc[row]++
 		return
 	}
+	// One entry per write: its value, and "/d" when it also deleted the
+	// versions of its op's millisecond (the writer's deletes).
+	entry, del := "", ""
 	for _, ch := range dc.Chunks {
 		if sc := ch.GetMutation().GetSetCell(); sc != nil && sc.FamilyName == "f" {
-			f.sets[row] = append(f.sets[row], string(sc.Value))
+			entry = string(sc.Value)
 		}
+		if d := ch.GetMutation().GetDeleteFromColumn(); d != nil && d.FamilyName == "f" {
+			del = "v" + strconv.FormatInt(d.GetTimeRange().GetStartTimestampMicros()/1000, 10)
+		}
+	}
+	if del != "" {
+		if del != entry {
+			f.t.Errorf("row %s: a delete of %s with the write of %s", row, del, entry)
+		}
+		entry += "/d"
+	}
+	if entry != "" {
+		f.sets[row] = append(f.sets[row], entry)
 	}
 }
 
@@ -162,10 +192,16 @@ func (f *csFollower) closed(p *btpb.StreamPartition, cl *btpb.ReadChangeStreamRe
 			delete(f.pending, k)
 		}
 	}
-	f.mu.Unlock()
+	late := f.closes%2 == 0 // every other close's partitions start late
 	for i := range ready {
-		f.launch(ready[i], readyToks[i])
+		p, toks := ready[i], readyToks[i]
+		if late {
+			f.queued = append(f.queued, func() { f.launch(p, toks) })
+		} else {
+			defer f.launch(p, toks)
+		}
 	}
+	f.mu.Unlock()
 }
 
 // covers says whether the tokens' partitions cover p.
@@ -190,9 +226,10 @@ func covers(p *btpb.StreamPartition, toks []*btpb.StreamContinuationToken) bool 
 }
 
 // TestClusterChangeStreamAcrossMoves: a reader follows every partition of a
-// three-node table's change stream while a writer writes through n1 and
-// the tablets split, move and merge; it must see each write once, in
-// per-row order, and the collector's deletions in a moved tablet.
+// three-node table's change stream while a writer writes (sets, and
+// deletes with them) through n1 and the tablets split, move and merge; it
+// must see each write once, in per-row order, and the collector's
+// deletion in a moved tablet once.
 func TestClusterChangeStreamAcrossMoves(t *testing.T) {
 	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2", "n3")
@@ -230,12 +267,18 @@ func TestClusterChangeStreamAcrossMoves(t *testing.T) {
 			row := fmt.Sprintf("%c%02d", 'a'+i%26, (i/26)%4)
 			v := "v" + strconv.Itoa(i)
 			m := bigtable.NewMutation()
+			entry := v
+			if i%5 == 4 {
+				// A delete too, told apart by its range.
+				m.DeleteTimestampRange("f", "c", bigtable.Timestamp(i*1000), bigtable.Timestamp(i*1000+1000))
+				entry += "/d"
+			}
 			m.Set("f", "c", bigtable.ServerTime, []byte(v)) // not idempotent: the client never retries it
 			err := tbl.Apply(ctx, row, m)
 			mu.Lock()
-			tried[v] = true
+			tried[entry] = true
 			if err == nil {
-				acked[row] = append(acked[row], v)
+				acked[row] = append(acked[row], entry)
 				nacked++
 			}
 			mu.Unlock()
@@ -280,12 +323,14 @@ func TestClusterChangeStreamAcrossMoves(t *testing.T) {
 		if _, err := ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: tb.Id, To: to}); err != nil {
 			t.Fatalf("move %s to %s: %v", tb, to, err)
 		}
+		f.flush()
 	}
 	split := func(key string) {
 		t.Helper()
 		if _, err := ops.SplitTablet(ctx, &clusterpb.SplitTabletRequest{Table: scaleTable, Key: []byte(key)}); err != nil {
 			t.Fatalf("split at %s: %v", key, err)
 		}
+		f.flush()
 	}
 	waitAcked(100)
 	// Cells the collector will delete in a tablet that moves first.
@@ -310,6 +355,7 @@ func TestClusterChangeStreamAcrossMoves(t *testing.T) {
 	if _, err := ops.MergeTablet(ctx, &clusterpb.MergeTabletRequest{Table: scaleTable, Tablet: tabletAt("a").Id}); err != nil {
 		t.Fatal(err) // 6: [,d) + [d,g)
 	}
+	f.flush()
 	waitAcked(700)
 	move("a", "") // 7: the merged tablet
 	waitAcked(800)
@@ -320,6 +366,7 @@ func TestClusterChangeStreamAcrossMoves(t *testing.T) {
 	<-done
 
 	testkit.Eventually(t, "the follower to see every acknowledged write and the collection", 30*time.Second, func() (bool, string) {
+		f.flush()
 		mu.Lock()
 		defer mu.Unlock()
 		f.mu.Lock()
@@ -345,8 +392,10 @@ func TestClusterChangeStreamAcrossMoves(t *testing.T) {
 	defer f.mu.Unlock()
 	mu.Lock()
 	defer mu.Unlock()
-	if f.closes < 8 {
-		t.Errorf("%d CloseStreams with new partitions, want one per change at least (8)", f.closes)
+	if f.closes < 5 {
+		// Fewer than the 8 changes: a partition started late may find
+		// its tablet moved already, and just read on from its tokens.
+		t.Errorf("%d CloseStreams with new partitions, want 5 at least", f.closes)
 	}
 	if f.gc["b-gc"] != 1 {
 		t.Errorf("b-gc: %d collector records, want 1", f.gc["b-gc"])
@@ -363,7 +412,7 @@ func TestClusterChangeStreamAcrossMoves(t *testing.T) {
 			if !tried[v] {
 				t.Errorf("row %s: %s was never written", row, v)
 			}
-			n, _ := strconv.Atoi(strings.TrimPrefix(v, "v"))
+			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(v, "v"), "/d"))
 			if n <= last {
 				t.Errorf("row %s: %s after v%d: out of order", row, v, last)
 			}
