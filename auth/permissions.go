@@ -232,7 +232,7 @@ func init() {
 	perm(cl, "bigtable.clusters.get", "ListNodes")
 	perm(cl, "bigtable.clusters.update", "DrainNode")
 	perm(cl, "bigtable.tables.get", "ListTablets")
-	perm(cl, "bigtable.tables.update", "SplitTablet", "MergeTablet", "MoveTablet", "IngestSpan")
+	perm(cl, "bigtable.tables.update", "SplitTablet", "MergeTablet", "MoveTablet", "IngestSpan", "IngestChanges")
 	perm(cl, "bigtable.backups.create", "BackupRows")
 
 }

@@ -97,6 +97,8 @@ type clusterMember struct {
 	gates map[gateKey]*sync.RWMutex   // fences each owned tablet for moves
 	wants map[gateKey]*gateWant       // moves waiting for a gate (clusterread.go)
 
+	changes changeMarks // moves' marks for change-stream readers (clusterchanges.go)
+
 	// The schema log applier (clusteradmin.go).
 	applyMu  sync.Mutex
 	applied  uint64
@@ -471,6 +473,7 @@ func (s *Server) registerCluster() {
 		return
 	}
 	s.cluster.s = s
+	s.engine.SetChangeTiebreaker(nodeTiebreaker(s.cluster.opts.NodeID)) // clusterchanges.go
 	clusterpb.RegisterClusterServer(s.grpc, &clusterService{c: s.cluster})
 	s.cluster.register(s.opts.Registry)
 }
