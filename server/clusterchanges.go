@@ -207,33 +207,19 @@ func (sh *changeShipment) ahead(ctx context.Context) error {
 }
 
 // finish runs holding the tablet's gate after the export: it sends the
-// records of the tablet's rows up to the last commit timestamp handed out
-// (every record a reader of the export may need; a deletion by the
-// collector committed later is not in the export either, so the target's
-// own collector makes it again), and that timestamp, which the target's
-// sequence is raised past.
-func (sh *changeShipment) finish(ctx context.Context, t tablets.Tablet) error {
-	e := sh.c.s.engine
+// records of the tablet's rows up to the commit timestamp the export was
+// read at (exported, table.SpanExport.CommitHighWater), which the export
+// holds exactly: a deletion by the collector committed later is neither in
+// the export nor shipped, and the target's own collector makes it (and
+// records it) again. The target's sequence is raised past the last commit
+// timestamp handed out here, so the rows' later records follow every one
+// a reader on this node may have seen.
+func (sh *changeShipment) finish(ctx context.Context, t tablets.Tablet, exported int64) error {
 	if !bytes.Equal(t.Start, sh.tablet.Start) || !bytes.Equal(t.End, sh.tablet.End) {
 		// The tablet changed between the rounds (a merge): start over.
 		sh.tablet, sh.lower = t, changestream.TableStart(sh.m.ID)
 	}
-	high := e.CommitHighWater()
-	// Wait for the commits in flight below high (other tablets' or the
-	// collector's) to end, so none is missed.
-	for e.ClosedTimestamp() < high {
-		notify := e.ChangesNotify()
-		if e.ClosedTimestamp() >= high {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-notify:
-		case <-sh.c.s.opts.Clock.After(time.Millisecond):
-		}
-	}
-	return sh.send(ctx, high, high)
+	return sh.send(ctx, exported, max(exported, sh.c.s.engine.CommitHighWater()))
 }
 
 // send ships the records of the tablet's rows from sh.lower up to upTo,

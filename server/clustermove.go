@@ -173,7 +173,7 @@ func (c *clusterMember) moveTablet(ctx context.Context, tableName string, id uin
 		c.moves.WithLabelValues("failed").Inc()
 		return res, fmt.Errorf("ebbtable: node %s could not ingest %s: %w", to, t, err)
 	}
-	if err := ship.finish(ctx, t); err != nil {
+	if err := ship.finish(ctx, t, x.CommitHighWater()); err != nil {
 		c.moves.WithLabelValues("failed").Inc()
 		return res, fmt.Errorf("ebbtable: node %s could not take the change-stream records of %s: %w", to, t, err)
 	}
