@@ -144,9 +144,9 @@ func (e *Engine) SpanTombstones(instance, name string, startRow, endRow []byte) 
 	return out, it.Error()
 }
 
-// PutTombstones writes tombstones SpanTombstones encoded; each must be
-// one of the table's (same id here).
-func (e *Engine) PutTombstones(instance, name string, enc []byte) error {
+// PutTombstones writes the tombstones SpanTombstones encoded that are of
+// rows within spans; each must be one of the table's (same id here).
+func (e *Engine) PutTombstones(instance, name string, spans []RowSpan, enc []byte) error {
 	if err := e.enter(); err != nil {
 		return err
 	}
@@ -154,6 +154,14 @@ func (e *Engine) PutTombstones(instance, name string, enc []byte) error {
 	m, err := e.Table(instance, name)
 	if err != nil {
 		return err
+	}
+	var bounds [][2][]byte
+	for _, sp := range spans {
+		lo, hi, err := spanBounds(m.ID, sp.Start, sp.End)
+		if err != nil {
+			return err
+		}
+		bounds = append(bounds, [2][]byte{lo, hi})
 	}
 	b := e.store.NewBatch()
 	defer b.Close()
@@ -169,10 +177,13 @@ func (e *Engine) PutTombstones(instance, name string, enc []byte) error {
 		if tombstoneRowKey(m.ID, k) == nil {
 			return fmt.Errorf("%w: tombstones: a key of another table (id %d here)", ErrPrecondition, m.ID)
 		}
+		enc = rest
+		if !inTombSpans(m.ID, k, bounds) {
+			continue
+		}
 		if err := b.Set(k, v, nil); err != nil {
 			return err
 		}
-		enc = rest
 	}
 	if b.Empty() {
 		return nil
@@ -221,4 +232,20 @@ func droppedFamily(m *Meta, id uint32) bool {
 		return false
 	}
 	return id != 0 && id <= m.NextFamilyID
+}
+
+// DeletedTableID returns the id of the table of that name deleted within
+// the undelete retention, if the engine keeps one.
+func (e *Engine) DeletedTableID(instance, name string) (uint64, bool) {
+	if err := e.enter(); err != nil {
+		return 0, false
+	}
+	defer e.leave()
+	e.mu.Lock()
+	d, err := e.deletedRecord(instance, name)
+	e.mu.Unlock()
+	if err != nil || d == nil || !e.clock.Now().Before(d.DeletedAt.Add(e.undeleteRetention)) {
+		return 0, false
+	}
+	return d.Meta.ID, true
 }

@@ -128,20 +128,20 @@ func TestTakeOverReplaysRepairsAndTombstones(t *testing.T) {
 	}
 
 	// Tombstones travel beside a checkpoint: only the span's rows.
-	enc, err := src.SpanTombstones(testInst, "t", []byte("r3"), nil)
+	enc, err := src.SpanTombstones(testInst, "t", []byte("r6"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	all, _ := src.SpanTombstones(testInst, "t", nil, nil)
 	if len(enc) == 0 || len(enc) >= len(all) {
-		t.Errorf("tombstones of [r3, ): %d bytes, of the table %d", len(enc), len(all))
+		t.Errorf("tombstones of [r6, ): %d bytes, of the table %d", len(enc), len(all))
 	}
 	third, tm := openTakeOverEngine(t, fake, "a")
-	if err := third.PutTombstones(testInst, "t", enc); err != nil {
+	if err := third.PutTombstones(testInst, "t", []RowSpan{{Start: []byte("r6")}}, all); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := third.SpanTombstones(testInst, "t", nil, nil); !bytes.Equal(got, enc) {
-		t.Errorf("tombstones put: %x, want %x", got, enc)
+	if got, _ := third.SpanTombstones(testInst, "t", nil, nil); !bytes.Equal(got, enc) || len(got) == 0 {
+		t.Errorf("tombstones put (of rows r6 on): %x, want %x", got, enc)
 	}
 	_ = tm
 }
