@@ -86,6 +86,9 @@ type failover struct {
 	// (takeOverLoop's own): once they own none, their schema-log progress
 	// is forgotten and their shared objects released.
 	victims map[string]*victim
+
+	// stageHook, when set (tests), runs at steps of a take-over.
+	stageHook atomic.Pointer[func(stage string)]
 }
 
 // victim is a dead node whose tablets were planned for take-over.
@@ -675,6 +678,9 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 		if err := eng.ExciseSpan(ctx, ref.instance, ref.table, t.Start, t.End); err != nil {
 			return err
 		}
+	}
+	if h := f.stageHook.Load(); h != nil {
+		(*h)("excised")
 	}
 	for _, e := range entries {
 		b, err := storage.GetObject(ctx, c.store, e.Object)

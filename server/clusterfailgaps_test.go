@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,7 +69,7 @@ func readFRows(t *testing.T, n *scaleNode, tbl string) map[string]string {
 //   - a family dropped after the node's last checkpoint (the take-over
 //     was refused: the checkpoint names a family the taker lacks);
 //   - a row-range drop the taking node applies to its engine while it
-//     takes over, marked applied only after (the replay undid it);
+//     takes over, marked applied only after (the ingest undid it);
 //   - a raw-cell repair and replication tombstones (outside the log);
 //   - a table deleted before the node died and undeleted after (its
 //     checkpoint left the catalog, its log records were truncated);
@@ -190,34 +191,51 @@ func TestFailoverGaps(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The survivors hold a row-range drop issued as n3 dies between
-	// applying it to their engines and marking it applied, until n3's
-	// tablets are taken over (or 3 s pass: the take-over waits for it).
-	hook := func(e clusteretcd.SchemaEntry) {
-		if e.Method != "DropRowRange" {
-			return
-		}
-		timeout := time.After(3 * time.Second)
-		for {
-			for _, n := range []*scaleNode{n1, n2} {
-				if d, ok := n.srv.cluster.m.Directory(scaleInstance + "/tables/t"); ok && !strings.Contains(fmt.Sprint(d.Tablets), "n3") {
+	// A row-range drop is issued while the taking node has excised the
+	// span and not yet ingested it; the survivors hold it applied to
+	// their engines but not marked applied until n3's tablet is taken
+	// over (or 3 s pass: the taker keeps it out until its own drop check).
+	appliedOn := map[string]chan struct{}{"n1": make(chan struct{}, 1), "n2": make(chan struct{}, 1)}
+	var dropOnce sync.Once
+	dropped := make(chan error, 1)
+	for _, n := range []*scaleNode{n1, n2} {
+		id := n.id
+		hook := func(e clusteretcd.SchemaEntry) {
+			if e.Method != "DropRowRange" {
+				return
+			}
+			appliedOn[id] <- struct{}{}
+			timeout := time.After(3 * time.Second)
+			for {
+				for _, n := range []*scaleNode{n1, n2} {
+					if d, ok := n.srv.cluster.m.Directory(scaleInstance + "/tables/t"); ok && !strings.Contains(fmt.Sprint(d.Tablets), "n3") {
+						return
+					}
+				}
+				select {
+				case <-timeout:
 					return
+				case <-time.After(20 * time.Millisecond):
 				}
 			}
-			select {
-			case <-timeout:
-				return
-			case <-n1.srv.cluster.m.Changed():
-			case <-time.After(20 * time.Millisecond):
-			}
 		}
+		n.srv.cluster.appliedHook.Store(&hook)
+		stage := func(s string) {
+			if s != "excised" {
+				return
+			}
+			dropOnce.Do(func() {
+				go func() { dropped <- n1.admin.DropRowRange(ctx, "t", "s-") }()
+				select {
+				case <-appliedOn[id]:
+				case <-time.After(2 * time.Second):
+				}
+			})
+		}
+		n.srv.cluster.fail.stageHook.Store(&stage)
 	}
-	n1.srv.cluster.appliedHook.Store(&hook)
-	n2.srv.cluster.appliedHook.Store(&hook)
 	creator3 := creatorID("n3")
 	n3.crash()
-	dropped := make(chan error, 1)
-	go func() { dropped <- n1.admin.DropRowRange(ctx, "t", "s-") }()
 	for r := range want {
 		if strings.HasPrefix(r, "s-") {
 			delete(want, r)
@@ -230,8 +248,10 @@ func TestFailoverGaps(t *testing.T) {
 	if err := <-dropped; err != nil {
 		t.Fatal(err)
 	}
-	n1.srv.cluster.appliedHook.Store(nil)
-	n2.srv.cluster.appliedHook.Store(nil)
+	for _, n := range []*scaleNode{n1, n2} {
+		n.srv.cluster.appliedHook.Store(nil)
+		n.srv.cluster.fail.stageHook.Store(nil)
+	}
 	check := func(via *scaleNode, tbl string, want map[string]string) {
 		t.Helper()
 		got := readFRows(t, via, tbl)

@@ -52,8 +52,15 @@ func (f *failover) releaseDead(ctx context.Context, dead string, dirs []tablets.
 			if err != nil {
 				return err
 			}
-			if kept && kd.TableID == e.TableID && ownsAny([]tablets.Directory{kd}, dead) {
-				return errNotYet // an undelete would need this checkpoint
+			if !kept || kd.TableID != e.TableID || !ownsAny([]tablets.Directory{kd}, dead) {
+				continue
+			}
+			// Undeletable while the nodes keep the deleted table (this
+			// one's copy stands for all: they purge it alike).
+			if ref, err := parseTable(e.Table); err == nil {
+				if id, ok := c.s.engine.DeletedTableID(ref.instance, ref.table); ok && id == e.TableID {
+					return errNotYet // an undelete would need this checkpoint
+				}
 			}
 		}
 	}
