@@ -564,7 +564,12 @@ func (f *failover) settleVictims(dirs []tablets.Directory) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		var err error
 		if !st.forgot {
-			if err = c.m.ForgetProgress(ctx, v); err == nil {
+			var gone bool
+			if gone, err = c.m.ForgetDeadProgress(ctx, v); err == nil && !gone {
+				cancel()
+				continue // back just now: the next pass sees it live
+			}
+			if err == nil {
 				st.forgot = true
 				c.s.log.Info("forgot the schema-log progress of a node whose tablets were all taken over", "node", v)
 			}
