@@ -1,9 +1,15 @@
 package storage
 
 import (
-	"fmt"
-	"strings"
+	"regexp"
+	"strconv"
 )
+
+// refMarker is the name of Pebble's reference marker of a shared object
+// (objstorageprovider's sharedObjectRefName): the object's name
+// (HASH-CREATOR-FILENUM.sst or .blob), ".ref.", the referencing
+// database's creator id and its file number.
+var refMarker = regexp.MustCompile(`^([0-9a-f]{4}-[0-9]+-[0-9]+\.(?:sst|blob))\.ref\.([0-9]+)\.[0-9]+$`)
 
 // Releasing a node given up for good (docs/scale-out.md, "Automatic
 // failover"): once every tablet of a dead node was rebuilt elsewhere, its
@@ -41,12 +47,13 @@ func ReleaseSharedRefs(st ObjectStore, creator uint64) (refs, objects int, err e
 	if err != nil {
 		return 0, 0, err
 	}
-	mine := fmt.Sprintf(".ref.%d.", creator)
+	mine := strconv.FormatUint(creator, 10)
 	for _, n := range names {
-		i := strings.Index(n, ".ref.")
-		if i <= 0 || !strings.HasPrefix(n[i:], mine) {
-			continue
+		m := refMarker.FindStringSubmatch(n)
+		if m == nil || m[2] != mine {
+			continue // not Pebble's marker, or another database's
 		}
+		i := len(m[1])
 		if err := st.Delete(n); err != nil && !st.IsNotExistError(err) {
 			return refs, objects, err
 		}
