@@ -69,6 +69,12 @@ type ClusterOptions struct {
 	// CheckpointInterval is how often, with Failover, a node checkpoints
 	// its tablets while writes arrive; default 30s.
 	CheckpointInterval time.Duration
+	// ReleaseDeadAfter is how long, with Failover, a dead node whose
+	// tablets were all taken over may still come back with its data
+	// directory: then its shared SSTables are released and that directory
+	// is refused (clusterfailrelease.go); 0: DefaultReleaseDeadAfter,
+	// negative: never.
+	ReleaseDeadAfter time.Duration
 }
 
 // Files in the data directory that cluster mode keeps.
@@ -112,6 +118,9 @@ type clusterMember struct {
 	// ingestFault, when set (tests), runs before each ingest here and
 	// fails it with its error.
 	ingestFault atomic.Pointer[func() error]
+	// appliedHook, when set (tests), runs after each schema entry is
+	// applied to the engine and before it is marked applied.
+	appliedHook atomic.Pointer[func(clusteretcd.SchemaEntry)]
 
 	fail        *failover // automatic failover (clusterfail.go); nil: off
 	failMetrics failoverMetrics
@@ -166,6 +175,10 @@ func newClusterMember(so *Options) (*clusterMember, error) {
 			return nil, err
 		}
 		c.store = st
+		if err := c.checkReleased(); err != nil { // clusterfailrelease.go
+			st.Close()
+			return nil, err
+		}
 	}
 	return c, nil
 }
@@ -228,12 +241,16 @@ func (c *clusterMember) start(addr string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	m, err := clusteretcd.Join(ctx, clusteretcd.Options{Endpoints: c.opts.Etcd, Prefix: c.opts.Prefix, NodeID: c.opts.NodeID, Addr: addr,
-		TTL: c.opts.LeaseTTL, PreviousLease: int64(prev), Clock: c.s.opts.Clock, Logger: c.s.log})
+		TTL: c.opts.LeaseTTL, PreviousLease: int64(prev), Clock: c.s.opts.Clock, Logger: c.s.log,
+		Settings: c.clusterSettings()}) // clusterfail.go: every node runs with the same --failover
 	if err != nil {
 		return err
 	}
 	c.m = m
-	c.fail.joined(m) // clusterfail.go: the log's fence follows the lease from now on
+	if err := c.joinedFailover(m); err != nil { // clusterfail.go: the log's fence follows the lease from now on
+		m.Close()
+		return err
+	}
 	if err := durable.ReplaceFile(filepath.Join(c.s.opts.DataDir, clusterLeaseFile), []byte(strconv.FormatInt(m.LeaseID(), 10))); err != nil {
 		m.Close()
 		return err

@@ -338,6 +338,21 @@ func (e *Engine) ExportSpan(ctx context.Context, instance, name string, startRow
 	if err != nil {
 		return nil, err
 	}
+	x, err := e.exportSpan(ctx, m, instance, name, startRow, endRow, true)
+	if err != nil {
+		return nil, err
+	}
+	e.moves.exports.Add(1)
+	e.moves.bytes.Add(x.stats.Encoded)
+	e.moves.keys.Add(x.stats.LocalKeys)
+	e.moves.shared.Add(int64(x.stats.SharedSSTs))
+	return x, nil
+}
+
+// exportSpan reads rows [startRow, endRow) of table m (its name on this
+// engine is instance/name) into an export, with the rows' GC agenda
+// entries when agenda is set.
+func (e *Engine) exportSpan(ctx context.Context, m *Meta, instance, name string, startRow, endRow []byte, agenda bool) (*SpanExport, error) {
 	lo, hi, err := spanBounds(m.ID, startRow, endRow)
 	if err != nil {
 		return nil, err
@@ -356,13 +371,15 @@ func (e *Engine) ExportSpan(ctx context.Context, instance, name string, startRow
 	// Agenda entries first: one written after this scan and before the
 	// span's keys are read would only make the target judge a row once
 	// more.
-	if err := e.agendaDue(m, 1<<63-1, func(en AgendaEntry) bool {
-		if inRows(en.Row, startRow, endRow) {
-			x.agenda = append(x.agenda, AgendaEntry{Due: en.Due, Row: bytes.Clone(en.Row)})
+	if agenda {
+		if err := e.agendaDue(m, 1<<63-1, func(en AgendaEntry) bool {
+			if inRows(en.Row, startRow, endRow) {
+				x.agenda = append(x.agenda, AgendaEntry{Due: en.Due, Row: bytes.Clone(en.Row)})
+			}
+			return true
+		}); err != nil {
+			return nil, err
 		}
-		return true
-	}); err != nil {
-		return nil, err
 	}
 	x.stats.AgendaEntries = len(x.agenda)
 
@@ -401,10 +418,6 @@ func (e *Engine) ExportSpan(ctx context.Context, instance, name string, startRow
 	if x.encoded == nil {
 		return nil, errors.New("ebbtable: export span: encoded size does not settle")
 	}
-	e.moves.exports.Add(1)
-	e.moves.bytes.Add(x.stats.Encoded)
-	e.moves.keys.Add(x.stats.LocalKeys)
-	e.moves.shared.Add(int64(x.stats.SharedSSTs))
 	ok = true
 	return x, nil
 }
