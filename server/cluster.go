@@ -111,6 +111,10 @@ type clusterMember struct {
 	// fails it with its error.
 	ingestFault atomic.Pointer[func() error]
 
+	// This node's parts of cluster restores under way (clusterrestore.go).
+	restoreMu sync.Mutex
+	restores  map[uint64]*localRestore
+
 	fail        *failover // automatic failover (clusterfail.go); nil: off
 	failMetrics failoverMetrics
 

@@ -281,8 +281,8 @@ func (c *clusterMember) applyEntry(ctx context.Context, e clusteretcd.SchemaEntr
 		return applyResult{resp: r, err: err}
 	case "ForgetTable":
 		return applyResult{resp: &emptypb.Empty{}}
-	case "RestoreTable":
-		return c.applyRestore(ctx, e) // clusterbackup.go
+	case "RestoreTable", restoreBegin, restoreCommit, restoreAbort:
+		return c.applyRestoreEntry(ctx, e) // clusterrestore.go
 	}
 	return c.applyMore(ctx, e)
 }

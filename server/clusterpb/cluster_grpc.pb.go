@@ -43,6 +43,7 @@ const (
 	Cluster_MoveTablet_FullMethodName  = "/ebbtable.cluster.v1.Cluster/MoveTablet"
 	Cluster_IngestSpan_FullMethodName  = "/ebbtable.cluster.v1.Cluster/IngestSpan"
 	Cluster_BackupRows_FullMethodName  = "/ebbtable.cluster.v1.Cluster/BackupRows"
+	Cluster_RestoreRows_FullMethodName = "/ebbtable.cluster.v1.Cluster/RestoreRows"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -73,6 +74,12 @@ type ClusterClient interface {
 	// one snapshot into the shared object store. A node the coordinator
 	// calls; UNAVAILABLE when this node does not own them all.
 	BackupRows(ctx context.Context, in *BackupRowsRequest, opts ...grpc.CallOption) (*BackupRowsResponse, error)
+	// RestoreRows is an owner's part of a cluster restore: it ingests the
+	// backup's cells of rows [start, end) of a table being restored, all in
+	// tablets it owns, into its reservation of the table (not visible until
+	// the restore's commit entry). A node the restore's coordinator calls;
+	// UNAVAILABLE when this node does not own them all.
+	RestoreRows(ctx context.Context, in *RestoreRowsRequest, opts ...grpc.CallOption) (*RestoreRowsResponse, error)
 }
 
 type clusterClient struct {
@@ -163,6 +170,16 @@ func (c *clusterClient) BackupRows(ctx context.Context, in *BackupRowsRequest, o
 	return out, nil
 }
 
+func (c *clusterClient) RestoreRows(ctx context.Context, in *RestoreRowsRequest, opts ...grpc.CallOption) (*RestoreRowsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RestoreRowsResponse)
+	err := c.cc.Invoke(ctx, Cluster_RestoreRows_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -191,6 +208,12 @@ type ClusterServer interface {
 	// one snapshot into the shared object store. A node the coordinator
 	// calls; UNAVAILABLE when this node does not own them all.
 	BackupRows(context.Context, *BackupRowsRequest) (*BackupRowsResponse, error)
+	// RestoreRows is an owner's part of a cluster restore: it ingests the
+	// backup's cells of rows [start, end) of a table being restored, all in
+	// tablets it owns, into its reservation of the table (not visible until
+	// the restore's commit entry). A node the restore's coordinator calls;
+	// UNAVAILABLE when this node does not own them all.
+	RestoreRows(context.Context, *RestoreRowsRequest) (*RestoreRowsResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -224,6 +247,9 @@ func (UnimplementedClusterServer) IngestSpan(context.Context, *IngestSpanRequest
 }
 func (UnimplementedClusterServer) BackupRows(context.Context, *BackupRowsRequest) (*BackupRowsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BackupRows not implemented")
+}
+func (UnimplementedClusterServer) RestoreRows(context.Context, *RestoreRowsRequest) (*RestoreRowsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RestoreRows not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -390,6 +416,24 @@ func _Cluster_BackupRows_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_RestoreRows_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RestoreRowsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).RestoreRows(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_RestoreRows_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).RestoreRows(ctx, req.(*RestoreRowsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -428,6 +472,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BackupRows",
 			Handler:    _Cluster_BackupRows_Handler,
+		},
+		{
+			MethodName: "RestoreRows",
+			Handler:    _Cluster_RestoreRows_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
