@@ -111,6 +111,8 @@ type clusterMember struct {
 	// fails it with its error.
 	ingestFault atomic.Pointer[func() error]
 
+	joined atomic.Bool // set once started (clusterstart.go)
+
 	// This node's parts of cluster restores under way (clusterrestore.go).
 	restoreMu sync.Mutex
 	restores  map[uint64]*localRestore
@@ -488,7 +490,11 @@ func (s *Server) startCluster() error {
 	if addr == "" {
 		addr = s.Addr()
 	}
-	return s.cluster.start(addr)
+	if err := s.cluster.start(addr); err != nil {
+		return err
+	}
+	s.cluster.joined.Store(true) // clusterstart.go
+	return nil
 }
 
 // ClusterMember is this node's view of its cluster (nil when alone): for

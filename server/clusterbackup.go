@@ -59,9 +59,15 @@ const backupObjectsNeeded = "ebbtable: backups of a cluster need shared storage 
 // backupRowsParallel bounds the parts a coordinator asks for at once.
 const backupRowsParallel = 8
 
-// backupRowsAttempts bounds how often a part is asked for again after its
-// owner changed.
-const backupRowsAttempts = 8
+// backupPartWait bounds how long a backup waits for a tablet whose owner
+// is down (back, or its tablets taken over by failover) or busy moving it
+// before it fails UNAVAILABLE.
+var backupPartWait = 2 * time.Minute
+
+// backupRetryEvery is the longest a backup waits between two asks for a
+// tablet whose owner failed (sooner if the directory changes or the owner
+// comes back).
+var backupRetryEvery = time.Second
 
 var tableIDRE = regexp.MustCompile(`^[_a-zA-Z0-9][-_.a-zA-Z0-9]{0,49}$`)
 
@@ -306,11 +312,12 @@ func (c *clusterMember) backupParts(ctx context.Context, src tableRef, objects s
 	)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	deadline := time.Now().Add(backupPartWait)
 	for _, t := range d.Tablets {
 		wg.Add(1)
 		go func(s rowSpan) {
 			defer wg.Done()
-			got, err := c.backupSpan(ctx, src, s, d.Revision, objects, &seq, sem, backupRowsAttempts)
+			got, err := c.backupSpan(ctx, src, s, objects, &seq, sem, deadline)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -333,37 +340,73 @@ func (c *clusterMember) backupParts(ctx context.Context, src tableRef, objects s
 
 // backupSpan has the owners of a span's rows write them, cutting the span
 // again by a newer directory when an owner no longer holds its piece
-// (after a move or a split), at most left times.
-func (c *clusterMember) backupSpan(ctx context.Context, src tableRef, s rowSpan, rev int64, objects string, seq *atomic.Int64, sem chan struct{}, left int) ([]backup.Part, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	d, ok := c.m.Directory(src.name())
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "ebbtable: table %s was deleted during the backup", src.table)
-	}
+// (after a move, a split, a failover take-over) and asking an owner that
+// is down again once it is back, until deadline.
+func (c *clusterMember) backupSpan(ctx context.Context, src tableRef, s rowSpan, objects string, seq *atomic.Int64, sem chan struct{}, deadline time.Time) ([]backup.Part, error) {
 	var out []backup.Part
-	for _, p := range piecesOf(d, s) {
-		part, err := c.askBackupRows(ctx, src, p, d.Revision, objects, fmt.Sprintf("p%05d-", seq.Add(1)), sem)
-		if err == nil {
-			out = append(out, part)
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		d, ok := c.m.Directory(src.name())
+		if !ok {
+			return nil, status.Errorf(codes.NotFound, "ebbtable: table %s was deleted during the backup", src.table)
+		}
+		var failed []tablets.Tablet
+		var last error
+		for _, p := range piecesOf(d, s) {
+			part, err := c.askBackupRows(ctx, src, p, d.Revision, objects, fmt.Sprintf("p%05d-", seq.Add(1)), sem)
+			if err == nil {
+				out = append(out, part)
+				continue
+			}
+			if code := status.Code(err); code != codes.Unavailable && code != codes.Aborted {
+				return nil, err
+			}
+			failed, last = append(failed, p), err
+		}
+		if len(failed) == 0 {
+			return out, nil
+		}
+		if !time.Now().Before(deadline) {
+			return nil, status.Errorf(codes.Unavailable, "ebbtable: backup of %s: %s could not be read within %s (the backup needs every tablet; retry once its node is back, or taken over by failover): %v",
+				src.table, failed[0], backupPartWait, last)
+		}
+		// Wait (briefly) for the directory to change (a move, a take-over)
+		// or a down owner to come back, then ask again for the failed
+		// pieces only.
+		down := map[string]bool{}
+		for _, p := range failed {
+			if _, live := c.m.Node(p.Owner); !live {
+				down[p.Owner] = true
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, backupRetryEvery)
+		c.m.WaitFor(wctx, func() bool {
+			if nd, ok := c.m.Directory(src.name()); !ok || nd.Revision != d.Revision {
+				return true
+			}
+			for id := range down {
+				if _, live := c.m.Node(id); live {
+					return true
+				}
+			}
+			return false
+		})
+		cancel()
+		if len(failed) == 1 {
+			s = rowSpan{failed[0].Start, failed[0].End}
 			continue
 		}
-		if code := status.Code(err); (code != codes.Unavailable && code != codes.Aborted) || left <= 1 {
-			return nil, err
+		for _, p := range failed {
+			more, err := c.backupSpan(ctx, src, rowSpan{p.Start, p.End}, objects, seq, sem, deadline)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, more...)
 		}
-		// Wait (briefly) for the directory change that moved the rows,
-		// then ask again for this piece only.
-		wctx, cancel := context.WithTimeout(ctx, time.Second)
-		c.m.WaitFor(wctx, func() bool { return c.m.Revision() > d.Revision })
-		cancel()
-		more, err := c.backupSpan(ctx, src, rowSpan{p.Start, p.End}, d.Revision, objects, seq, sem, left-1)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, more...)
+		return out, nil
 	}
-	return out, nil
 }
 
 // testHookBackupRows, when set by a test, runs before a coordinator asks
