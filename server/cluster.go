@@ -113,6 +113,8 @@ type clusterMember struct {
 
 	joined atomic.Bool // set once started (clusterstart.go)
 
+	bkTotals backupTotals // clusterbackupmetrics.go
+
 	// This node's parts of cluster restores under way (clusterrestore.go).
 	restoreMu sync.Mutex
 	restores  map[uint64]*localRestore
@@ -261,7 +263,8 @@ func (c *clusterMember) start(addr string) error {
 	c.wg.Add(2)
 	go c.applyLoop()
 	go c.leaseFileLoop()
-	c.s.backups.OnExpiry(c.sweepBackups) // clusterbackup.go
+	c.s.backups.OnExpiry(c.sweepBackups)     // clusterbackup.go
+	c.s.backups.ReportTotals(c.backupTotals) // clusterbackupmetrics.go
 	if c.opts.SplitBytes > 0 {
 		c.wg.Add(1)
 		go c.splitLoop()

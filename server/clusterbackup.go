@@ -180,6 +180,8 @@ func (c *clusterMember) startBackup(ctx context.Context, name backup.Name, src t
 			if err != nil {
 				c.s.log.Error("cluster backup failed", "backup", mf.Name, "err", err)
 			}
+			c.s.backups.CountOp("create", err)
+			c.forgetBackupTotals()
 			finish(done, err)
 		})
 	}
@@ -612,6 +614,11 @@ func (c *clusterMember) sweepBackups(ctx context.Context) {
 			continue // changed or deleted by another node meanwhile
 		}
 		c.removeObjects(mf.Objects)
+		if err := c.s.forgetIAM(mf.Name); err != nil {
+			c.s.log.Warn("forget an expired backup's IAM policy", "backup", mf.Name, "err", err)
+		}
+		c.s.backups.CountExpired()
+		c.forgetBackupTotals()
 		c.s.log.Info("deleted expired backup", "backup", mf.Name, "expired", mf.ExpireTime.UTC().Format(time.RFC3339))
 	}
 }
@@ -810,6 +817,7 @@ func (a *clusterAdmin) DeleteBackup(ctx context.Context, req *adminpb.DeleteBack
 		return nil, recordStatus(err)
 	}
 	a.c.removeObjects(mf.Objects)
+	a.c.forgetBackupTotals()
 	if err := a.s.forgetIAM(req.GetName()); err != nil {
 		return nil, toStatus(err)
 	}
@@ -868,6 +876,8 @@ func (a *clusterAdmin) CopyBackup(ctx context.Context, req *adminpb.CopyBackupRe
 		err = a.s.backups.Go(func(ctx context.Context) {
 			defer runningBackups.Delete(maker)
 			done, err := c.copyBackup(ctx, orig, mf, rev)
+			c.s.backups.CountOp("copy", err)
+			c.forgetBackupTotals()
 			if err != nil {
 				c.s.log.Error("cluster backup copy failed", "backup", mf.Name, "err", err)
 				op.finish(nil, nil, toStatus(err))

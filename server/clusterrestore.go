@@ -211,6 +211,7 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 		// Unmarked before the operation ends: a client that deletes the
 		// backup once its restore is done is not refused.
 		unmark()
+		a.s.backups.CountOp("restore", err)
 		metaMu.Lock()
 		defer metaMu.Unlock()
 		if err != nil {
