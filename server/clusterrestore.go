@@ -485,6 +485,12 @@ func (c *clusterMember) restoreRows(ctx context.Context, req *clusterpb.RestoreR
 	if committed {
 		return &clusterpb.RestoreRowsResponse{Node: c.opts.NodeID}, nil
 	}
+	// Given up meanwhile (the abort entry drops the directory in the same
+	// etcd revision): no reservation may outlive it here.
+	if d, ok := c.m.Directory(req.Table); !ok || d.TableID != req.TableId {
+		c.giveUpLocal(req.TableId)
+		return nil, status.Errorf(codes.Aborted, "ebbtable: the restore of %s was given up", req.Table)
+	}
 	lr.mu.RLock()
 	defer lr.mu.RUnlock()
 	if lr.r == nil {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -263,4 +264,56 @@ func TestScaleOutRestoreNodeRestarts(t *testing.T) {
 		}
 	}
 	_ = ctx
+}
+
+// A coordinator that dies midway leaves reservations on the other nodes;
+// their sweep (the backup expiry loop) sees its maker gone and gives the
+// restore up cluster-wide: no directory, no reservation, the name free.
+func TestScaleOutRestoreCoordinatorDies(t *testing.T) {
+	sc := restoreCluster(t)
+	ctx := context.Background()
+	release := make(chan struct{})
+	var once sync.Once
+	testHookRestoreRows = func(node string, start, end []byte) error {
+		if node == "n3" {
+			<-release
+		}
+		return nil
+	}
+	t.Cleanup(func() {
+		once.Do(func() { close(release) })
+		testHookRestoreRows = nil
+	})
+	op := startRestore(t, sc.nodes["n2"], "r")
+	testkit.Eventually(t, "two parts ingested", 10*time.Second, func() (bool, string) {
+		_, meta := getOp(t, sc.nodes["n2"], op.Name)
+		return meta.GetProgress().GetProgressPercent() == 66, meta.String()
+	})
+	sc.nodes["n2"].crash()
+	n1 := sc.nodes["n1"]
+	testkit.Eventually(t, "n1 to see n2 gone", 10*time.Second, func() (bool, string) {
+		_, live := n1.srv.ClusterMember().Node("n2")
+		return !live, "n2 still listed"
+	})
+	once.Do(func() { close(release) })
+	reservations := func(id string) int {
+		c := sc.nodes[id].srv.cluster
+		c.restoreMu.Lock()
+		defer c.restoreMu.Unlock()
+		return len(c.restores)
+	}
+	testkit.Eventually(t, "the sweep to give the restore up", 10*time.Second, func() (bool, string) {
+		n1.srv.cluster.sweepRestores(ctx)
+		sc.nodes["n3"].srv.cluster.sweepRestores(ctx)
+		_, dir := n1.srv.ClusterMember().Directory(testInstanceName + "/tables/r")
+		r1, r3 := reservations("n1"), reservations("n3")
+		return !dir && r1 == 0 && r3 == 0, fmt.Sprintf("directory %v, reservations n1 %d n3 %d", dir, r1, r3)
+	})
+	checkNoTable(t, sc, "r")
+	if err := n1.admin.RestoreTable(ctx, "r", "c1", "bk"); err != nil {
+		t.Fatalf("restore again: %v", err)
+	}
+	if keys, _ := readTableVia(t, sc.nodes["n3"], "r"); keys != strings.Join(letters(), ",") {
+		t.Errorf("r after the second restore: %s", keys)
+	}
 }
