@@ -765,3 +765,41 @@ func (c *clusterMember) sweepRestores(ctx context.Context) {
 		c.abortRestore(ctx, ent, fmt.Errorf("its coordinator %s is gone", ent.Maker))
 	}
 }
+
+// restoreUnderWay reports whether a table is being restored (reserved
+// here, not committed) with every schema entry applied here, so no commit
+// of it is in the log: no node has served a write to it, and a failover
+// take-over of its tablets has nothing to rebuild (the coordinator asks
+// the tablets' new owner for their rows).
+func (c *clusterMember) restoreUnderWay(name string) bool {
+	d, ok := c.m.Directory(name)
+	if !ok || c.appliedSeq() < c.m.SchemaSeq() {
+		return false
+	}
+	c.restoreMu.Lock()
+	defer c.restoreMu.Unlock()
+	lr := c.restores[d.TableID]
+	return lr != nil && tableRef{instance: lr.ent.Instance, table: lr.ent.TableID}.name() == name
+}
+
+// takeOverRestoring takes a dead node's tablets of a table being restored:
+// only the directory's owner changes (the fenced flip of any take-over).
+func (c *clusterMember) takeOverRestoring(ctx context.Context, g tablets.TakeOver) error {
+	d, ok := c.m.Directory(g.Table)
+	if !ok {
+		return fmt.Errorf("ebbtable: table %s was dropped", g.Table)
+	}
+	next := d.Clone()
+	for _, t := range g.Tablets {
+		ct, i, found := d.Find(t.ID)
+		if !found || ct.Owner != g.Dead || !bytes.Equal(ct.Start, t.Start) || !bytes.Equal(ct.End, t.End) {
+			return fmt.Errorf("%w: %s changed during its take-over", tablets.ErrConflict, t)
+		}
+		next.Tablets[i].Owner = c.opts.NodeID
+	}
+	if _, err := c.m.TakeOver(ctx, d, next, g.Dead); err != nil {
+		return err
+	}
+	c.s.log.Info("took over a dead node's tablets of a table being restored", "dead", g.Dead, "table", g.Table, "tablets", len(g.Tablets))
+	return nil
+}

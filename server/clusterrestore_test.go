@@ -317,3 +317,49 @@ func TestScaleOutRestoreCoordinatorDies(t *testing.T) {
 		t.Errorf("r after the second restore: %s", keys)
 	}
 }
+
+// With failover, an owner that dies before its part is ingested is taken
+// over, and the node that took its tablets ingests them: the restore
+// completes whole.
+func TestFailoverRestoreOwnerDies(t *testing.T) {
+	sc := startFailoverCluster(t)
+	sc.createTable(t, "n1", "g", "p")
+	ctx := context.Background()
+	for _, r := range letters() {
+		if err := writeScale(t, sc.nodes["n1"].client.Open("t"), r, "v"+r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sc.nodes["n1"].admin.CreateBackup(ctx, "t", "c1", "bk", time.Now().Add(7*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	asked := make(chan struct{})
+	var once sync.Once
+	testHookRestoreRows = func(node string, start, end []byte) error {
+		if node == "n3" {
+			once.Do(func() { close(asked) })
+			return status.Error(codes.Unavailable, "injected: n3 is failing")
+		}
+		return nil
+	}
+	t.Cleanup(func() { testHookRestoreRows = nil })
+	op := startRestore(t, sc.nodes["n1"], "r")
+	<-asked
+	sc.nodes["n3"].crash()
+	testkit.Eventually(t, "the restore to finish", 30*time.Second, func() (bool, string) {
+		o, meta := getOp(t, sc.nodes["n1"], op.Name)
+		return o.Done, meta.String()
+	})
+	if o, _ := getOp(t, sc.nodes["n1"], op.Name); o.GetError() != nil {
+		t.Fatalf("restore: %v", o.GetError())
+	}
+	tabs := scaleTablets(t, sc.nodes["n2"], "r")
+	if strings.Contains(tabs, "n3") {
+		t.Errorf("tablets of r: %s", tabs)
+	}
+	for _, id := range []string{"n1", "n2"} {
+		if keys, _ := readTableVia(t, sc.nodes[id], "r"); keys != strings.Join(letters(), ",") {
+			t.Errorf("r through %s: %s", id, keys)
+		}
+	}
+}
