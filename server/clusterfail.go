@@ -617,6 +617,9 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 	if err != nil {
 		return err
 	}
+	if c.restoreUnderWay(g.Table) { // clusterrestore.go: nothing to rebuild
+		return c.takeOverRestoring(ctx, g)
+	}
 	cat, ok, err := storage.ReadCatalog(c.store, g.Dead)
 	if err != nil {
 		return err
