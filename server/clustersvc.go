@@ -204,6 +204,9 @@ func (s *clusterService) MoveTablet(ctx context.Context, req *clusterpb.MoveTabl
 }
 
 func (s *clusterService) IngestSpan(ctx context.Context, req *clusterpb.IngestSpanRequest) (*clusterpb.IngestSpanResponse, error) {
+	if f := commitFloor(ctx); f > 0 {
+		s.c.s.engine.ObserveCommit(f) // clusterrepl.go
+	}
 	if err := s.c.ingestSpan(ctx, req.Export); err != nil {
 		return nil, err
 	}

@@ -192,6 +192,8 @@ func newReplicator(s *Server) *replication.Replicator {
 		AdoptMeta:  func(es []replication.MetaEntry) error { return s.inst.adoptPeerMeta(es) },
 		OnReady:    func(id string) { s.inst.peerReady(id) },
 		DataDir:    s.opts.DataDir,
+		// A cluster of several nodes is a source only (clusterrepl.go).
+		SourceOnly: s.cluster != nil,
 		// Tests lower the budget (see pullMaxBytes).
 		PullMaxBytes: pullMaxBytes,
 	})

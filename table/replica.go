@@ -348,6 +348,12 @@ func (e *Engine) SetCheckpoint(m *Meta, origin string, p changestream.Position) 
 	return e.commit(b)
 }
 
+// ObserveCommit raises the commit sequence to ts, so every later commit
+// here is stamped after it: a tablet's new owner in a cluster of several
+// nodes observes its old owner's closed timestamp, so a write that
+// overwrites a moved cell wins against it on every peer cluster.
+func (e *Engine) ObserveCommit(ts int64) { e.seq.observe(ts) }
+
 // ReplicaStats counts what ApplyReplicated did.
 type ReplicaStats struct {
 	// Applied mods changed this cluster; Superseded ones lost to a newer
