@@ -440,4 +440,3 @@ func (s *Server) localSnapshot(ctx context.Context, send func(*ebbadminpb.Snapsh
 	})
 	return toStatus(err)
 }
-
