@@ -11,6 +11,7 @@ import (
 
 	"cloud.google.com/go/bigtable"
 	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/collector"
 	"github.com/ebbtable/ebbtable/internal/etcdtest"
 	"github.com/ebbtable/ebbtable/server/clusterpb"
 )
@@ -151,4 +152,31 @@ func TestReplicationFromClusterOfNodes(t *testing.T) {
 	if _, vals := readScale(t, sc.nodes["n3"]); vals[row] != "after the move" {
 		t.Fatalf("a itself reads %q", vals[row])
 	}
+
+	// Versions GC: a (the leader, "a" < "b") collects on the nodes that own
+	// the rows, and b applies those deletions.
+	if err := sc.nodes["n3"].admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "v", SplitKeys: []string{"g", "n", "t"},
+		ColumnFamilies: map[string]bigtable.Family{"ver": {GCPolicy: bigtable.MaxVersionsPolicy(1)}}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "table v on b", func() (bool, string) { _, ok := b.meta(t, "v"); return ok, "" })
+	mb, _ := b.meta(t, "v")
+	for i, l := range letters() {
+		mut := bigtable.NewMutation()
+		mut.Set("ver", "c", 1000, []byte("old"))
+		mut.Set("ver", "c", 2000, []byte("new"))
+		if err := sc.nodes[[]string{"n1", "n2", "n3"}[i%3]].client.Open("v").Apply(ctx, l, mut); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "every version on b", func() (bool, string) { n := b.storedCells(t, mb); return n == 52, fmt.Sprint(n) })
+	eventually(t, "a to lead versions GC", func() (bool, string) {
+		return sc.nodes["n1"].srv.isGCLeader() && !b.srv.isGCLeader(), fmt.Sprintf("n1 %v, b %v", sc.nodes["n1"].srv.isGCLeader(), b.srv.isGCLeader())
+	})
+	for _, id := range []string{"n1", "n2", "n3"} {
+		if _, err := sc.nodes[id].srv.collector.RunPass(ctx, collector.Selector{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "a's versions collections on b", func() (bool, string) { n := b.storedCells(t, mb); return n == 26, fmt.Sprint(n) })
 }

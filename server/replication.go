@@ -101,6 +101,11 @@ func (a *ebbAdmin) Pull(ctx context.Context, in *ebbadminpb.PullRequest) (*ebbad
 		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: cluster %q has not joined cluster %q", caller, s.opts.ClusterID)
 	}
 	local := s.cluster != nil && replLocal(ctx)
+	if s.cluster != nil && !local {
+		// A cluster of several nodes never calls its peers (it does not
+		// pull): a pull is how it hears from them (GC leader, health).
+		s.peers.contact(caller, nil)
+	}
 	if addr := in.GetAddr(); addr != "" && addr != p.Addr && !local {
 		// The peer restarted on another address.
 		p.Addr = addr
