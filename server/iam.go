@@ -64,7 +64,7 @@ func (s *Server) forgetIAM(resource string) error {
 	if err != nil {
 		return err
 	}
-	return s.engine.DeleteInstanceMeta(kindIAM, inst, rest)
+	return s.deleteMeta(kindIAM, inst, rest) // metarepl.go
 }
 
 // checkIAMResource answers NotFound for a resource that does not exist.
@@ -148,7 +148,7 @@ func (s *Server) setIamPolicy(ctx context.Context, method string, req *iampb.Set
 		return nil, toStatus(err)
 	}
 	inst, rest, _ := iamKey(res)
-	if err := s.engine.PutInstanceMeta(kindIAM, inst, rest, v); err != nil {
+	if err := s.putMeta(kindIAM, inst, rest, v); err != nil {
 		return nil, toStatus(err)
 	}
 	return p, nil

@@ -211,7 +211,11 @@ func (s *Server) localMeta() ([]replication.MetaEntry, error) {
 			return nil, err
 		}
 	}
-	return meta, nil
+	stamped, err := s.stampedMeta() // metarepl.go
+	if err != nil {
+		return nil, err
+	}
+	return append(meta, stamped...), nil
 }
 
 // The encoding of pulls (ebbadminpb.PullRequest and PullResponse); records
