@@ -170,8 +170,14 @@ func TestReplicationFromClusterOfNodes(t *testing.T) {
 		}
 	}
 	eventually(t, "every version on b", func() (bool, string) { n := b.storedCells(t, mb); return n == 52, fmt.Sprint(n) })
-	eventually(t, "a to lead versions GC", func() (bool, string) {
-		return sc.nodes["n1"].srv.isGCLeader() && !b.srv.isGCLeader(), fmt.Sprintf("n1 %v, b %v", sc.nodes["n1"].srv.isGCLeader(), b.srv.isGCLeader())
+	eventually(t, "a to lead versions GC, on every node", func() (bool, string) {
+		var lead []string
+		for _, id := range []string{"n1", "n2", "n3"} {
+			if n := sc.nodes[id]; n.srv.isGCLeader() && n.srv.peers.healthy("b") {
+				lead = append(lead, id)
+			}
+		}
+		return len(lead) == 3 && !b.srv.isGCLeader(), fmt.Sprintf("leading and hearing from b: %v, b leads: %v", lead, b.srv.isGCLeader())
 	})
 	for _, id := range []string{"n1", "n2", "n3"} {
 		if _, err := sc.nodes[id].srv.collector.RunPass(ctx, collector.Selector{}); err != nil {

@@ -101,9 +101,10 @@ func (a *ebbAdmin) Pull(ctx context.Context, in *ebbadminpb.PullRequest) (*ebbad
 		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: cluster %q has not joined cluster %q", caller, s.opts.ClusterID)
 	}
 	local := s.cluster != nil && replLocal(ctx)
-	if s.cluster != nil && !local {
+	if s.cluster != nil {
 		// A cluster of several nodes never calls its peers (it does not
-		// pull): a pull is how it hears from them (GC leader, health).
+		// pull): a pull, or this node's part of one, is how each node hears
+		// from them (GC leader, health).
 		s.peers.contact(caller, nil)
 	}
 	if addr := in.GetAddr(); addr != "" && addr != p.Addr && !local {
