@@ -785,19 +785,7 @@ func (c *clusterMember) restoreUnderWay(name string) bool {
 // takeOverRestoring takes a dead node's tablets of a table being restored:
 // only the directory's owner changes (the fenced flip of any take-over).
 func (c *clusterMember) takeOverRestoring(ctx context.Context, g tablets.TakeOver) error {
-	d, ok := c.m.Directory(g.Table)
-	if !ok {
-		return fmt.Errorf("ebbtable: table %s was dropped", g.Table)
-	}
-	next := d.Clone()
-	for _, t := range g.Tablets {
-		ct, i, found := d.Find(t.ID)
-		if !found || ct.Owner != g.Dead || !bytes.Equal(ct.Start, t.Start) || !bytes.Equal(ct.End, t.End) {
-			return fmt.Errorf("%w: %s changed during its take-over", tablets.ErrConflict, t)
-		}
-		next.Tablets[i].Owner = c.opts.NodeID
-	}
-	if _, err := c.m.TakeOver(ctx, d, next, g.Dead); err != nil {
+	if err := c.flipTakeOver(ctx, g); err != nil {
 		return err
 	}
 	c.s.log.Info("took over a dead node's tablets of a table being restored", "dead", g.Dead, "table", g.Table, "tablets", len(g.Tablets))
