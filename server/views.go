@@ -106,8 +106,8 @@ func validViewID(id string) error {
 }
 
 // checkViewQuery plans a view's query against the instance as it is; a
-// materialized view's must also have a shape Cloud Bigtable accepts
-// (sqlquery's CheckMaterialized).
+// materialized view's must also follow Cloud Bigtable's rules (sqlquery's
+// MaterializedKey, mvrules.go).
 func (s *Server) checkViewQuery(kind, inst, q string) error {
 	if strings.TrimSpace(q) == "" {
 		return status.Error(codes.InvalidArgument, "ebbtable: a view needs a query")
@@ -117,7 +117,11 @@ func (s *Server) checkViewQuery(kind, inst, q string) error {
 		return sqlStatus(err)
 	}
 	if kind == kindMaterializedView {
-		if err := plan.CheckMaterialized(); err != nil {
+		err := plan.CheckMaterialized()
+		if err == nil && !s.opts.anyViewQuery {
+			_, err = plan.MaterializedKey(q)
+		}
+		if err != nil {
 			return sqlStatus(err)
 		}
 	}
