@@ -382,24 +382,31 @@ func (s *Server) materializedRows(ctx context.Context, name string, rr *table.Re
 	if err != nil {
 		return status.Errorf(codes.FailedPrecondition, "ebbtable: materialized view %s no longer plans: %v", name, err)
 	}
-	keyAt := viewKeyColumn(plan.Columns)
-	if keyAt < 0 {
-		return status.Errorf(codes.FailedPrecondition, "ebbtable: materialized view %s has no BYTES or STRING _key column to read rows by", name)
+	// The row key is the view's key columns, encoded (mviewkey.go).
+	key, ok := materializedKey(plan, mv.GetQuery())
+	if !ok {
+		return status.Errorf(codes.FailedPrecondition, "ebbtable: materialized view %s has no row key columns to read rows by", name)
+	}
+	inKey := make([]bool, len(plan.Columns))
+	for _, i := range key.cols {
+		inKey[i] = true
 	}
 	var rows []cell.Row
 	var keys [][]byte
 	var ranges []table.RowRange
-	if rr != nil {
+	if rr != nil && key.direct {
+		// Otherwise the row set is applied to the encoded keys, after
+		// (readMaterializedView).
 		keys, ranges = rr.Keys, rr.Ranges
 	}
 	emit := func(vals []sqlquery.Value) error {
-		k := viewKey(vals[keyAt])
+		k := key.encode(vals)
 		if k == nil {
 			return nil
 		}
 		r := cell.Row{Key: k, Cells: []cell.Cell{{Family: "default", Qualifier: []byte{}, Value: []byte{}}}}
 		for i, c := range plan.Columns {
-			if i == keyAt || vals[i] == nil {
+			if inKey[i] || vals[i] == nil {
 				continue
 			}
 			fam, q := "default", c.Name
