@@ -378,6 +378,7 @@ func (s *Server) materializedRows(ctx context.Context, name string, rr *table.Re
 		return status.Errorf(codes.NotFound, "ebbtable: materialized view %s not found", name)
 	}
 	cat := s.tableCatalog(inst)
+	s.clusterSQL(&cat) // computed on read: every tablet of the table (clustersql.go)
 	plan, err := sqlquery.Prepare(cat, mv.GetQuery(), nil)
 	if err != nil {
 		return status.Errorf(codes.FailedPrecondition, "ebbtable: materialized view %s no longer plans: %v", name, err)

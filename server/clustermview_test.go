@@ -1,0 +1,99 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigtable"
+	"github.com/ebbtable/ebbtable/internal/testkit"
+	"github.com/ebbtable/ebbtable/server/clusterpb"
+)
+
+// A materialized view read through a node of a three-node cluster counts
+// every tablet's rows, wherever they live: computed through the cluster
+// while the node holds only some of the table, maintained (and served from
+// its state) while it holds all of it, rebuilt when tablets come back
+// after moves the view log does not see.
+func TestClusterMaterializedViewEveryTablet(t *testing.T) {
+	sc := startScaleCluster(t, "n1", "n2", "n3")
+	sc.createTable(t, "n1", "g", "p")
+	ctx := context.Background()
+	n1 := sc.nodes["n1"]
+	tbl := n1.client.Open("t")
+	rows := 0
+	write := func(keys ...string) {
+		t.Helper()
+		for _, k := range keys {
+			if err := writeScale(t, tbl, k, "v"+k); err != nil {
+				t.Fatalf("write %s: %v", k, err)
+			}
+			rows++
+		}
+	}
+	write(letters()...)
+	const query = "SELECT '*' AS _key, COUNT(*) AS n FROM t GROUP BY _key"
+	iac := testkit.InstanceAdmin(t, n1.srv.Addr(), testProject)
+	if err := iac.CreateMaterializedView(ctx, testInstance, &bigtable.MaterializedViewInfo{MaterializedViewID: "mv", Query: query}); err != nil {
+		t.Fatal(err)
+	}
+	inst := "projects/" + testProject + "/instances/" + testInstance
+	check := func(when string, maintained bool) {
+		t.Helper()
+		want := fmt.Sprintf("*|%d", rows)
+		if got, err := sqlRows(t, n1.client, "SELECT _key, n FROM mv"); err != nil || !slices.Equal(got, []string{want}) {
+			t.Errorf("%s: SQL through n1: %q, %v; want %s", when, got, err, want)
+		}
+		var got []string
+		err := n1.client.OpenMaterializedView("mv").ReadRows(ctx, bigtable.RowRange{}, func(r bigtable.Row) bool {
+			for _, it := range r["default"] {
+				if it.Column == "default:n" {
+					got = append(got, fmt.Sprintf("%s|%d", r.Key(), binary.BigEndian.Uint64(it.Value)))
+				}
+			}
+			return true
+		})
+		if err != nil || !slices.Equal(got, []string{want}) {
+			t.Errorf("%s: ReadRows through n1: %q, %v; want %s", when, got, err, want)
+		}
+		if kept := n1.srv.viewKept(inst, "mv"); kept != maintained {
+			t.Errorf("%s: maintained on n1: %v, want %v", when, kept, maintained)
+		}
+	}
+	check("spread over three nodes", false)
+
+	tabs, err := n1.ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: scaleTable})
+	if err != nil || len(tabs.Tablets) != 3 {
+		t.Fatalf("tablets: %+v %v", tabs, err)
+	}
+	move := func(i int, to string) {
+		t.Helper()
+		if _, err := n1.ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: tabs.Tablets[i].Id, To: to}); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, "n1 to see the move", 10*time.Second, func() (bool, string) {
+			d, _ := n1.srv.cluster.m.Directory(scaleTable)
+			for _, tb := range d.Tablets {
+				if tb.ID == tabs.Tablets[i].Id {
+					return tb.Owner == to, tb.Owner
+				}
+			}
+			return false, "no tablet"
+		})
+	}
+	move(1, "n1")
+	move(2, "n1")
+	check("every tablet on n1", true)
+	write("aa", "hh", "zz")
+	check("written with every tablet on n1", true)
+
+	move(2, "n3")
+	write("qq", "rr")
+	check("a tablet moved away", false)
+	move(2, "n1")
+	write("yy")
+	check("the tablet back on n1", true)
+}
