@@ -11,6 +11,8 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/ebbtable/ebbtable/server/clusterpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // A materialized view read through a node of a three-node cluster counts
@@ -64,6 +66,14 @@ func TestClusterMaterializedViewEveryTablet(t *testing.T) {
 		}
 	}
 	check("spread over three nodes", false)
+	// The view's definition is on every node (the schema log): each
+	// answers it over every tablet.
+	for _, id := range []string{"n2", "n3"} {
+		want := fmt.Sprintf("*|%d", rows)
+		if got, err := sqlRows(t, sc.nodes[id].client, "SELECT _key, n FROM mv"); err != nil || !slices.Equal(got, []string{want}) {
+			t.Errorf("SQL through %s: %q, %v; want %s", id, got, err, want)
+		}
+	}
 
 	tabs, err := n1.ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: scaleTable})
 	if err != nil || len(tabs.Tablets) != 3 {
@@ -96,4 +106,32 @@ func TestClusterMaterializedViewEveryTablet(t *testing.T) {
 	move(2, "n1")
 	write("yy")
 	check("the tablet back on n1", true)
+
+	// A logical view created through n3, then both views deleted through
+	// n2: every node follows.
+	iac3 := testkit.InstanceAdmin(t, sc.nodes["n3"].srv.Addr(), testProject)
+	if err := iac3.CreateLogicalView(ctx, testInstance, &bigtable.LogicalViewInfo{LogicalViewID: "lv", Query: "SELECT _key FROM t WHERE _key < 'c'"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := iac3.CreateLogicalView(ctx, testInstance, &bigtable.LogicalViewInfo{LogicalViewID: "lv", Query: "SELECT _key FROM t"}); status.Code(err) != codes.AlreadyExists {
+		t.Errorf("creating lv again through n3: %v, want ALREADY_EXISTS", err)
+	}
+	if got, err := sqlRows(t, n1.client, "SELECT _key FROM lv"); err != nil || !slices.Equal(got, []string{"a", "aa", "b"}) {
+		t.Errorf("logical view through n1: %q, %v", got, err)
+	}
+	iac2 := testkit.InstanceAdmin(t, sc.nodes["n2"].srv.Addr(), testProject)
+	if err := iac2.DeleteLogicalView(ctx, testInstance, "lv"); err != nil {
+		t.Fatal(err)
+	}
+	if err := iac2.DeleteMaterializedView(ctx, testInstance, "mv"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		iac := testkit.InstanceAdmin(t, sc.nodes[id].srv.Addr(), testProject)
+		mvs, err := iac.MaterializedViews(ctx, testInstance)
+		lvs, err2 := iac.LogicalViews(ctx, testInstance)
+		if len(mvs) != 0 || len(lvs) != 0 || err != nil || err2 != nil {
+			t.Errorf("views on %s after the deletions: %v %v, %v %v", id, mvs, err, lvs, err2)
+		}
+	}
 }

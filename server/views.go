@@ -253,6 +253,9 @@ func (s *Server) updateView(kind, coll string, in sqlView, paths []string, cur s
 // ---- logical views ----
 
 func (a *instanceServer) CreateLogicalView(ctx context.Context, req *adminpb.CreateLogicalViewRequest) (*longrunningpb.Operation, error) {
+	if r, ok, err := a.s.proposeView(ctx, "CreateLogicalView", "logicalViews", req.GetParent()+"/logicalViews/"+req.GetLogicalViewId(), req); ok {
+		return viewOp(r, err) // clusterviews.go
+	}
 	lv := proto.Clone(req.GetLogicalView()).(*adminpb.LogicalView)
 	return a.s.createView(kindLogicalView, "logicalViews", req.GetParent(), req.GetLogicalViewId(), lv, func(now *timestamppb.Timestamp) proto.Message {
 		return &adminpb.CreateLogicalViewMetadata{OriginalRequest: req, StartTime: now, EndTime: now}
@@ -285,6 +288,9 @@ func (a *instanceServer) ListLogicalViews(ctx context.Context, req *adminpb.List
 }
 
 func (a *instanceServer) UpdateLogicalView(ctx context.Context, req *adminpb.UpdateLogicalViewRequest) (*longrunningpb.Operation, error) {
+	if r, ok, err := a.s.proposeView(ctx, "UpdateLogicalView", "logicalViews", req.GetLogicalView().GetName(), req); ok {
+		return viewOp(r, err)
+	}
 	cur := &adminpb.LogicalView{}
 	err := a.s.updateView(kindLogicalView, "logicalViews", req.GetLogicalView(), req.GetUpdateMask().GetPaths(), cur,
 		func(q string) { cur.Query = q }, func(p bool) { cur.DeletionProtection = p })
@@ -296,6 +302,9 @@ func (a *instanceServer) UpdateLogicalView(ctx context.Context, req *adminpb.Upd
 }
 
 func (a *instanceServer) DeleteLogicalView(ctx context.Context, req *adminpb.DeleteLogicalViewRequest) (*emptypb.Empty, error) {
+	if r, ok, err := a.s.proposeView(ctx, "DeleteLogicalView", "logicalViews", req.GetName(), req); ok {
+		return viewEmpty(r, err)
+	}
 	if err := a.s.deleteView(kindLogicalView, "logicalViews", req.GetName(), req.GetEtag(), &adminpb.LogicalView{}); err != nil {
 		return nil, err
 	}
@@ -305,6 +314,9 @@ func (a *instanceServer) DeleteLogicalView(ctx context.Context, req *adminpb.Del
 // ---- materialized views ----
 
 func (a *instanceServer) CreateMaterializedView(ctx context.Context, req *adminpb.CreateMaterializedViewRequest) (*longrunningpb.Operation, error) {
+	if r, ok, err := a.s.proposeView(ctx, "CreateMaterializedView", "materializedViews", req.GetParent()+"/materializedViews/"+req.GetMaterializedViewId(), req); ok {
+		return viewOp(r, err)
+	}
 	mv := proto.Clone(req.GetMaterializedView()).(*adminpb.MaterializedView)
 	return a.s.createView(kindMaterializedView, "materializedViews", req.GetParent(), req.GetMaterializedViewId(), mv, func(now *timestamppb.Timestamp) proto.Message {
 		return &adminpb.CreateMaterializedViewMetadata{OriginalRequest: req, StartTime: now, EndTime: now}
@@ -337,6 +349,9 @@ func (a *instanceServer) ListMaterializedViews(ctx context.Context, req *adminpb
 }
 
 func (a *instanceServer) UpdateMaterializedView(ctx context.Context, req *adminpb.UpdateMaterializedViewRequest) (*longrunningpb.Operation, error) {
+	if r, ok, err := a.s.proposeView(ctx, "UpdateMaterializedView", "materializedViews", req.GetMaterializedView().GetName(), req); ok {
+		return viewOp(r, err)
+	}
 	cur := &adminpb.MaterializedView{}
 	err := a.s.updateView(kindMaterializedView, "materializedViews", req.GetMaterializedView(), req.GetUpdateMask().GetPaths(), cur,
 		func(q string) { cur.Query = q }, func(p bool) { cur.DeletionProtection = p })
@@ -348,6 +363,9 @@ func (a *instanceServer) UpdateMaterializedView(ctx context.Context, req *adminp
 }
 
 func (a *instanceServer) DeleteMaterializedView(ctx context.Context, req *adminpb.DeleteMaterializedViewRequest) (*emptypb.Empty, error) {
+	if r, ok, err := a.s.proposeView(ctx, "DeleteMaterializedView", "materializedViews", req.GetName(), req); ok {
+		return viewEmpty(r, err)
+	}
 	if err := a.s.deleteView(kindMaterializedView, "materializedViews", req.GetName(), req.GetEtag(), &adminpb.MaterializedView{}); err != nil {
 		return nil, err
 	}
