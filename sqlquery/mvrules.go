@@ -46,7 +46,12 @@ var mvNondeterministic = map[string]bool{
 // the view's row key columns: indexes into p.Columns, in key order (the
 // GROUP BY keys, or the ORDER BY keys of a secondary index). Errors wrap
 // ErrInvalid, with the position of the offending part.
-func (p *Plan) MaterializedKey(sql string) ([]int, error) {
+func (p *Plan) MaterializedKey(sql string) (key []int, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			key, err = nil, &Error{Msg: fmt.Sprintf("cannot check the query: %v", r)}
+		}
+	}()
 	if err := p.CheckMaterialized(); err != nil {
 		return nil, err
 	}
@@ -84,7 +89,6 @@ func (p *Plan) MaterializedKey(sql string) ([]int, error) {
 		}
 	}
 	resolve := func(e ast.Expr) int { return mvResolve(sel, p.Columns, e) }
-	var key []int
 	if sel.GroupBy == nil {
 		if order == nil {
 			return nil, pl.errf(sel, "a materialized view's query needs GROUP BY: its columns are the view's row key (for a single group, `'*' AS _key ... GROUP BY _key`)")
