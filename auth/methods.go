@@ -88,5 +88,5 @@ func init() {
 	const cl = "ebbtable.cluster.v1.Cluster"
 	add(cl, viewer, "ListNodes", "ListTablets")
 	add(cl, admin, "DrainNode", "SplitTablet", "MergeTablet")
-	add(cl, Requirement{Role: Admin, Peer: true}, "MoveTablet", "IngestSpan", "BackupRows")
+	add(cl, Requirement{Role: Admin, Peer: true}, "MoveTablet", "IngestSpan", "BackupRows", "IngestChanges", "RestoreRows")
 }

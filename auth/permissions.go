@@ -232,8 +232,9 @@ func init() {
 	perm(cl, "bigtable.clusters.get", "ListNodes")
 	perm(cl, "bigtable.clusters.update", "DrainNode")
 	perm(cl, "bigtable.tables.get", "ListTablets")
-	perm(cl, "bigtable.tables.update", "SplitTablet", "MergeTablet", "MoveTablet", "IngestSpan")
+	perm(cl, "bigtable.tables.update", "SplitTablet", "MergeTablet", "MoveTablet", "IngestSpan", "IngestChanges")
 	perm(cl, "bigtable.backups.create", "BackupRows")
+	perm(cl, "bigtable.backups.restore", "RestoreRows")
 
 }
 

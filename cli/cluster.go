@@ -31,6 +31,7 @@ type clusterFlags struct {
 	trimEvery     int
 	failover      bool
 	checkpoint    time.Duration
+	releaseDead   time.Duration
 }
 
 func (f *clusterFlags) register(fl *pflag.FlagSet) {
@@ -43,8 +44,9 @@ func (f *clusterFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.splitSize, "split-size", "0", "cluster mode: split a tablet this node owns once it grows past this size (64MiB, 1GiB; 0: only by hand)")
 	fl.DurationVar(&f.splitInterval, "split-interval", 30*time.Second, "cluster mode: how often tablet sizes are checked for --split-size")
 	fl.IntVar(&f.trimEvery, "schema-trim-every", server.DefaultSchemaTrimEvery, "cluster mode: after applying this many schema log entries past the last snapshot, write one and trim the log to what every node applied (-1: never)")
-	fl.BoolVar(&f.failover, "failover", false, "cluster mode: automatic failover: every write goes to a commit log in --shared-storage before it is acknowledged, and a dead node's tablets are recovered by the others once its lease expires")
+	fl.BoolVar(&f.failover, "failover", false, "cluster mode: automatic failover: every write goes to a commit log in --shared-storage before it is acknowledged, and a dead node's tablets are recovered by the others once its lease expires; a cluster-wide setting (the first node records it in etcd, a node started otherwise is refused)")
 	fl.DurationVar(&f.checkpoint, "checkpoint-interval", 30*time.Second, "cluster mode with --failover: how often a node checkpoints its tablets (and truncates its commit log) while writes arrive")
+	fl.DurationVar(&f.releaseDead, "release-dead-after", server.DefaultReleaseDeadAfter, "cluster mode with --failover: how long a dead node whose tablets were all taken over may come back with its data directory; then its shared SSTables, commit log and checkpoints are deleted and that directory is refused (negative: never)")
 }
 
 // options turns the flags into cluster options, nil without --etcd.
@@ -75,6 +77,9 @@ func (f *clusterFlags) options(cmd *cobra.Command) (*server.ClusterOptions, erro
 	if f.failover && f.sharedStorage == "" {
 		return nil, usagef("--failover needs --shared-storage: the commit log and checkpoints live there")
 	}
+	if f.releaseDead == 0 {
+		return nil, usagef("--release-dead-after 0: want a duration, or a negative one for never")
+	}
 	if f.checkpoint <= 0 {
 		return nil, usagef("--checkpoint-interval %v must be positive", f.checkpoint)
 	}
@@ -91,7 +96,7 @@ func (f *clusterFlags) options(cmd *cobra.Command) (*server.ClusterOptions, erro
 	}
 	return &server.ClusterOptions{Etcd: eps, NodeID: f.nodeID, Prefix: f.prefix, LeaseTTL: f.leaseTTL,
 		SharedStorage: f.sharedStorage, S3Endpoint: f.s3Endpoint, SplitBytes: split, SplitInterval: f.splitInterval,
-		SchemaTrimEvery: f.trimEvery, Failover: f.failover, CheckpointInterval: f.checkpoint}, nil
+		SchemaTrimEvery: f.trimEvery, Failover: f.failover, CheckpointInterval: f.checkpoint, ReleaseDeadAfter: f.releaseDead}, nil
 }
 
 // withCluster runs fn with a Cluster service client of the server.

@@ -21,6 +21,7 @@ func TestClusterServeFlags(t *testing.T) {
 		{"failover alone", []string{"--failover"}, "--failover needs --etcd"},
 		{"failover without shared storage", []string{"--etcd", "127.0.0.1:2379", "--node-id", "n1", "--failover"}, "--failover needs --shared-storage"},
 		{"bad split size", []string{"--etcd", "127.0.0.1:2379", "--node-id", "n1", "--split-size", "lots"}, "--split-size \"lots\""},
+		{"release at once", []string{"--etcd", "127.0.0.1:2379", "--node-id", "n1", "--release-dead-after", "0s"}, "--release-dead-after 0"},
 	} {
 		r := ebbtable(t, append([]string{"serve", "--addr", "127.0.0.1:0", "--http-addr", "off", "--data", dir}, tc.args...)...)
 		wantFailure(t, tc.name, r, 2, tc.msg, "--help")

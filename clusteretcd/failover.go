@@ -54,3 +54,16 @@ func (m *Member) TakeOver(ctx context.Context, old, next cluster.Directory, dead
 	m.mu.Unlock()
 	return next, nil
 }
+
+// ForgetDeadProgress removes a dead node's progress mark (ForgetProgress)
+// only while the node has no key: a node that registers again publishes
+// its mark after registering, so it never loses it to this. It reports
+// whether the node had no key (and so no mark now).
+func (m *Member) ForgetDeadProgress(ctx context.Context, id string) (bool, error) {
+	resp, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(m.nodeKey(id)), "=", 0)).
+		Then(clientv3.OpDelete(m.progressKey(id))).Commit()
+	if err != nil {
+		return false, fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	return resp.Succeeded, nil
+}

@@ -45,6 +45,11 @@ type Options struct {
 	// the node's key is still held under it (the process was killed), the
 	// new process revokes it instead of waiting for it to expire.
 	PreviousLease int64
+	// Settings are cluster-wide settings (name → value) every node must
+	// share: the first node to start records them in etcd, a node started
+	// with another value is refused (ErrSettingMismatch) before it
+	// registers.
+	Settings map[string]string
 	// DialTimeout for etcd. Default 5s.
 	DialTimeout time.Duration
 	Clock       clock.Clock
@@ -109,6 +114,10 @@ func Join(ctx context.Context, opts Options) (*Member, error) {
 	}
 	m := &Member{opts: opts, cli: cli, log: opts.Logger, fence: cluster.NewFence(opts.Clock, opts.TTL/10),
 		stop: make(chan struct{}), changed: make(chan struct{})}
+	if err := m.checkSettings(ctx); err != nil {
+		cli.Close()
+		return nil, err
+	}
 	if opts.NodeID != "" {
 		if err := m.register(ctx); err != nil {
 			cli.Close()
@@ -524,4 +533,13 @@ func (m *Member) ReadDirectory(ctx context.Context, table string) (cluster.Direc
 	m.notifyLocked()
 	d := m.dirs[table]
 	return d.Clone(), true, nil
+}
+
+// StaleDirectory puts d in the cache as this node's view of its table
+// until the next change of the table's directory in etcd: tests use it to
+// make a node's view lag behind etcd's.
+func (m *Member) StaleDirectory(d cluster.Directory) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dirs[d.Table] = d.Clone()
 }

@@ -109,6 +109,7 @@ func TestScaleOutKillNine(t *testing.T) { scaleOutKillNine(t, false) }
 func TestScaleOutKillNineFailover(t *testing.T) { scaleOutKillNine(t, true) }
 
 func scaleOutKillNine(t *testing.T, failover bool) {
+	t.Parallel() // its own etcd, processes and directories
 	cells, moves, splits := 3000, 6, 3
 	if *scaleLong {
 		cells, moves, splits = 200000, 20, 8

@@ -69,6 +69,12 @@ type ClusterOptions struct {
 	// CheckpointInterval is how often, with Failover, a node checkpoints
 	// its tablets while writes arrive; default 30s.
 	CheckpointInterval time.Duration
+	// ReleaseDeadAfter is how long, with Failover, a dead node whose
+	// tablets were all taken over may still come back with its data
+	// directory: then its shared SSTables are released and that directory
+	// is refused (clusterfailrelease.go); 0: DefaultReleaseDeadAfter,
+	// negative: never.
+	ReleaseDeadAfter time.Duration
 }
 
 // Files in the data directory that cluster mode keeps.
@@ -97,6 +103,8 @@ type clusterMember struct {
 	gates map[gateKey]*sync.RWMutex   // fences each owned tablet for moves
 	wants map[gateKey]*gateWant       // moves waiting for a gate (clusterread.go)
 
+	changes changeMarks // moves' marks for change-stream readers (clusterchanges.go)
+
 	// The schema log applier (clusteradmin.go).
 	applyMu  sync.Mutex
 	applied  uint64
@@ -110,6 +118,17 @@ type clusterMember struct {
 	// ingestFault, when set (tests), runs before each ingest here and
 	// fails it with its error.
 	ingestFault atomic.Pointer[func() error]
+	// appliedHook, when set (tests), runs after each schema entry is
+	// applied to the engine and before it is marked applied.
+	appliedHook atomic.Pointer[func(clusteretcd.SchemaEntry)]
+
+	joined atomic.Bool // set once started (clusterstart.go)
+
+	bkTotals backupTotals // clusterbackupmetrics.go
+
+	// This node's parts of cluster restores under way (clusterrestore.go).
+	restoreMu sync.Mutex
+	restores  map[uint64]*localRestore
 
 	fail        *failover // automatic failover (clusterfail.go); nil: off
 	failMetrics failoverMetrics
@@ -164,6 +183,10 @@ func newClusterMember(so *Options) (*clusterMember, error) {
 			return nil, err
 		}
 		c.store = st
+		if err := c.checkReleased(); err != nil { // clusterfailrelease.go
+			st.Close()
+			return nil, err
+		}
 	}
 	return c, nil
 }
@@ -226,12 +249,16 @@ func (c *clusterMember) start(addr string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	m, err := clusteretcd.Join(ctx, clusteretcd.Options{Endpoints: c.opts.Etcd, Prefix: c.opts.Prefix, NodeID: c.opts.NodeID, Addr: addr,
-		TTL: c.opts.LeaseTTL, PreviousLease: int64(prev), Clock: c.s.opts.Clock, Logger: c.s.log})
+		TTL: c.opts.LeaseTTL, PreviousLease: int64(prev), Clock: c.s.opts.Clock, Logger: c.s.log,
+		Settings: c.clusterSettings()}) // clusterfail.go: every node runs with the same --failover
 	if err != nil {
 		return err
 	}
 	c.m = m
-	c.fail.joined(m) // clusterfail.go: the log's fence follows the lease from now on
+	if err := c.joinedFailover(m); err != nil { // clusterfail.go: the log's fence follows the lease from now on
+		m.Close()
+		return err
+	}
 	if err := durable.ReplaceFile(filepath.Join(c.s.opts.DataDir, clusterLeaseFile), []byte(strconv.FormatInt(m.LeaseID(), 10))); err != nil {
 		m.Close()
 		return err
@@ -255,7 +282,8 @@ func (c *clusterMember) start(addr string) error {
 	c.wg.Add(2)
 	go c.applyLoop()
 	go c.leaseFileLoop()
-	c.s.backups.OnExpiry(c.sweepBackups) // clusterbackup.go
+	c.s.backups.OnExpiry(c.sweepBackups)     // clusterbackup.go
+	c.s.backups.ReportTotals(c.backupTotals) // clusterbackupmetrics.go
 	if c.opts.SplitBytes > 0 {
 		c.wg.Add(1)
 		go c.splitLoop()
@@ -471,6 +499,7 @@ func (s *Server) registerCluster() {
 		return
 	}
 	s.cluster.s = s
+	s.engine.SetChangeTiebreaker(nodeTiebreaker(s.cluster.opts.NodeID)) // clusterchanges.go
 	clusterpb.RegisterClusterServer(s.grpc, &clusterService{c: s.cluster})
 	s.cluster.register(s.opts.Registry)
 }
@@ -484,7 +513,11 @@ func (s *Server) startCluster() error {
 	if addr == "" {
 		addr = s.Addr()
 	}
-	return s.cluster.start(addr)
+	if err := s.cluster.start(addr); err != nil {
+		return err
+	}
+	s.cluster.joined.Store(true) // clusterstart.go
+	return nil
 }
 
 // ClusterMember is this node's view of its cluster (nil when alone): for

@@ -82,7 +82,8 @@ func (a *clusterAdmin) DeleteTable(ctx context.Context, req *adminpb.DeleteTable
 		return nil, toStatus(err)
 	}
 	// The directory is kept for UndeleteTable (clusterschema.go).
-	if _, err := a.c.propose(ctx, "DeleteTable", ref, req, clusteretcd.DirOp{Drop: true, Keep: true}); err != nil {
+	// Kept for the undelete retention only (clusterschema.go).
+	if _, err := a.c.propose(ctx, "DeleteTable", ref, req, clusteretcd.DirOp{Drop: true, Keep: true, KeepFor: a.c.keepDeletedFor()}); err != nil {
 		return nil, err
 	}
 	return &emptypb.Empty{}, nil
@@ -228,6 +229,9 @@ func (c *clusterMember) catchUp(ctx context.Context) error {
 		if res.err != nil {
 			c.s.log.Info("schema change failed here", "seq", e.Seq, "method", e.Method, "table", e.Table, "err", res.err)
 		}
+		if h := c.appliedHook.Load(); h != nil {
+			(*h)(e) // tests: an entry applied to the engine, not yet marked applied
+		}
 		if err := durable.ReplaceFile(filepath.Join(c.s.opts.DataDir, clusterAppliedFile), []byte(strconv.FormatUint(e.Seq, 10))); err != nil {
 			return err
 		}
@@ -281,8 +285,8 @@ func (c *clusterMember) applyEntry(ctx context.Context, e clusteretcd.SchemaEntr
 		return applyResult{resp: r, err: err}
 	case "ForgetTable":
 		return applyResult{resp: &emptypb.Empty{}}
-	case "RestoreTable":
-		return c.applyRestore(ctx, e) // clusterbackup.go
+	case "RestoreTable", restoreBegin, restoreCommit, restoreAbort:
+		return c.applyRestoreEntry(ctx, e) // clusterrestore.go
 	}
 	return c.applyMore(ctx, e)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,6 +78,23 @@ type failover struct {
 	// failures counts failed take-overs by group, to retry with a pause.
 	failMu   sync.Mutex
 	failures map[string]time.Time
+
+	// seed are the spans of this node's catalog when it started (under
+	// roundMu): those of tables deleted since keep their checkpoints.
+	seed []ownedSpan
+	// victims are dead nodes whose tablets were planned for take-over
+	// (takeOverLoop's own): once they own none, their schema-log progress
+	// is forgotten and their shared objects released.
+	victims map[string]*victim
+
+	// stageHook, when set (tests), runs at steps of a take-over.
+	stageHook atomic.Pointer[func(stage string)]
+}
+
+// victim is a dead node whose tablets were planned for take-over.
+type victim struct {
+	forgot bool      // its schema-log progress mark was removed
+	empty  time.Time // when it was first seen owning nothing (zero: not yet)
 }
 
 type pendingSpan struct {
@@ -88,9 +106,18 @@ type pendingSpan struct {
 type ownedSpan struct {
 	table      string
 	start, end []byte
+	// deleted is the id of a table deleted within its undelete retention
+	// whose span this node owned: its checkpoint stays for an undelete.
+	deleted uint64
 }
 
-func (s ownedSpan) key() string { return fmt.Sprintf("%s\x00%x\x00%x", s.table, s.start, s.end) }
+func (s ownedSpan) key() string {
+	k := fmt.Sprintf("%s\x00%x\x00%x", s.table, s.start, s.end)
+	if s.deleted != 0 {
+		k += fmt.Sprintf("\x00deleted %d", s.deleted)
+	}
+	return k
+}
 
 // openFailover opens this node's commit log and sends the engine's writes
 // to it, before the node joins the cluster (so before it serves a write:
@@ -98,11 +125,6 @@ func (s ownedSpan) key() string { return fmt.Sprintf("%s\x00%x\x00%x", s.table, 
 // log's fence refuses every write.
 func (c *clusterMember) openFailover() error {
 	if !c.opts.Failover {
-		if c.store != nil {
-			// No catalog: nobody takes this node's tablets over from
-			// checkpoints it no longer keeps current.
-			return storage.DeleteCatalogs(c.store, c.opts.NodeID)
-		}
 		return nil
 	}
 	if c.store == nil {
@@ -113,7 +135,7 @@ func (c *clusterMember) openFailover() error {
 		interval = 30 * time.Second
 	}
 	f := &failover{c: c, interval: interval,
-		pending: map[string]pendingSpan{}, kick: make(chan struct{}, 1), failures: map[string]time.Time{}}
+		pending: map[string]pendingSpan{}, kick: make(chan struct{}, 1), failures: map[string]time.Time{}, victims: map[string]*victim{}}
 	l, err := storage.OpenCommitLog(storage.CommitLogOptions{Store: c.store, Node: c.opts.NodeID, Fence: func() error {
 		if m := f.member.Load(); m == nil || !m.Live() {
 			return status.Errorf(codes.Unavailable, "ebbtable: node %s does not hold its lease now; retry", c.opts.NodeID)
@@ -126,18 +148,38 @@ func (c *clusterMember) openFailover() error {
 	f.log = l
 	if cat, ok, err := storage.ReadCatalog(c.store, c.opts.NodeID); err == nil && ok {
 		f.round = cat.Round
+		// Checkpoints of tables deleted since stay in the catalog while
+		// the tables may be undeleted (deletedSpans).
+		for _, e := range cat.Entries {
+			f.seed = append(f.seed, ownedSpan{table: e.Table, start: e.StartRow, end: e.EndRow, deleted: e.TableID})
+		}
 	}
 	c.fail = f
 	c.s.engine.SetCommitLog(l)
 	return nil
 }
 
-// joined gives the log's fence the node's membership: from now on it
-// follows the lease (the schema log's catch-up logs its row-range drops).
-func (f *failover) joined(m *clusteretcd.Member) {
-	if f != nil {
-		f.member.Store(m)
+// clusterSettings are the settings every node of the cluster must share
+// (clusteretcd.Options.Settings): automatic failover is all or nothing,
+// since a node without it leaves nothing to take over from.
+func (c *clusterMember) clusterSettings() map[string]string {
+	return map[string]string{"failover": strconv.FormatBool(c.opts.Failover)}
+}
+
+// joinedFailover gives the log's fence the node's membership: from now on
+// it follows the lease (the schema log's catch-up logs its row-range
+// drops). Without failover it deletes the node's catalog, once the
+// cluster has accepted the setting: nobody takes this node's tablets over
+// from checkpoints it no longer keeps current.
+func (c *clusterMember) joinedFailover(m *clusteretcd.Member) error {
+	if c.fail == nil {
+		if c.store != nil {
+			return storage.DeleteCatalogs(c.store, c.opts.NodeID)
+		}
+		return nil
 	}
+	c.fail.member.Store(m)
+	return nil
 }
 
 // startFailover, once the node has joined and caught up with the schema
@@ -212,6 +254,7 @@ func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan, full bool)
 		}
 		all = append(all, p.span)
 	}
+	all = append(all, f.deletedSpans(all)...)
 	sort.Slice(all, func(i, j int) bool { return all[i].key() < all[j].key() })
 	var fp strings.Builder
 	for _, s := range all {
@@ -243,7 +286,9 @@ func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan, full bool)
 		}
 	}()
 	for i, s := range all {
-		if h, found := cur[s.key()]; found && !full {
+		// A deleted table's checkpoint is taken once (its data changes no
+		// more), then kept.
+		if h, found := cur[s.key()]; found && (!full || s.deleted != 0) {
 			kept = append(kept, h)
 			trunc = min(trunc, h.entry.After)
 			continue
@@ -253,9 +298,14 @@ func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan, full bool)
 			continue
 		}
 		after := f.log.CommittedThrough()
-		x, err := f.c.s.engine.ExportSpan(ctx, ref.instance, ref.table, s.start, s.end)
+		var x *table.SpanExport
+		if s.deleted != 0 {
+			x, err = f.c.s.engine.ExportDeletedSpan(ctx, ref.instance, ref.table, s.deleted, s.start, s.end)
+		} else {
+			x, err = f.c.s.engine.ExportSpan(ctx, ref.instance, ref.table, s.start, s.end)
+		}
 		if errors.Is(err, table.ErrTableNotFound) {
-			continue // not created here yet: it holds nothing here
+			continue // not created here yet: it holds nothing here (or purged)
 		}
 		if err != nil {
 			return err
@@ -270,8 +320,22 @@ func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan, full bool)
 			return fmt.Errorf("ebbtable: checkpoint %s: %w", name, err)
 		}
 		x.TrimLocal()
-		kept = append(kept, heldCheckpoint{span: s, x: x,
-			entry: storage.CatalogEntry{Table: s.table, TableID: x.TableID, StartRow: s.start, EndRow: s.end, After: after, Object: name}})
+		entry := storage.CatalogEntry{Table: s.table, TableID: x.TableID, StartRow: s.start, EndRow: s.end, After: after, Object: name, Deleted: s.deleted != 0}
+		if s.deleted == 0 {
+			// Replication tombstones live outside the cell space: beside
+			// the export (takeOver puts them back).
+			tombs, err := f.c.s.engine.SpanTombstones(ref.instance, ref.table, s.start, s.end)
+			if err != nil {
+				return err
+			}
+			if len(tombs) > 0 {
+				entry.Tombstones = name + ".tombs"
+				if err := storage.PutObject(f.c.store, entry.Tombstones, tombs); err != nil {
+					return fmt.Errorf("ebbtable: checkpoint %s: %w", entry.Tombstones, err)
+				}
+			}
+		}
+		kept = append(kept, heldCheckpoint{span: s, x: x, entry: entry})
 		trunc = min(trunc, after)
 	}
 	entries := make([]storage.CatalogEntry, len(kept))
@@ -286,13 +350,16 @@ func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan, full bool)
 	keep := map[string]bool{}
 	for _, e := range entries {
 		keep[e.Object] = true
+		if e.Tombstones != "" {
+			keep[e.Tombstones] = true
+		}
 	}
 	for _, h := range f.cur {
 		if !keep[h.entry.Object] {
 			h.x.Release()
 		}
 	}
-	f.round, f.cur, f.lastFP = round, kept, fp.String()
+	f.round, f.cur, f.lastFP, f.seed = round, kept, fp.String(), nil
 	if full {
 		f.lastNext, f.lastAt = next, now
 	}
@@ -309,6 +376,45 @@ func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan, full bool)
 		f.c.s.log.Warn("truncate the commit log", "err", err)
 	}
 	return nil
+}
+
+// deletedSpans are the spans of this node's last catalog (or, before its
+// first round, of its previous process's) whose tables are deleted now and
+// may still be undeleted (the engine keeps a deleted record under the
+// same id), and that are not among live: their checkpoints stay, so a
+// node that takes them over after an undelete finds them. (Roundmu held.)
+func (f *failover) deletedSpans(live []ownedSpan) []ownedSpan {
+	seen := map[string]bool{}
+	for _, s := range live {
+		seen[s.key()] = true
+	}
+	cands := append([]ownedSpan(nil), f.seed...)
+	for _, h := range f.cur {
+		s := h.span
+		s.deleted = h.entry.TableID
+		cands = append(cands, s)
+	}
+	var out []ownedSpan
+	for _, s := range cands {
+		plain := s
+		plain.deleted = 0
+		if seen[s.key()] || seen[plain.key()] {
+			continue
+		}
+		ref, err := parseTable(s.table)
+		if err != nil {
+			continue
+		}
+		if _, err := f.c.s.engine.Table(ref.instance, ref.table); !errors.Is(err, table.ErrTableNotFound) {
+			continue // live (moved away, or a new table of the name)
+		}
+		if id, ok := f.c.s.engine.DeletedTableID(ref.instance, ref.table); !ok || id != s.deleted {
+			continue // purged, or never here
+		}
+		seen[s.key()] = true
+		out = append(out, s)
+	}
+	return out
 }
 
 // checkpointLoop runs rounds on the interval, and at once when the
@@ -390,6 +496,12 @@ func (f *failover) takeOverLoop() {
 		}
 		dirs := c.m.Directories()
 		plan, err := tablets.PlanTakeOvers(c.m.Nodes(), dirs, f.blockedTakers(dirs))
+		for _, g := range plan {
+			if f.victims[g.Dead] == nil {
+				f.victims[g.Dead] = &victim{}
+			}
+		}
+		f.settleVictims(dirs)
 		if err != nil && len(plan) == 0 {
 			continue
 		}
@@ -428,6 +540,74 @@ func (f *failover) takeOverLoop() {
 	}
 }
 
+// settleVictims gives up the dead nodes whose tablets were all taken
+// over: the schema log no longer keeps entries for them (their progress
+// marks would hold its trimming back; node drain --force does the same),
+// and, ReleaseDeadAfter later, their shared objects are released
+// (releaseDead). Every node that planned a node's take-over does it; both
+// steps are idempotent.
+func (f *failover) settleVictims(dirs []tablets.Directory) {
+	c := f.c
+	now := c.s.opts.Clock.Now()
+	for v, st := range f.victims {
+		if _, live := c.m.Node(v); live {
+			delete(f.victims, v) // back in time: it keeps what it has
+			continue
+		}
+		if ownsAny(dirs, v) {
+			st.empty = time.Time{}
+			continue
+		}
+		if st.empty.IsZero() {
+			st.empty = now
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		var err error
+		if !st.forgot {
+			var gone bool
+			if gone, err = c.m.ForgetDeadProgress(ctx, v); err == nil && !gone {
+				cancel()
+				continue // back just now: the next pass sees it live
+			}
+			if err == nil {
+				st.forgot = true
+				c.s.log.Info("forgot the schema-log progress of a node whose tablets were all taken over", "node", v)
+			}
+		}
+		after := c.opts.ReleaseDeadAfter
+		if after == 0 {
+			after = DefaultReleaseDeadAfter
+		}
+		switch {
+		case err != nil:
+		case after < 0 || now.Sub(st.empty) < after:
+			err = errNotYet
+		default:
+			err = f.releaseDead(ctx, v, dirs)
+		}
+		cancel()
+		switch {
+		case errors.Is(err, errNotYet):
+		case err != nil:
+			c.s.log.Warn("give up a node whose tablets were taken over", "node", v, "err", err)
+		default:
+			delete(f.victims, v)
+		}
+	}
+}
+
+// ownsAny reports whether node owns a tablet of dirs.
+func ownsAny(dirs []tablets.Directory, node string) bool {
+	for _, d := range dirs {
+		for _, t := range d.Tablets {
+			if t.Owner == node {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // takeOver recovers one table's tablets of a dead node here and makes
 // this node their owner.
 func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
@@ -437,6 +617,9 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 	if err != nil {
 		return err
 	}
+	if c.restoreUnderWay(g.Table) { // clusterrestore.go: nothing to rebuild
+		return c.takeOverRestoring(ctx, g)
+	}
 	cat, ok, err := storage.ReadCatalog(c.store, g.Dead)
 	if err != nil {
 		return err
@@ -444,11 +627,16 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 	if !ok {
 		return fmt.Errorf("ebbtable: node %s left no commit catalog (it did not run with failover): its tablets wait for it, or for node drain --force", g.Dead)
 	}
-	// The checkpoints that hold rows of the group's tablets.
+	tableID := uint64(0)
+	if d, ok := c.m.Directory(g.Table); ok {
+		tableID = d.TableID
+	}
+	// The checkpoints that hold rows of the group's tablets (of this
+	// incarnation of the table: not one deleted under the name before).
 	var entries []storage.CatalogEntry
 	var cps []tablets.Checkpointed
 	for _, e := range cat.Entries {
-		if e.Table != g.Table {
+		if e.Table != g.Table || (tableID != 0 && e.TableID != tableID) {
 			continue
 		}
 		for _, t := range g.Tablets {
@@ -458,6 +646,12 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 				break
 			}
 		}
+	}
+	// This node applies the schema log at least as far as the dead node
+	// had (it died before the take-over began): every family its
+	// checkpoints and log name is known here, as live or dropped.
+	if err := c.catchUp(ctx); err != nil {
+		return err
 	}
 	// Ingesting a checkpoint replaces its whole span here: it must not
 	// reach rows this node serves or is taking (a checkpoint from before a
@@ -472,11 +666,29 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 		}
 	}
 	eng := c.s.engine
+	// No schema change applies here from the ingest until the missed
+	// drops are applied (dropsMissed): a row-range drop applied meanwhile
+	// would be undone by the ingest or the replay, and missed by the
+	// check; a family dropped meanwhile would be named by the ingest.
+	c.applyRun.Lock()
+	unlockApply := sync.OnceFunc(c.applyRun.Unlock)
+	defer unlockApply()
+	m, err := eng.Table(ref.instance, ref.table)
+	if err != nil {
+		return err
+	}
+	var groupSpans []table.RowSpan
+	for _, t := range g.Tablets {
+		groupSpans = append(groupSpans, table.RowSpan{Start: t.Start, End: t.End})
+	}
 	// Whatever this node holds of the tablets (a copy from an old move) goes.
 	for _, t := range g.Tablets {
 		if err := eng.ExciseSpan(ctx, ref.instance, ref.table, t.Start, t.End); err != nil {
 			return err
 		}
+	}
+	if h := f.stageHook.Load(); h != nil {
+		(*h)("excised")
 	}
 	for _, e := range entries {
 		b, err := storage.GetObject(ctx, c.store, e.Object)
@@ -487,8 +699,25 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 		if err != nil {
 			return err
 		}
+		// Families dropped since the checkpoint: their cells come in
+		// invisible, and the collector is told to sweep them again.
+		dropped := droppedSince(m, x.Families)
 		if err := eng.IngestSpan(ctx, x); err != nil {
 			return err
+		}
+		if len(dropped) > 0 {
+			if err := eng.RedropFamilies(ref.instance, ref.table, dropped); err != nil {
+				return err
+			}
+		}
+		if e.Tombstones != "" {
+			tb, err := storage.GetObject(ctx, c.store, e.Tombstones)
+			if err != nil {
+				return fmt.Errorf("ebbtable: checkpoint %s: %w", e.Tombstones, err)
+			}
+			if err := eng.PutTombstones(ref.instance, ref.table, groupSpans, tb); err != nil {
+				return err
+			}
 		}
 	}
 	pieces := tablets.RecoveryPieces(g.Tablets, cps, cat.Truncated)
@@ -500,10 +729,6 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 	// The schema log position the dead node had applied: its catalog's,
 	// or a later group's; a DropRowRange logged while it was at T was
 	// entry T+1 (entries are applied one at a time, in order).
-	tableID := uint64(0)
-	if d, ok := c.m.Directory(g.Table); ok {
-		tableID = d.TableID
-	}
 	// (Read from the truncation point: a drop applied after the catalog's
 	// tag was read is logged after it, and must be seen even where a
 	// checkpoint already holds its effect.)
@@ -533,6 +758,7 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 	if err := f.dropsMissed(ctx, ref, g, applied, droppedNext); err != nil {
 		return err
 	}
+	unlockApply()
 	// Rows of the checkpoints outside the group belong to other nodes now.
 	for _, e := range entries {
 		for _, r := range tablets.Outside(e.StartRow, e.EndRow, g.Tablets) {
@@ -567,6 +793,25 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 	c.s.log.Info("took over a dead node's tablets", "dead", g.Dead, "table", g.Table, "tablets", len(g.Tablets),
 		"checkpoints", len(entries), "log_records", records, "keys", keys, "took", time.Since(start))
 	return nil
+}
+
+// droppedSince removes from an export's families (name → id) those m
+// has dropped since (ids are never reused; one above m's next id is not
+// known here yet, and stays for IngestSpan to refuse), and returns them
+// by id.
+func droppedSince(m *table.Meta, fams map[string]uint32) map[uint32]string {
+	out := map[uint32]string{}
+	for name, id := range fams {
+		if f, ok := m.Family(name); ok && f.ID == id {
+			continue
+		}
+		if _, live := m.FamilyByID(id); live || id > m.NextFamilyID {
+			continue
+		}
+		delete(fams, name)
+		out[id] = name
+	}
+	return out
 }
 
 // dropsMissed applies to the rebuilt tablets the DropRowRange entries of
@@ -668,7 +913,7 @@ func (f *failover) blockedTakers(dirs []tablets.Directory) func(dead, table, nod
 		}
 		d := dirOf[table]
 		for _, e := range entries {
-			if e.Table != table {
+			if e.Table != table || e.TableID != d.TableID {
 				continue
 			}
 			reachesDead := false

@@ -121,6 +121,20 @@ func (c *clusterMember) moveTablet(ctx context.Context, tableName string, id uin
 	if !c.m.Live() {
 		return res, status.Errorf(codes.Unavailable, "ebbtable: node %s does not hold its lease now", c.opts.NodeID)
 	}
+	cc, err := c.conn(n.Addr)
+	if err != nil {
+		return res, status.Errorf(codes.Unavailable, "ebbtable: node %s: %v", to, err)
+	}
+	// The tablet's change-stream records go first, all but the tail
+	// (clusterchanges.go).
+	ship, err := c.newShipment(ref, t, clusterpb.NewClusterClient(cc))
+	if err == nil {
+		err = ship.ahead(ctx)
+	}
+	if err != nil {
+		c.moves.WithLabelValues("failed").Inc()
+		return res, fmt.Errorf("ebbtable: node %s could not take the change-stream records of %s: %w", to, t, err)
+	}
 	// Fence the tablet: wait for the requests serving it, hold new ones.
 	g := c.gate(d.Table, id)
 	done := c.wantGate(d.Table, id) // long reads let go of it (clusterread.go)
@@ -140,6 +154,10 @@ func (c *clusterMember) moveTablet(ctx context.Context, tableName string, id uin
 	if t, _, ok = d.Find(id); !ok || t.Owner != c.opts.NodeID {
 		return res, status.Errorf(codes.Aborted, "ebbtable: tablet %d changed before the move began", id)
 	}
+	// Change-stream readers of the tablet here stop at this mark; its
+	// records up to the export travel with it (clusterchanges.go).
+	mark, moved := c.beginMove(d.Table, t), false
+	defer func() { c.endMove(d.Table, mark, moved) }()
 	x, err := c.s.engine.ExportSpan(ctx, ref.instance, ref.table, t.Start, t.End)
 	if err != nil {
 		c.moves.WithLabelValues("failed").Inc()
@@ -151,13 +169,13 @@ func (c *clusterMember) moveTablet(ctx context.Context, tableName string, id uin
 		c.moves.WithLabelValues("failed").Inc()
 		return res, toStatus(err)
 	}
-	cc, err := c.conn(n.Addr)
-	if err != nil {
-		return res, status.Errorf(codes.Unavailable, "ebbtable: node %s: %v", to, err)
-	}
 	if _, err := clusterpb.NewClusterClient(cc).IngestSpan(ctx, &clusterpb.IngestSpanRequest{Table: tableName, Tablet: id, Export: b}); err != nil {
 		c.moves.WithLabelValues("failed").Inc()
 		return res, fmt.Errorf("ebbtable: node %s could not ingest %s: %w", to, t, err)
+	}
+	if err := ship.finish(ctx, t, x.CommitHighWater()); err != nil {
+		c.moves.WithLabelValues("failed").Inc()
+		return res, fmt.Errorf("ebbtable: node %s could not take the change-stream records of %s: %w", to, t, err)
 	}
 	next, err := d.WithOwner(id, to)
 	if err != nil {
@@ -184,6 +202,7 @@ func (c *clusterMember) moveTablet(ctx context.Context, tableName string, id uin
 			return res, clusterStatus(err)
 		}
 	}
+	moved = true
 	// Flipped: the target serves the tablet from now on. The excise only
 	// frees space here; a failure leaves unreachable data behind.
 	if err := c.s.engine.ExciseSpan(context.WithoutCancel(ctx), ref.instance, ref.table, t.Start, t.End); err != nil {
@@ -194,7 +213,7 @@ func (c *clusterMember) moveTablet(ctx context.Context, tableName string, id uin
 	c.moves.WithLabelValues("moved").Inc()
 	res.Bytes, res.LocalBytes, res.LocalKeys, res.SharedSSTs = int64(len(b)), int64(st.LocalBytes), int64(st.LocalKeys), int64(st.SharedSSTs)
 	res.Took = time.Since(start)
-	c.s.log.Info("tablet moved", "table", d.Table, "tablet", id, "to", to, "bytes", len(b), "shared_ssts", st.SharedSSTs, "took", res.Took)
+	c.s.log.Info("tablet moved", "table", d.Table, "tablet", id, "to", to, "bytes", len(b), "shared_ssts", st.SharedSSTs, "change_records", ship.n, "took", res.Took)
 	return res, nil
 }
 

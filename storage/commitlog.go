@@ -426,6 +426,12 @@ type CatalogEntry struct {
 	// ones too; replaying those again changes nothing).
 	After  uint64 `json:"after"`
 	Object string `json:"object"`
+	// Tombstones names the object holding the span's replication
+	// tombstones (outside the cell space, so not in the export), if any.
+	Tombstones string `json:"tombstones,omitempty"`
+	// Deleted marks the checkpoint of a table deleted within its undelete
+	// retention (kept for an undelete).
+	Deleted bool `json:"deleted,omitempty"`
 }
 
 // WriteCatalog stores cat as node's newest catalog, then deletes the

@@ -125,16 +125,17 @@ func (e *Engine) commitRecorded(b *pebble.Batch, m *Meta, rows [][]byte, recs []
 	if e.beforeRecordedCommit != nil {
 		e.beforeRecordedCommit(recs)
 	}
-	if err := addRecords(b, m, ts, recs); err != nil {
+	if err := e.addRecords(b, m, ts, recs); err != nil {
 		return err
 	}
 	return e.commitTable(b, m, rows, opts, gate)
 }
 
 // addRecords adds a transaction's records, at commit timestamp ts, to b.
-func addRecords(b *pebble.Batch, m *Meta, ts int64, recs []changestream.Record) error {
+func (e *Engine) addRecords(b *pebble.Batch, m *Meta, ts int64, recs []changestream.Record) error {
+	tb := e.changeTiebreaker.Load()
 	for i := range recs {
-		k := changestream.Key(m.ID, changestream.Position{Commit: ts, Index: uint32(i)})
+		k := changestream.Key(m.ID, changestream.Position{Commit: ts, Tiebreaker: tb, Index: uint32(i)})
 		if err := b.Set(k, recs[i].Encode(), nil); err != nil {
 			return err
 		}

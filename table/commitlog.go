@@ -61,8 +61,10 @@ type RowSpan struct {
 // ReplayLogged applies what a commit log record (a batch, as Append got
 // it) wrote into table name's rows within spans: its cells (sets, point
 // and range deletions, range deletions clamped to the spans) and GC
-// agenda entries; everything else in it (other tables' rows, change-stream
-// records, metadata) is left out. It returns how many keys it applied.
+// agenda entries, and the replication tombstones of those rows; everything
+// else in it (other tables' rows, cells of families dropped since,
+// change-stream records, other metadata) is left out. It returns how many
+// keys it applied.
 // Records are replayed in log order onto the tablet's checkpoint; one the
 // checkpoint already holds changes nothing when replayed again, since a
 // later record of the same row replays after it.
@@ -100,6 +102,11 @@ func (e *Engine) ReplayLogged(instance, name string, spans []RowSpan, repr []byt
 		}
 		return false
 	}
+	tombs := tableTombstones(m.ID)
+	tombBounds := make([][2][]byte, 0, len(bounds))
+	for _, bd := range bounds {
+		tombBounds = append(tombBounds, [2][]byte{bd.lo, bd.hi})
+	}
 	b := e.store.NewBatch()
 	defer b.Close()
 	n := 0
@@ -115,6 +122,11 @@ func (e *Engine) ReplayLogged(instance, name string, spans []RowSpan, repr []byt
 		if len(k) > 0 && k[0] == storage.AgendaPrefix(m.ID)[0] {
 			id, _, row, err := storage.DecodeAgendaKey(k)
 			if err != nil || id != m.ID || !rowIn(row) {
+				continue
+			}
+		} else if bytes.HasPrefix(k, tombs) {
+			// A replication tombstone of one of the spans' rows (takeover.go).
+			if !inTombSpans(m.ID, k, tombBounds) {
 				continue
 			}
 		} else if kind == pebble.InternalKeyKindRangeDelete {
@@ -135,6 +147,11 @@ func (e *Engine) ReplayLogged(instance, name string, spans []RowSpan, repr []byt
 			}
 			continue
 		} else if !inSpans(k) {
+			continue
+		} else if d, err := storage.DecodeCellKey(k); err == nil && droppedFamily(m, d.FamilyID) {
+			// A cell of a family dropped since it was logged (takeover.go):
+			// it would be invisible, and the collector no longer looks
+			// for it.
 			continue
 		}
 		switch kind {

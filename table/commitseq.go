@@ -19,16 +19,25 @@ type commitSeq struct {
 	last     int64
 	inflight []int64 // ascending: timestamps are handed out in order
 	notify   chan struct{}
+	// paused > 0 holds begin back while quiet waits for the commits in
+	// flight to end; resumed wakes the held ones.
+	paused  int
+	resumed *sync.Cond
 }
 
 func newCommitSeq(last int64) *commitSeq {
-	return &commitSeq{last: last, notify: make(chan struct{})}
+	s := &commitSeq{last: last, notify: make(chan struct{})}
+	s.resumed = sync.NewCond(&s.mu)
+	return s
 }
 
 // begin takes the next commit timestamp.
 func (s *commitSeq) begin(now int64) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	for s.paused > 0 {
+		s.resumed.Wait()
+	}
 	ts := max(now, s.last+1)
 	s.last = ts
 	s.inflight = append(s.inflight, ts)
@@ -72,4 +81,34 @@ func (s *commitSeq) changed() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.notify
+}
+
+// quiet runs f at a moment with no commit in flight, holding new ones back
+// meanwhile, and passes it the last timestamp handed out: every recorded
+// commit at or below it is applied, none above it has begun. Commits take
+// their timestamps holding their row locks and end without taking another,
+// so holding begin back cannot keep the ones in flight from ending. done
+// ends the wait early (a commit whose fate a failed disk left unknown
+// never ends); quiet then returns false without running f.
+func (s *commitSeq) quiet(done <-chan struct{}, f func(last int64)) bool {
+	s.mu.Lock()
+	s.paused++
+	defer func() {
+		s.paused--
+		s.resumed.Broadcast()
+		s.mu.Unlock()
+	}()
+	for len(s.inflight) > 0 {
+		ch := s.notify
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-done:
+			s.mu.Lock()
+			return false
+		}
+		s.mu.Lock()
+	}
+	f(s.last)
+	return true
 }

@@ -134,6 +134,10 @@ type Engine struct {
 	// emitted: how large the next row read starts its cell slice.
 	cellsHint atomic.Int32
 
+	// changeTiebreaker is the tiebreaker of this engine's change-stream
+	// records (changecluster.go): 0 alone, the node's in a cluster.
+	changeTiebreaker atomic.Int32
+
 	mu          sync.RWMutex // guards tables and nextTableID, and serialises schema changes
 	tables      map[string]*Meta
 	nextTableID uint64
@@ -492,7 +496,7 @@ func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs [
 		if e.beforeRecordedCommit != nil {
 			e.beforeRecordedCommit(recs)
 		}
-		if err := addRecords(b, m, ts, recs); err != nil {
+		if err := e.addRecords(b, m, ts, recs); err != nil {
 			e.seq.end(ts)
 			b.Close()
 			return nil, err

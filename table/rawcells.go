@@ -158,6 +158,11 @@ func (e *Engine) RepairCell(m *Meta, c RawCell) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	finished, err := e.logBatch(b) // commitlog.go: a take-over replays it
+	if err != nil {
+		return false, err
+	}
+	defer finished()
 	return true, e.commit(b)
 }
 
@@ -185,5 +190,10 @@ func (e *Engine) DeleteRawCell(m *Meta, c RawCell) error {
 	if err != nil {
 		return err
 	}
+	finished, err := e.logBatch(b) // commitlog.go: a take-over replays it
+	if err != nil {
+		return err
+	}
+	defer finished()
 	return e.commit(b)
 }

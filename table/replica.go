@@ -422,6 +422,12 @@ func (e *Engine) ApplyReplicated(m *Meta, origin string, recs []changestream.Rec
 	if err != nil {
 		return st, err
 	}
+	// Cells and tombstones go to the failover log too (commitlog.go).
+	finished, err := e.logBatch(b)
+	if err != nil {
+		return st, err
+	}
+	defer finished()
 	// Not synced: a batch lost in a crash takes its checkpoint with it, and
 	// the records are pulled again.
 	return st, e.commitRecorded(b, m, nil, out, pebble.NoSync, true)
@@ -771,6 +777,11 @@ func (e *Engine) ImportPairs(m *Meta, kind ExportKind, pairs [][2][]byte) error 
 			return err
 		}
 	}
+	finished, err := e.logBatch(b) // commitlog.go: a take-over replays it
+	if err != nil {
+		return err
+	}
+	defer finished()
 	return e.commitOpts(b, pebble.NoSync)
 }
 

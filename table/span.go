@@ -64,6 +64,8 @@ type SpanExport struct {
 	stats  SpanStats
 	agenda []AgendaEntry
 
+	commitHigh int64 // source only: see CommitHighWater
+
 	encoded []byte
 	handles []objstorage.RemoteObjectBackingHandle // source only
 	once    sync.Once
@@ -88,6 +90,14 @@ type SpanStats struct {
 
 // Stats returns what the export holds.
 func (x *SpanExport) Stats() SpanStats { return x.stats }
+
+// CommitHighWater is, at the source, the change-stream commit timestamp
+// the export was read at: the export holds every commit with a timestamp
+// at or below it and none above (ExportSpan reads at a moment with no
+// commit in flight). A move ships the span's change records up to it, no
+// further: a deletion the source's collector commits later is not in the
+// export, and the target's collector makes (and records) it again.
+func (x *SpanExport) CommitHighWater() int64 { return x.commitHigh }
 
 // Release lets the source's Pebble drop the shared SSTables the export
 // references (once neither it nor any target needs them). Call it on the
@@ -328,6 +338,21 @@ func (e *Engine) ExportSpan(ctx context.Context, instance, name string, startRow
 	if err != nil {
 		return nil, err
 	}
+	x, err := e.exportSpan(ctx, m, instance, name, startRow, endRow, true)
+	if err != nil {
+		return nil, err
+	}
+	e.moves.exports.Add(1)
+	e.moves.bytes.Add(x.stats.Encoded)
+	e.moves.keys.Add(x.stats.LocalKeys)
+	e.moves.shared.Add(int64(x.stats.SharedSSTs))
+	return x, nil
+}
+
+// exportSpan reads rows [startRow, endRow) of table m (its name on this
+// engine is instance/name) into an export, with the rows' GC agenda
+// entries when agenda is set.
+func (e *Engine) exportSpan(ctx context.Context, m *Meta, instance, name string, startRow, endRow []byte, agenda bool) (*SpanExport, error) {
 	lo, hi, err := spanBounds(m.ID, startRow, endRow)
 	if err != nil {
 		return nil, err
@@ -346,24 +371,33 @@ func (e *Engine) ExportSpan(ctx context.Context, instance, name string, startRow
 	// Agenda entries first: one written after this scan and before the
 	// span's keys are read would only make the target judge a row once
 	// more.
-	if err := e.agendaDue(m, 1<<63-1, func(en AgendaEntry) bool {
-		if inRows(en.Row, startRow, endRow) {
-			x.agenda = append(x.agenda, AgendaEntry{Due: en.Due, Row: bytes.Clone(en.Row)})
+	if agenda {
+		if err := e.agendaDue(m, 1<<63-1, func(en AgendaEntry) bool {
+			if inRows(en.Row, startRow, endRow) {
+				x.agenda = append(x.agenda, AgendaEntry{Due: en.Due, Row: bytes.Clone(en.Row)})
+			}
+			return true
+		}); err != nil {
+			return nil, err
 		}
-		return true
-	}); err != nil {
-		return nil, err
 	}
 	x.stats.AgendaEntries = len(x.agenda)
 
-	err = e.scanSpan(ctx, x, lo, hi, e.store.Shared())
+	// Read at a moment with no commit in flight, so the export and its
+	// commit high-water agree (CommitHighWater).
+	var snap *pebble.Snapshot
+	if !e.seq.quiet(ctx.Done(), func(last int64) { snap, x.commitHigh = e.store.NewSnapshot(), last }) {
+		return nil, fmt.Errorf("ebbtable: export span of %s: %w", name, ctx.Err())
+	}
+	defer snap.Close()
+	err = e.scanSpan(ctx, snap, x, lo, hi, e.store.Shared())
 	if errors.Is(err, pebble.ErrInvalidSkipSharedIteration) {
 		// Lower-level SSTables written before shared storage was on
 		// stay local until compacted again: copy the span whole.
 		x.Release()
 		x.handles, x.shared = nil, nil
 		x.stats = SpanStats{AgendaEntries: len(x.agenda)}
-		err = e.scanSpan(ctx, x, lo, hi, false)
+		err = e.scanSpan(ctx, snap, x, lo, hi, false)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("ebbtable: export span of %s: %w", name, err)
@@ -384,17 +418,13 @@ func (e *Engine) ExportSpan(ctx context.Context, instance, name string, startRow
 	if x.encoded == nil {
 		return nil, errors.New("ebbtable: export span: encoded size does not settle")
 	}
-	e.moves.exports.Add(1)
-	e.moves.bytes.Add(x.stats.Encoded)
-	e.moves.keys.Add(x.stats.LocalKeys)
-	e.moves.shared.Add(int64(x.stats.SharedSSTs))
 	ok = true
 	return x, nil
 }
 
-// scanSpan reads keys [lo, hi) into x: shared SSTables as references (when
-// shared), every other key into x.local.
-func (e *Engine) scanSpan(ctx context.Context, x *SpanExport, lo, hi []byte, shared bool) error {
+// scanSpan reads keys [lo, hi) of snap into x: shared SSTables as
+// references (when shared), every other key into x.local.
+func (e *Engine) scanSpan(ctx context.Context, snap *pebble.Snapshot, x *SpanExport, lo, hi []byte, shared bool) error {
 	mem := vfs.NewMem()
 	f, err := mem.Create("local.sst", vfs.WriteCategoryUnspecified)
 	if err != nil {
@@ -427,7 +457,7 @@ func (e *Engine) scanSpan(ctx context.Context, x *SpanExport, lo, hi []byte, sha
 			return nil
 		}
 	}
-	err = e.store.ScanInternal(ctx, block.CategoryUnknown, lo, hi,
+	err = snap.ScanInternal(ctx, block.CategoryUnknown, lo, hi,
 		func(k *pebble.InternalKey, v pebble.LazyValue, _ pebble.IteratorLevel) error {
 			x.stats.LocalKeys++
 			switch k.Kind() {

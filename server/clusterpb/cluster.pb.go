@@ -1000,6 +1000,340 @@ func (x *BackupRowsResponse) GetNode() string {
 	return ""
 }
 
+type ChangeRecord struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Commit     int64                  `protobuf:"varint,1,opt,name=commit,proto3" json:"commit,omitempty"`
+	Tiebreaker int32                  `protobuf:"varint,2,opt,name=tiebreaker,proto3" json:"tiebreaker,omitempty"`
+	Index      uint32                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	// The record as the engine stores it (changestream.Record's encoding).
+	Record        []byte `protobuf:"bytes,4,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeRecord) Reset() {
+	*x = ChangeRecord{}
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeRecord) ProtoMessage() {}
+
+func (x *ChangeRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeRecord.ProtoReflect.Descriptor instead.
+func (*ChangeRecord) Descriptor() ([]byte, []int) {
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ChangeRecord) GetCommit() int64 {
+	if x != nil {
+		return x.Commit
+	}
+	return 0
+}
+
+func (x *ChangeRecord) GetTiebreaker() int32 {
+	if x != nil {
+		return x.Tiebreaker
+	}
+	return 0
+}
+
+func (x *ChangeRecord) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ChangeRecord) GetRecord() []byte {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+type IngestChangesRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Table   string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	Records []*ChangeRecord        `protobuf:"bytes,2,rep,name=records,proto3" json:"records,omitempty"`
+	// The source's commit high-water mark: later records here follow it.
+	Observe int64 `protobuf:"varint,3,opt,name=observe,proto3" json:"observe,omitempty"`
+	// The tablet's rows [start, end) (end empty: no end).
+	Start         []byte `protobuf:"bytes,4,opt,name=start,proto3" json:"start,omitempty"`
+	End           []byte `protobuf:"bytes,5,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IngestChangesRequest) Reset() {
+	*x = IngestChangesRequest{}
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IngestChangesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IngestChangesRequest) ProtoMessage() {}
+
+func (x *IngestChangesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IngestChangesRequest.ProtoReflect.Descriptor instead.
+func (*IngestChangesRequest) Descriptor() ([]byte, []int) {
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *IngestChangesRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *IngestChangesRequest) GetRecords() []*ChangeRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *IngestChangesRequest) GetObserve() int64 {
+	if x != nil {
+		return x.Observe
+	}
+	return 0
+}
+
+func (x *IngestChangesRequest) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *IngestChangesRequest) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+type IngestChangesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IngestChangesResponse) Reset() {
+	*x = IngestChangesResponse{}
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IngestChangesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IngestChangesResponse) ProtoMessage() {}
+
+func (x *IngestChangesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IngestChangesResponse.ProtoReflect.Descriptor instead.
+func (*IngestChangesResponse) Descriptor() ([]byte, []int) {
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{18}
+}
+
+type RestoreRowsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Table string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	// The table id the restore's schema log entry gave.
+	TableId uint64 `protobuf:"varint,2,opt,name=table_id,json=tableId,proto3" json:"table_id,omitempty"`
+	Start   []byte `protobuf:"bytes,3,opt,name=start,proto3" json:"start,omitempty"`
+	// Empty: the table's end.
+	End []byte `protobuf:"bytes,4,opt,name=end,proto3" json:"end,omitempty"`
+	// The directory revision the coordinator cut the rows by.
+	Revision int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The restore's schema log entry payload (JSON: the backup's record,
+	// the retention mode), so the owner needs only the backup's files.
+	Entry         []byte `protobuf:"bytes,6,opt,name=entry,proto3" json:"entry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreRowsRequest) Reset() {
+	*x = RestoreRowsRequest{}
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreRowsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreRowsRequest) ProtoMessage() {}
+
+func (x *RestoreRowsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreRowsRequest.ProtoReflect.Descriptor instead.
+func (*RestoreRowsRequest) Descriptor() ([]byte, []int) {
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RestoreRowsRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *RestoreRowsRequest) GetTableId() uint64 {
+	if x != nil {
+		return x.TableId
+	}
+	return 0
+}
+
+func (x *RestoreRowsRequest) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *RestoreRowsRequest) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *RestoreRowsRequest) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *RestoreRowsRequest) GetEntry() []byte {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
+type RestoreRowsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Cells ingested.
+	Cells int64 `protobuf:"varint,1,opt,name=cells,proto3" json:"cells,omitempty"`
+	// Bytes of backup files fetched from the shared store.
+	Bytes         int64  `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Node          string `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreRowsResponse) Reset() {
+	*x = RestoreRowsResponse{}
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreRowsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreRowsResponse) ProtoMessage() {}
+
+func (x *RestoreRowsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreRowsResponse.ProtoReflect.Descriptor instead.
+func (*RestoreRowsResponse) Descriptor() ([]byte, []int) {
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RestoreRowsResponse) GetCells() int64 {
+	if x != nil {
+		return x.Cells
+	}
+	return 0
+}
+
+func (x *RestoreRowsResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *RestoreRowsResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
 var File_ebbtable_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
@@ -1069,7 +1403,32 @@ const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x12BackupRowsResponse\x12\x14\n" +
 	"\x05files\x18\x01 \x01(\fR\x05files\x12%\n" +
 	"\x0eversion_micros\x18\x02 \x01(\x03R\rversionMicros\x12\x12\n" +
-	"\x04node\x18\x03 \x01(\tR\x04node2\x84\x06\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\"t\n" +
+	"\fChangeRecord\x12\x16\n" +
+	"\x06commit\x18\x01 \x01(\x03R\x06commit\x12\x1e\n" +
+	"\n" +
+	"tiebreaker\x18\x02 \x01(\x05R\n" +
+	"tiebreaker\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\rR\x05index\x12\x16\n" +
+	"\x06record\x18\x04 \x01(\fR\x06record\"\xab\x01\n" +
+	"\x14IngestChangesRequest\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\tR\x05table\x12;\n" +
+	"\arecords\x18\x02 \x03(\v2!.ebbtable.cluster.v1.ChangeRecordR\arecords\x12\x18\n" +
+	"\aobserve\x18\x03 \x01(\x03R\aobserve\x12\x14\n" +
+	"\x05start\x18\x04 \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\x05 \x01(\fR\x03end\"\x17\n" +
+	"\x15IngestChangesResponse\"\x9f\x01\n" +
+	"\x12RestoreRowsRequest\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\tR\x05table\x12\x19\n" +
+	"\btable_id\x18\x02 \x01(\x04R\atableId\x12\x14\n" +
+	"\x05start\x18\x03 \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\x04 \x01(\fR\x03end\x12\x1a\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\x12\x14\n" +
+	"\x05entry\x18\x06 \x01(\fR\x05entry\"U\n" +
+	"\x13RestoreRowsResponse\x12\x14\n" +
+	"\x05cells\x18\x01 \x01(\x03R\x05cells\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node2\xce\a\n" +
 	"\aCluster\x12Z\n" +
 	"\tListNodes\x12%.ebbtable.cluster.v1.ListNodesRequest\x1a&.ebbtable.cluster.v1.ListNodesResponse\x12Z\n" +
 	"\tDrainNode\x12%.ebbtable.cluster.v1.DrainNodeRequest\x1a&.ebbtable.cluster.v1.DrainNodeResponse\x12`\n" +
@@ -1081,7 +1440,9 @@ const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"IngestSpan\x12&.ebbtable.cluster.v1.IngestSpanRequest\x1a'.ebbtable.cluster.v1.IngestSpanResponse\x12]\n" +
 	"\n" +
-	"BackupRows\x12&.ebbtable.cluster.v1.BackupRowsRequest\x1a'.ebbtable.cluster.v1.BackupRowsResponseB/Z-github.com/ebbtable/ebbtable/server/clusterpbb\x06proto3"
+	"BackupRows\x12&.ebbtable.cluster.v1.BackupRowsRequest\x1a'.ebbtable.cluster.v1.BackupRowsResponse\x12f\n" +
+	"\rIngestChanges\x12).ebbtable.cluster.v1.IngestChangesRequest\x1a*.ebbtable.cluster.v1.IngestChangesResponse\x12`\n" +
+	"\vRestoreRows\x12'.ebbtable.cluster.v1.RestoreRowsRequest\x1a(.ebbtable.cluster.v1.RestoreRowsResponseB/Z-github.com/ebbtable/ebbtable/server/clusterpbb\x06proto3"
 
 var (
 	file_ebbtable_cluster_v1_cluster_proto_rawDescOnce sync.Once
@@ -1095,49 +1456,59 @@ func file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_ebbtable_cluster_v1_cluster_proto_rawDescData
 }
 
-var file_ebbtable_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_ebbtable_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_ebbtable_cluster_v1_cluster_proto_goTypes = []any{
-	(*Node)(nil),                // 0: ebbtable.cluster.v1.Node
-	(*ListNodesRequest)(nil),    // 1: ebbtable.cluster.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),   // 2: ebbtable.cluster.v1.ListNodesResponse
-	(*DrainNodeRequest)(nil),    // 3: ebbtable.cluster.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),   // 4: ebbtable.cluster.v1.DrainNodeResponse
-	(*Tablet)(nil),              // 5: ebbtable.cluster.v1.Tablet
-	(*ListTabletsRequest)(nil),  // 6: ebbtable.cluster.v1.ListTabletsRequest
-	(*ListTabletsResponse)(nil), // 7: ebbtable.cluster.v1.ListTabletsResponse
-	(*SplitTabletRequest)(nil),  // 8: ebbtable.cluster.v1.SplitTabletRequest
-	(*MergeTabletRequest)(nil),  // 9: ebbtable.cluster.v1.MergeTabletRequest
-	(*MoveTabletRequest)(nil),   // 10: ebbtable.cluster.v1.MoveTabletRequest
-	(*MoveTabletResponse)(nil),  // 11: ebbtable.cluster.v1.MoveTabletResponse
-	(*IngestSpanRequest)(nil),   // 12: ebbtable.cluster.v1.IngestSpanRequest
-	(*IngestSpanResponse)(nil),  // 13: ebbtable.cluster.v1.IngestSpanResponse
-	(*BackupRowsRequest)(nil),   // 14: ebbtable.cluster.v1.BackupRowsRequest
-	(*BackupRowsResponse)(nil),  // 15: ebbtable.cluster.v1.BackupRowsResponse
+	(*Node)(nil),                  // 0: ebbtable.cluster.v1.Node
+	(*ListNodesRequest)(nil),      // 1: ebbtable.cluster.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),     // 2: ebbtable.cluster.v1.ListNodesResponse
+	(*DrainNodeRequest)(nil),      // 3: ebbtable.cluster.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),     // 4: ebbtable.cluster.v1.DrainNodeResponse
+	(*Tablet)(nil),                // 5: ebbtable.cluster.v1.Tablet
+	(*ListTabletsRequest)(nil),    // 6: ebbtable.cluster.v1.ListTabletsRequest
+	(*ListTabletsResponse)(nil),   // 7: ebbtable.cluster.v1.ListTabletsResponse
+	(*SplitTabletRequest)(nil),    // 8: ebbtable.cluster.v1.SplitTabletRequest
+	(*MergeTabletRequest)(nil),    // 9: ebbtable.cluster.v1.MergeTabletRequest
+	(*MoveTabletRequest)(nil),     // 10: ebbtable.cluster.v1.MoveTabletRequest
+	(*MoveTabletResponse)(nil),    // 11: ebbtable.cluster.v1.MoveTabletResponse
+	(*IngestSpanRequest)(nil),     // 12: ebbtable.cluster.v1.IngestSpanRequest
+	(*IngestSpanResponse)(nil),    // 13: ebbtable.cluster.v1.IngestSpanResponse
+	(*BackupRowsRequest)(nil),     // 14: ebbtable.cluster.v1.BackupRowsRequest
+	(*BackupRowsResponse)(nil),    // 15: ebbtable.cluster.v1.BackupRowsResponse
+	(*ChangeRecord)(nil),          // 16: ebbtable.cluster.v1.ChangeRecord
+	(*IngestChangesRequest)(nil),  // 17: ebbtable.cluster.v1.IngestChangesRequest
+	(*IngestChangesResponse)(nil), // 18: ebbtable.cluster.v1.IngestChangesResponse
+	(*RestoreRowsRequest)(nil),    // 19: ebbtable.cluster.v1.RestoreRowsRequest
+	(*RestoreRowsResponse)(nil),   // 20: ebbtable.cluster.v1.RestoreRowsResponse
 }
 var file_ebbtable_cluster_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: ebbtable.cluster.v1.ListNodesResponse.nodes:type_name -> ebbtable.cluster.v1.Node
 	5,  // 1: ebbtable.cluster.v1.ListTabletsResponse.tablets:type_name -> ebbtable.cluster.v1.Tablet
-	1,  // 2: ebbtable.cluster.v1.Cluster.ListNodes:input_type -> ebbtable.cluster.v1.ListNodesRequest
-	3,  // 3: ebbtable.cluster.v1.Cluster.DrainNode:input_type -> ebbtable.cluster.v1.DrainNodeRequest
-	6,  // 4: ebbtable.cluster.v1.Cluster.ListTablets:input_type -> ebbtable.cluster.v1.ListTabletsRequest
-	8,  // 5: ebbtable.cluster.v1.Cluster.SplitTablet:input_type -> ebbtable.cluster.v1.SplitTabletRequest
-	9,  // 6: ebbtable.cluster.v1.Cluster.MergeTablet:input_type -> ebbtable.cluster.v1.MergeTabletRequest
-	10, // 7: ebbtable.cluster.v1.Cluster.MoveTablet:input_type -> ebbtable.cluster.v1.MoveTabletRequest
-	12, // 8: ebbtable.cluster.v1.Cluster.IngestSpan:input_type -> ebbtable.cluster.v1.IngestSpanRequest
-	14, // 9: ebbtable.cluster.v1.Cluster.BackupRows:input_type -> ebbtable.cluster.v1.BackupRowsRequest
-	2,  // 10: ebbtable.cluster.v1.Cluster.ListNodes:output_type -> ebbtable.cluster.v1.ListNodesResponse
-	4,  // 11: ebbtable.cluster.v1.Cluster.DrainNode:output_type -> ebbtable.cluster.v1.DrainNodeResponse
-	7,  // 12: ebbtable.cluster.v1.Cluster.ListTablets:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	7,  // 13: ebbtable.cluster.v1.Cluster.SplitTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	7,  // 14: ebbtable.cluster.v1.Cluster.MergeTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	11, // 15: ebbtable.cluster.v1.Cluster.MoveTablet:output_type -> ebbtable.cluster.v1.MoveTabletResponse
-	13, // 16: ebbtable.cluster.v1.Cluster.IngestSpan:output_type -> ebbtable.cluster.v1.IngestSpanResponse
-	15, // 17: ebbtable.cluster.v1.Cluster.BackupRows:output_type -> ebbtable.cluster.v1.BackupRowsResponse
-	10, // [10:18] is the sub-list for method output_type
-	2,  // [2:10] is the sub-list for method input_type
-	2,  // [2:2] is the sub-list for extension type_name
-	2,  // [2:2] is the sub-list for extension extendee
-	0,  // [0:2] is the sub-list for field type_name
+	16, // 2: ebbtable.cluster.v1.IngestChangesRequest.records:type_name -> ebbtable.cluster.v1.ChangeRecord
+	1,  // 3: ebbtable.cluster.v1.Cluster.ListNodes:input_type -> ebbtable.cluster.v1.ListNodesRequest
+	3,  // 4: ebbtable.cluster.v1.Cluster.DrainNode:input_type -> ebbtable.cluster.v1.DrainNodeRequest
+	6,  // 5: ebbtable.cluster.v1.Cluster.ListTablets:input_type -> ebbtable.cluster.v1.ListTabletsRequest
+	8,  // 6: ebbtable.cluster.v1.Cluster.SplitTablet:input_type -> ebbtable.cluster.v1.SplitTabletRequest
+	9,  // 7: ebbtable.cluster.v1.Cluster.MergeTablet:input_type -> ebbtable.cluster.v1.MergeTabletRequest
+	10, // 8: ebbtable.cluster.v1.Cluster.MoveTablet:input_type -> ebbtable.cluster.v1.MoveTabletRequest
+	12, // 9: ebbtable.cluster.v1.Cluster.IngestSpan:input_type -> ebbtable.cluster.v1.IngestSpanRequest
+	14, // 10: ebbtable.cluster.v1.Cluster.BackupRows:input_type -> ebbtable.cluster.v1.BackupRowsRequest
+	17, // 11: ebbtable.cluster.v1.Cluster.IngestChanges:input_type -> ebbtable.cluster.v1.IngestChangesRequest
+	19, // 12: ebbtable.cluster.v1.Cluster.RestoreRows:input_type -> ebbtable.cluster.v1.RestoreRowsRequest
+	2,  // 13: ebbtable.cluster.v1.Cluster.ListNodes:output_type -> ebbtable.cluster.v1.ListNodesResponse
+	4,  // 14: ebbtable.cluster.v1.Cluster.DrainNode:output_type -> ebbtable.cluster.v1.DrainNodeResponse
+	7,  // 15: ebbtable.cluster.v1.Cluster.ListTablets:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	7,  // 16: ebbtable.cluster.v1.Cluster.SplitTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	7,  // 17: ebbtable.cluster.v1.Cluster.MergeTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	11, // 18: ebbtable.cluster.v1.Cluster.MoveTablet:output_type -> ebbtable.cluster.v1.MoveTabletResponse
+	13, // 19: ebbtable.cluster.v1.Cluster.IngestSpan:output_type -> ebbtable.cluster.v1.IngestSpanResponse
+	15, // 20: ebbtable.cluster.v1.Cluster.BackupRows:output_type -> ebbtable.cluster.v1.BackupRowsResponse
+	18, // 21: ebbtable.cluster.v1.Cluster.IngestChanges:output_type -> ebbtable.cluster.v1.IngestChangesResponse
+	20, // 22: ebbtable.cluster.v1.Cluster.RestoreRows:output_type -> ebbtable.cluster.v1.RestoreRowsResponse
+	13, // [13:23] is the sub-list for method output_type
+	3,  // [3:13] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_ebbtable_cluster_v1_cluster_proto_init() }
@@ -1151,7 +1522,7 @@ func file_ebbtable_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ebbtable_cluster_v1_cluster_proto_rawDesc), len(file_ebbtable_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

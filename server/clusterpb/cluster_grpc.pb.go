@@ -35,14 +35,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Cluster_ListNodes_FullMethodName   = "/ebbtable.cluster.v1.Cluster/ListNodes"
-	Cluster_DrainNode_FullMethodName   = "/ebbtable.cluster.v1.Cluster/DrainNode"
-	Cluster_ListTablets_FullMethodName = "/ebbtable.cluster.v1.Cluster/ListTablets"
-	Cluster_SplitTablet_FullMethodName = "/ebbtable.cluster.v1.Cluster/SplitTablet"
-	Cluster_MergeTablet_FullMethodName = "/ebbtable.cluster.v1.Cluster/MergeTablet"
-	Cluster_MoveTablet_FullMethodName  = "/ebbtable.cluster.v1.Cluster/MoveTablet"
-	Cluster_IngestSpan_FullMethodName  = "/ebbtable.cluster.v1.Cluster/IngestSpan"
-	Cluster_BackupRows_FullMethodName  = "/ebbtable.cluster.v1.Cluster/BackupRows"
+	Cluster_ListNodes_FullMethodName     = "/ebbtable.cluster.v1.Cluster/ListNodes"
+	Cluster_DrainNode_FullMethodName     = "/ebbtable.cluster.v1.Cluster/DrainNode"
+	Cluster_ListTablets_FullMethodName   = "/ebbtable.cluster.v1.Cluster/ListTablets"
+	Cluster_SplitTablet_FullMethodName   = "/ebbtable.cluster.v1.Cluster/SplitTablet"
+	Cluster_MergeTablet_FullMethodName   = "/ebbtable.cluster.v1.Cluster/MergeTablet"
+	Cluster_MoveTablet_FullMethodName    = "/ebbtable.cluster.v1.Cluster/MoveTablet"
+	Cluster_IngestSpan_FullMethodName    = "/ebbtable.cluster.v1.Cluster/IngestSpan"
+	Cluster_BackupRows_FullMethodName    = "/ebbtable.cluster.v1.Cluster/BackupRows"
+	Cluster_IngestChanges_FullMethodName = "/ebbtable.cluster.v1.Cluster/IngestChanges"
+	Cluster_RestoreRows_FullMethodName   = "/ebbtable.cluster.v1.Cluster/RestoreRows"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -73,6 +75,17 @@ type ClusterClient interface {
 	// one snapshot into the shared object store. A node the coordinator
 	// calls; UNAVAILABLE when this node does not own them all.
 	BackupRows(ctx context.Context, in *BackupRowsRequest, opts ...grpc.CallOption) (*BackupRowsResponse, error)
+	// IngestChanges is part of a move too (before the flip): the source sends
+	// the change-stream records of the tablet's rows, which the target keeps
+	// under their own positions, and the last commit timestamp it handed out,
+	// which the target's commit sequence is raised past.
+	IngestChanges(ctx context.Context, in *IngestChangesRequest, opts ...grpc.CallOption) (*IngestChangesResponse, error)
+	// RestoreRows is an owner's part of a cluster restore: it ingests the
+	// backup's cells of rows [start, end) of a table being restored, all in
+	// tablets it owns, into its reservation of the table (not visible until
+	// the restore's commit entry). A node the restore's coordinator calls;
+	// UNAVAILABLE when this node does not own them all.
+	RestoreRows(ctx context.Context, in *RestoreRowsRequest, opts ...grpc.CallOption) (*RestoreRowsResponse, error)
 }
 
 type clusterClient struct {
@@ -163,6 +176,26 @@ func (c *clusterClient) BackupRows(ctx context.Context, in *BackupRowsRequest, o
 	return out, nil
 }
 
+func (c *clusterClient) IngestChanges(ctx context.Context, in *IngestChangesRequest, opts ...grpc.CallOption) (*IngestChangesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IngestChangesResponse)
+	err := c.cc.Invoke(ctx, Cluster_IngestChanges_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterClient) RestoreRows(ctx context.Context, in *RestoreRowsRequest, opts ...grpc.CallOption) (*RestoreRowsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RestoreRowsResponse)
+	err := c.cc.Invoke(ctx, Cluster_RestoreRows_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -191,6 +224,17 @@ type ClusterServer interface {
 	// one snapshot into the shared object store. A node the coordinator
 	// calls; UNAVAILABLE when this node does not own them all.
 	BackupRows(context.Context, *BackupRowsRequest) (*BackupRowsResponse, error)
+	// IngestChanges is part of a move too (before the flip): the source sends
+	// the change-stream records of the tablet's rows, which the target keeps
+	// under their own positions, and the last commit timestamp it handed out,
+	// which the target's commit sequence is raised past.
+	IngestChanges(context.Context, *IngestChangesRequest) (*IngestChangesResponse, error)
+	// RestoreRows is an owner's part of a cluster restore: it ingests the
+	// backup's cells of rows [start, end) of a table being restored, all in
+	// tablets it owns, into its reservation of the table (not visible until
+	// the restore's commit entry). A node the restore's coordinator calls;
+	// UNAVAILABLE when this node does not own them all.
+	RestoreRows(context.Context, *RestoreRowsRequest) (*RestoreRowsResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -224,6 +268,12 @@ func (UnimplementedClusterServer) IngestSpan(context.Context, *IngestSpanRequest
 }
 func (UnimplementedClusterServer) BackupRows(context.Context, *BackupRowsRequest) (*BackupRowsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BackupRows not implemented")
+}
+func (UnimplementedClusterServer) IngestChanges(context.Context, *IngestChangesRequest) (*IngestChangesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method IngestChanges not implemented")
+}
+func (UnimplementedClusterServer) RestoreRows(context.Context, *RestoreRowsRequest) (*RestoreRowsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RestoreRows not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -390,6 +440,42 @@ func _Cluster_BackupRows_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_IngestChanges_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IngestChangesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).IngestChanges(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_IngestChanges_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).IngestChanges(ctx, req.(*IngestChangesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Cluster_RestoreRows_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RestoreRowsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).RestoreRows(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_RestoreRows_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).RestoreRows(ctx, req.(*RestoreRowsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -428,6 +514,14 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BackupRows",
 			Handler:    _Cluster_BackupRows_Handler,
+		},
+		{
+			MethodName: "IngestChanges",
+			Handler:    _Cluster_IngestChanges_Handler,
+		},
+		{
+			MethodName: "RestoreRows",
+			Handler:    _Cluster_RestoreRows_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
