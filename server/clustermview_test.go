@@ -135,3 +135,40 @@ func TestClusterMaterializedViewEveryTablet(t *testing.T) {
 		}
 	}
 }
+
+// A node that joins after the schema log was trimmed past the views'
+// creation gets them from the schema snapshot.
+func TestClusterViewsInSchemaSnapshot(t *testing.T) {
+	sc := startScaleClusterTuned(t, 0, func(o *Options) { o.Cluster.SchemaTrimEvery = 3 }, "n1", "n2")
+	sc.createTable(t, "n1", "m")
+	ctx := context.Background()
+	n1 := sc.nodes["n1"]
+	for _, r := range letters() {
+		if err := writeScale(t, n1.client.Open("t"), r, "v"+r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	iac := testkit.InstanceAdmin(t, n1.srv.Addr(), testProject)
+	if err := iac.CreateLogicalView(ctx, testInstance, &bigtable.LogicalViewInfo{LogicalViewID: "lv", Query: "SELECT _key FROM t WHERE _key < 'c'"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := iac.CreateMaterializedView(ctx, testInstance, &bigtable.MaterializedViewInfo{MaterializedViewID: "mv", Query: "SELECT '*' AS _key, COUNT(*) AS n FROM t GROUP BY _key"}); err != nil {
+		t.Fatal(err)
+	}
+	applied := n1.srv.cluster.appliedSeq()
+	testkit.Eventually(t, "a trim past the views", 15*time.Second, func() (bool, string) {
+		if _, err := n1.srv.cluster.trimSchemaLog(ctx); err != nil {
+			return false, err.Error()
+		}
+		got := trimmed(t, n1)
+		return got >= applied, fmt.Sprintf("trimmed to %d", got)
+	})
+	n3 := sc.start(t, "n3", t.TempDir())
+	t.Cleanup(n3.stop)
+	if got, err := sqlRows(t, n3.client, "SELECT _key FROM lv"); err != nil || !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("logical view through n3: %q, %v", got, err)
+	}
+	if got, err := sqlRows(t, n3.client, "SELECT _key, n FROM mv"); err != nil || !slices.Equal(got, []string{"*|26"}) {
+		t.Errorf("materialized view through n3: %q, %v", got, err)
+	}
+}
