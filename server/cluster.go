@@ -352,7 +352,7 @@ func (c *clusterMember) conn(addr string) (*grpc.ClientConn, error) {
 		return nil, status.Error(codes.Unavailable, "ebbtable: this node is leaving the cluster")
 	default:
 	}
-	cc, err := grpc.NewClient("passthrough:///"+addr, c.s.sec.peerDialOptions(addr, c.s.opts.MaxMessageBytes)...)
+	cc, err := grpc.NewClient("passthrough:///"+addr, c.s.sec.nodeDialOptions(addr, c.s.opts.MaxMessageBytes)...)
 	if err != nil {
 		return nil, err
 	}

@@ -55,7 +55,7 @@ func (s *Server) storeIAM(resource string, v []byte, rev int64) error {
 		if err != nil {
 			return err
 		}
-		return s.engine.PutInstanceMeta(kindIAM, inst, rest, v)
+		return s.putMeta(kindIAM, inst, rest, v) // stamped: it travels to peer clusters (metarepl.go)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), iamTimeout)
 	defer cancel()

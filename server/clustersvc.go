@@ -248,6 +248,9 @@ func forwardedOpRev(ctx context.Context) int64 {
 }
 
 func (s *clusterService) IngestSpan(ctx context.Context, req *clusterpb.IngestSpanRequest) (*clusterpb.IngestSpanResponse, error) {
+	if f := commitFloor(ctx); f > 0 {
+		s.c.s.engine.ObserveCommit(f) // clusterrepl.go
+	}
 	if err := s.c.ingestSpan(ctx, req.Export); err != nil {
 		return nil, err
 	}

@@ -71,7 +71,7 @@ func (s *Server) forgetIAM(resource string) error {
 	if err != nil {
 		return err
 	}
-	return s.engine.DeleteInstanceMeta(kindIAM, inst, rest)
+	return s.deleteMeta(kindIAM, inst, rest) // metarepl.go
 }
 
 // checkIAMResource answers NotFound for a resource that does not exist.

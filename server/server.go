@@ -184,6 +184,11 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cl != nil && opts.Join != "" {
+		// clusterrepl.go: a cluster of several nodes replicates to its
+		// peers but does not pull from them.
+		return nil, fmt.Errorf("%w: --join with --etcd: a cluster of several nodes cannot join another cluster (it is a replication source only); join the other cluster to it instead", errInvalid)
+	}
 	eng, err := table.Open(table.Options{Dir: opts.DataDir, Shared: cl.sharedOptions(), Clock: opts.Clock, Logger: opts.Logger, Visibility: opts.Visibility,
 		MaxSyncDuration: opts.MaxSyncDuration, Ballast: opts.Ballast, UndeleteRetention: max(opts.UndeleteRetention, 0),
 		OnFatal: func(err error) {
@@ -333,6 +338,16 @@ func (s *Server) Start() error {
 	if err := s.startCluster(); err != nil {
 		s.grpc.Stop()
 		return err
+	}
+	if s.cluster != nil { // clusterrepl.go
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := s.syncClusterPeers(ctx)
+		cancel()
+		if err != nil {
+			s.grpc.Stop()
+			return err
+		}
+		go s.clusterPeerLoop()
 	}
 	s.collector.Start()
 	s.backups.Start()
