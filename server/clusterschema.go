@@ -182,6 +182,9 @@ func (c *clusterMember) applyMore(ctx context.Context, e clusteretcd.SchemaEntry
 			resp, err = a.UndeleteTable(ctx, &req)
 		}
 	default:
+		if r, ok := c.applyView(ctx, e); ok { // clusterviews.go
+			return r
+		}
 		err = status.Errorf(codes.Unimplemented, "ebbtable: unknown schema change %q", e.Method)
 	}
 	return applyResult{resp: resp, err: err}
