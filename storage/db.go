@@ -80,6 +80,8 @@ type DB struct {
 	backlogged func() bool // nil: writesBacklogged asks Pebble
 
 	closeHealth func() error // stops the disk-health checker; nil: none
+
+	dels *deletions // Pebble's file deletions (settle.go)
 }
 
 // Open opens (creating if needed) the database in opts.Dir.
@@ -120,6 +122,8 @@ func Open(opts Options) (*DB, error) {
 		}
 	}, opts.Logger)
 	events := listenerFor(fail, opts.MaxSyncDuration)
+	dels := newDeletions()
+	dels.listen(&events)
 	var closeHealth func() error
 	if opts.MaxSyncDuration > 0 {
 		// Every write and sync is watched; one still running past the
@@ -208,7 +212,7 @@ func Open(opts Options) (*DB, error) {
 	}
 	full := po.Clone()
 	full.EnsureDefaults()
-	return &DB{DB: db, dir: opts.Dir, opts: full, pacer: pc, fail: fail, closeHealth: closeHealth}, nil
+	return &DB{DB: db, dir: opts.Dir, opts: full, pacer: pc, fail: fail, closeHealth: closeHealth, dels: dels}, nil
 }
 
 // openPebble opens the database, unless a fatal error (a flush of the
