@@ -48,6 +48,11 @@ type Options struct {
 	Logger *slog.Logger
 	// CacheBytes is the block cache size; 0 means 64 MiB.
 	CacheBytes int64
+	// FullMemtable makes the first memtable after the open full size
+	// instead of Pebble's 256 KiB ramp (memsize.go). It costs the open one
+	// unsynced WAL write of a fifth of the memtable size and a flush; the
+	// server sets it, tests that open many databases leave it off.
+	FullMemtable bool
 	// OnFatal is called once with the first fatal storage error (see
 	// fatal.go); it may end the process. Open returns such an error itself
 	// when it happens before the database is open.
@@ -204,6 +209,15 @@ func Open(opts Options) (*DB, error) {
 				closeHealth()
 			}
 			return nil, fmt.Errorf("ebbtable: storage: shared storage creator id %d: %w", sh.CreatorID, err)
+		}
+	}
+	if opts.FullMemtable {
+		if err := skipMemtableRamp(db, uint64(po.MemTableSize)); err != nil {
+			db.Close()
+			if closeHealth != nil {
+				closeHealth()
+			}
+			return nil, fmt.Errorf("ebbtable: storage: first memtable: %w", err)
 		}
 	}
 	opened.Store(true)
