@@ -105,14 +105,14 @@ func (e *Endpoint) Close() error {
 }
 
 // StartEbbtable starts an in-process ebbtable server on 127.0.0.1 with the
-// database in dir (default, durable settings; metrics endpoint off) and
+// database in dir (default, durable settings, as serve runs them; metrics endpoint off) and
 // connects clients to it. logger receives the server's log; nil discards
 // everything below warnings.
 func StartEbbtable(ctx context.Context, dir string, logger *slog.Logger) (*Endpoint, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	srv, err := server.New(server.Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: dir, Logger: logger})
+	srv, err := server.New(server.Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: dir, Logger: logger, FullMemtable: true}) // as serve
 	if err != nil {
 		return nil, fmt.Errorf("bench: ebbtable: %w", err)
 	}

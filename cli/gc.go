@@ -50,7 +50,10 @@ func newGCRunCmd(cf *connFlags) *cobra.Command {
 cells and bytes collected and how long it took. When it collected anything, a
 second line splits that time into the sweep (examining and deleting, with its
 throughput) and the reclaim (compacting what was deleted so the disk space
-comes back, with the space it freed).
+comes back, with the space it freed: how much the data directory shrank,
+measured once Pebble deleted the WAL and SSTable files the compaction made
+obsolete; files still held by open reads are reported apart, freed when those
+reads end).
 
 The command returns when the pass is done — its deletions durable, its
 reclaim finished: --wait is the only mode (it is
@@ -99,6 +102,9 @@ stops the pass between two batches; what was collected stays collected.`,
 				perSecond(r.GetExamined(), sweep.Seconds()), perSecond(r.GetCollected(), sweep.Seconds()))
 			if d := seconds(r.GetReclaimSeconds()); d > 0 || r.GetReclaimedBytes() > 0 {
 				line += fmt.Sprintf("; reclaim %s, %s of disk freed", humanDuration(d), humanBytes(r.GetReclaimedBytes()))
+			}
+			if b := r.GetReclaimDeletingBytes(); b > 0 {
+				line += fmt.Sprintf("; %s more freed when the reads still holding its old files end", humanBytes(b))
 			}
 			if n := r.GetReclaimLeftTables(); n > 0 {
 				line += fmt.Sprintf("; %s pending in %s (deletions too few or too sparse to compact for): Pebble's compactions free that space",
@@ -192,7 +198,9 @@ but not yet collected when that pass reached them, their bytes, and how long
 the oldest had been eligible); its logical bytes (keys and values of live
 cells as of the last full scan, 0 until a pass had to read the whole table)
 and estimated disk bytes; what became of the space the pass collected (freed
-by its compaction, or pending: left to Pebble's compactions); how the pass
+by its compaction, measured on the data directory once Pebble deleted the
+files the compaction made obsolete, and what was still to be deleted when
+reads holding old files end; or pending: left to Pebble's compactions); how the pass
 went over the table (whole, or incremental with the rows it visited); the
 rows waiting on the GC agenda (due now: the next pass visits them; later:
 native expiries ahead); and the hidden (versions-eligible) cells the pass
@@ -311,9 +319,13 @@ func perSecond(n int64, seconds float64) string {
 }
 
 // reclaimOf says what became of the space the table's last pass collected:
-// freed by its compaction, pending (left to Pebble's compactions), or "-".
+// freed by its compaction, pending (left to Pebble's compactions), or "-";
+// with what its compaction freed, what is still to be deleted once the
+// reads holding the old files end.
 func reclaimOf(t *ebbadminpb.GcTableStatus) string {
 	switch {
+	case t.GetReclaimDeletingBytes() > 0:
+		return fmt.Sprintf("%s freed, %s when reads end", humanBytes(t.GetReclaimedBytes()), humanBytes(t.GetReclaimDeletingBytes()))
 	case t.GetReclaimPendingBytes() > 0:
 		return humanBytes(t.GetReclaimPendingBytes()) + " pending"
 	case t.GetReclaimedBytes() > 0:

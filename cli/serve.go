@@ -252,6 +252,7 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 		TTL:           rowttl.Options{Interval: f.ttlInterval, BatchRows: f.ttlBatchSize},
 		Addr:          addr,
 		DataDir:       f.dataDir,
+		FullMemtable:  true,
 		HTTPAddr:      f.httpAddr,
 		ClusterID:     f.clusterID,
 		Join:          f.join,

@@ -224,9 +224,12 @@ type PassStats struct {
 	// Sweep is the real time spent examining and deleting cells (the
 	// pass's real time less Compaction).
 	Sweep time.Duration
-	// ReclaimedBytes is how much the compacted tables' estimated disk
-	// usage fell across their reclaim compactions.
-	ReclaimedBytes int64
+	// ReclaimedBytes is how much the data directory shrank across the
+	// reclaim compactions, once Pebble deleted the files they made
+	// obsolete; ReclaimDeletingBytes is what it had not deleted yet (files
+	// open reads still hold, deleted when those reads end).
+	ReclaimedBytes       int64
+	ReclaimDeletingBytes int64
 	// ReclaimLeft counts tables with deletions left to Pebble's own
 	// compactions: too few (under Options.CompactMinBytes) or too sparse
 	// to compact for.
@@ -264,6 +267,7 @@ func (c *Collector) RunPass(ctx context.Context, sel Selector) (st PassStats, er
 		st.CollectedBytes += res.collectedBytes
 		st.Compaction += res.compaction
 		st.ReclaimedBytes += res.reclaimedBytes
+		st.ReclaimDeletingBytes += res.deletingBytes
 		if res.pendingBytes > 0 {
 			st.ReclaimLeft++
 			st.ReclaimPendingBytes += res.pendingBytes

@@ -2,6 +2,9 @@ package collector
 
 import (
 	"context"
+	"time"
+
+	"github.com/ebbtable/ebbtable/storage"
 
 	"github.com/ebbtable/ebbtable/changestream"
 
@@ -38,6 +41,6 @@ type Engine interface {
 	TrimChanges(m *table.Meta, cutoff int64) (int64, error)
 
 	EstimateDiskUsage(lo, hi []byte) (uint64, error)
-	DiskSpaceUsage() uint64
+	Settle(ctx context.Context, max time.Duration) (storage.Settled, error)
 	CompactPaced(ctx context.Context, start, end []byte, bytesPerSec int64) error
 }

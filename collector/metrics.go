@@ -86,7 +86,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"instance", "table"}),
 		reclaimed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ebbtable_gc_reclaimed_bytes_total",
-			Help: "Disk bytes freed by the compactions that follow GC passes (the database's disk usage before less after).",
+			Help: "Disk bytes freed by the compactions that follow GC passes (the data directory before less after, once Pebble deleted the files they made obsolete).",
 		}, []string{"instance", "table"}),
 		recordsExpired: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ebbtable_changestream_records_expired_total",

@@ -31,8 +31,12 @@ type TableStatus struct {
 	// ReclaimedBytes: disk freed by the last pass's compaction.
 	// ReclaimPendingBytes: bytes the last pass collected without
 	// compacting (too few to be worth it; Pebble's compactions free them).
-	ReclaimedBytes      int64
-	ReclaimPendingBytes int64
+	// ReclaimDeletingBytes: files the compaction made obsolete that were
+	// not deleted yet when the pass ended (still read by open iterators:
+	// they go when those reads end).
+	ReclaimedBytes       int64
+	ReclaimPendingBytes  int64
+	ReclaimDeletingBytes int64
 	// Incremental: the last pass visited rows (VisitedRows of them)
 	// instead of sweeping the table whole.
 	Incremental bool
@@ -66,7 +70,7 @@ func (c *Collector) record(m *table.Meta, res tableResult) {
 		c.m.logicalBytes.WithLabelValues(m.Instance, m.Name).Set(float64(res.liveBytes))
 	}
 	st.DiskBytes = int64(disk)
-	st.ReclaimedBytes, st.ReclaimPendingBytes = res.reclaimedBytes, res.pendingBytes
+	st.ReclaimedBytes, st.ReclaimPendingBytes, st.ReclaimDeletingBytes = res.reclaimedBytes, res.pendingBytes, res.deletingBytes
 	st.Incremental, st.VisitedRows = res.incremental, int64(res.visitedAgenda+res.visitedAged)
 	st.HiddenVersions = res.versionsFound
 	if due, later, err := c.eng.AgendaCounts(m, clock.Micros(c.opts.Clock.Now()), agendaCountLimit); err == nil {

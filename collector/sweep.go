@@ -58,11 +58,14 @@ type tableResult struct {
 	// spans are the key spans of the committed deletion batches, in key
 	// order, with the bytes each deleted: reclaim compacts the dense ones.
 	spans []delSpan
-	// reclaimedBytes is how much the database's disk usage fell across
-	// the reclaim compactions; pendingBytes were collected where deletions
-	// were too sparse (or too few) to compact for, left to Pebble's own
-	// compactions.
+	// reclaimedBytes is how much the data directory shrank across the
+	// reclaim compactions, measured once Pebble deleted the files they made
+	// obsolete; deletingBytes are obsolete files it had not deleted yet
+	// (still read by open iterators, or past the wait). pendingBytes were
+	// collected where deletions were too sparse (or too few) to compact
+	// for, left to Pebble's own compactions.
 	reclaimedBytes int64
+	deletingBytes  int64
 	pendingBytes   int64
 	dropped        []uint32
 	// leftToLeader counts versions-eligible cells this (non-leader)
@@ -235,20 +238,37 @@ func (c *Collector) reclaimDense(ctx context.Context, res *tableResult) error {
 	if len(runs) == 0 {
 		return nil
 	}
-	// The whole database's disk usage, WAL and obsolete files included:
-	// deleted cells may have lived only in the memtable and its WAL, which
-	// the compaction flushes.
-	before := c.eng.DiskSpaceUsage()
+	// The data directory's size, WAL included: deleted cells may have
+	// lived only in the memtable and its WAL, which the compaction flushes.
+	// It is measured once the files earlier work made obsolete are gone,
+	// and again once those the reclaim made obsolete are (Pebble deletes
+	// them in the background, after the compaction returns).
+	before, err := c.eng.Settle(ctx, reclaimSettleMax)
+	if err != nil {
+		return err
+	}
 	t0 := time.Now()
 	for _, r := range runs {
 		if err := c.reclaim(ctx, r.lo, r.hi); err != nil {
 			return err
 		}
 	}
+	after, err := c.eng.Settle(ctx, reclaimSettleMax)
 	res.compaction = time.Since(t0)
-	res.reclaimedBytes = max(int64(before)-int64(c.eng.DiskSpaceUsage()), 0)
+	if err != nil {
+		return err
+	}
+	res.reclaimedBytes = max(int64(before.DirBytes)-int64(after.DirBytes), 0)
+	// Files open reads still hold (whichever compaction made them
+	// obsolete) come back when those reads end.
+	res.deletingBytes = int64(after.Deleting + after.Zombie)
 	return nil
 }
+
+// reclaimSettleMax bounds the wait for Pebble to delete the files a
+// reclaim made obsolete (it usually takes milliseconds); what is left then
+// is reported as still being deleted.
+const reclaimSettleMax = 10 * time.Second
 
 // reclaim compacts [start, end) so the space of what a pass deleted comes
 // back, at the reclaim rate, or faster when the span would not be rewritten

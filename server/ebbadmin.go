@@ -91,6 +91,8 @@ func (a *ebbAdmin) GcRun(ctx context.Context, in *ebbadminpb.GcRunRequest) (*ebb
 		// Tables passed by visiting rows, and the rows visited.
 		IncrementalTables: int64(st.Incremental),
 		VisitedRows:       int64(st.VisitedRows),
+		// Obsolete files not deleted yet when the pass returned.
+		ReclaimDeletingBytes: st.ReclaimDeletingBytes,
 	}, nil
 }
 
@@ -178,7 +180,8 @@ func (a *ebbAdmin) GcStatus(ctx context.Context, in *ebbadminpb.GcStatusRequest)
 			DiskBytes:         int64(st.DiskBytes),
 			ReclaimedBytes:    int64(st.ReclaimedBytes),
 			// Collected by the last pass but left to Pebble's compactions.
-			ReclaimPendingBytes: int64(st.ReclaimPendingBytes),
+			ReclaimPendingBytes:  int64(st.ReclaimPendingBytes),
+			ReclaimDeletingBytes: st.ReclaimDeletingBytes,
 			// The last pass's kind; the GC agenda's entries waiting (due
 			// now, due later); the versions-eligible cells it found.
 			Incremental:    st.Incremental,

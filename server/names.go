@@ -15,8 +15,11 @@ func (r tableRef) name() string { return r.instance + "/tables/" + r.table }
 
 // parseInstance checks "projects/P/instances/I".
 func parseInstance(name string) (string, error) {
-	p := strings.Split(name, "/")
-	if len(p) != 4 || p[0] != "projects" || p[2] != "instances" || p[1] == "" || p[3] == "" {
+	// Without strings.Split: every data request checks its table's name,
+	// and the split's slice was one more allocation per request.
+	rest, okP := strings.CutPrefix(name, "projects/")
+	proj, inst, okI := strings.Cut(rest, "/instances/")
+	if !okP || !okI || proj == "" || inst == "" || strings.Contains(proj, "/") || strings.Contains(inst, "/") {
 		return "", fmt.Errorf("%w: %q is not an instance name (projects/PROJECT/instances/INSTANCE)", errInvalid, name)
 	}
 	return name, nil

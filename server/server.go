@@ -81,6 +81,8 @@ type Options struct {
 	// UndeleteRetention is how long a deleted table stays restorable
 	// (UndeleteTable); 0 means DefaultUndeleteRetention, negative: none.
 	UndeleteRetention time.Duration
+	// FullMemtable: table.Options.FullMemtable (serve sets it).
+	FullMemtable bool
 	// OnFatal is called once when the engine meets a fatal storage error,
 	// after the server has stopped serving (health NOT_SERVING, every call
 	// Unavailable). The serve command exits the process from it
@@ -191,6 +193,7 @@ func New(opts Options) (*Server, error) {
 	}
 	eng, err := table.Open(table.Options{Dir: opts.DataDir, Shared: cl.sharedOptions(), Clock: opts.Clock, Logger: opts.Logger, Visibility: opts.Visibility,
 		MaxSyncDuration: opts.MaxSyncDuration, Ballast: opts.Ballast, UndeleteRetention: max(opts.UndeleteRetention, 0),
+		FullMemtable: opts.FullMemtable,
 		OnFatal: func(err error) {
 			if s := srv.Load(); s != nil {
 				s.fatal(err)

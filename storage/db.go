@@ -48,6 +48,11 @@ type Options struct {
 	Logger *slog.Logger
 	// CacheBytes is the block cache size; 0 means 64 MiB.
 	CacheBytes int64
+	// FullMemtable makes the first memtable after the open full size
+	// instead of Pebble's 256 KiB ramp (memsize.go). It costs the open one
+	// unsynced WAL write of a fifth of the memtable size and a flush; the
+	// server sets it, tests that open many databases leave it off.
+	FullMemtable bool
 	// OnFatal is called once with the first fatal storage error (see
 	// fatal.go); it may end the process. Open returns such an error itself
 	// when it happens before the database is open.
@@ -80,6 +85,8 @@ type DB struct {
 	backlogged func() bool // nil: writesBacklogged asks Pebble
 
 	closeHealth func() error // stops the disk-health checker; nil: none
+
+	dels *deletions // Pebble's file deletions (settle.go)
 }
 
 // Open opens (creating if needed) the database in opts.Dir.
@@ -120,6 +127,8 @@ func Open(opts Options) (*DB, error) {
 		}
 	}, opts.Logger)
 	events := listenerFor(fail, opts.MaxSyncDuration)
+	dels := newDeletions()
+	dels.listen(&events)
 	var closeHealth func() error
 	if opts.MaxSyncDuration > 0 {
 		// Every write and sync is watched; one still running past the
@@ -202,13 +211,22 @@ func Open(opts Options) (*DB, error) {
 			return nil, fmt.Errorf("ebbtable: storage: shared storage creator id %d: %w", sh.CreatorID, err)
 		}
 	}
+	if opts.FullMemtable {
+		if err := skipMemtableRamp(db, uint64(po.MemTableSize)); err != nil {
+			db.Close()
+			if closeHealth != nil {
+				closeHealth()
+			}
+			return nil, fmt.Errorf("ebbtable: storage: first memtable: %w", err)
+		}
+	}
 	opened.Store(true)
 	if err := fail.Err(); err != nil { // failed between Open's return and now
 		opts.OnFatal(err)
 	}
 	full := po.Clone()
 	full.EnsureDefaults()
-	return &DB{DB: db, dir: opts.Dir, opts: full, pacer: pc, fail: fail, closeHealth: closeHealth}, nil
+	return &DB{DB: db, dir: opts.Dir, opts: full, pacer: pc, fail: fail, closeHealth: closeHealth, dels: dels}, nil
 }
 
 // openPebble opens the database, unless a fatal error (a flush of the

@@ -63,6 +63,8 @@ type Options struct {
 	Visibility Visibility
 	// CacheBytes is Pebble's block cache size; 0 means the storage default.
 	CacheBytes int64
+	// FullMemtable: storage.Options.FullMemtable.
+	FullMemtable bool
 	// OnFatal is called once, from whichever goroutine met it, with the
 	// first storage error the engine cannot continue after: a WAL write or
 	// sync that failed, a disk stall past MaxSyncDuration, corruption met in
@@ -210,7 +212,7 @@ func Open(opts Options) (*Engine, error) {
 	var self atomic.Pointer[Engine]
 	var early atomic.Pointer[error] // a fatal error before the engine exists
 	dur := newDurability()
-	st, err := storage.Open(storage.Options{Dir: opts.Dir, FS: opts.fs, Logger: opts.Logger, CacheBytes: opts.CacheBytes,
+	st, err := storage.Open(storage.Options{Dir: opts.Dir, FS: opts.fs, Logger: opts.Logger, CacheBytes: opts.CacheBytes, FullMemtable: opts.FullMemtable,
 		MaxSyncDuration: opts.MaxSyncDuration, Ballast: opts.Ballast, Shared: opts.Shared,
 		WALMinSyncInterval: dur.walSyncWait,
 		OnFatal: func(err error) {

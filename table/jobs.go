@@ -2,6 +2,7 @@ package table
 
 import (
 	"context"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/storage"
@@ -60,6 +61,13 @@ func (e *Engine) EstimateDiskUsage(lo, hi []byte) (uint64, error) {
 // DiskSpaceUsage is the whole database's disk usage, WAL and obsolete
 // files included.
 func (e *Engine) DiskSpaceUsage() uint64 { return e.store.DiskSpaceUsage() }
+
+// Settle waits, at most max, for Pebble to delete the files its flushes and
+// compactions made obsolete, and sizes the data directory
+// (storage.DB.Settle).
+func (e *Engine) Settle(ctx context.Context, max time.Duration) (storage.Settled, error) {
+	return e.store.Settle(ctx, max)
+}
 
 // CompactPaced compacts [start, end), its output written at no more than
 // bytesPerSec (0 or less: unpaced).

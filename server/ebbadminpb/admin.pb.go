@@ -107,7 +107,9 @@ type GcRunResponse struct {
 	DurationSeconds float64                `protobuf:"fixed64,5,opt,name=duration_seconds,json=durationSeconds,proto3" json:"duration_seconds,omitempty"`
 	SweepSeconds    float64                `protobuf:"fixed64,6,opt,name=sweep_seconds,json=sweepSeconds,proto3" json:"sweep_seconds,omitempty"`
 	ReclaimSeconds  float64                `protobuf:"fixed64,7,opt,name=reclaim_seconds,json=reclaimSeconds,proto3" json:"reclaim_seconds,omitempty"`
-	ReclaimedBytes  int64                  `protobuf:"varint,8,opt,name=reclaimed_bytes,json=reclaimedBytes,proto3" json:"reclaimed_bytes,omitempty"`
+	// The data directory's shrinking across the reclaim, measured once Pebble
+	// deleted the files it made obsolete.
+	ReclaimedBytes int64 `protobuf:"varint,8,opt,name=reclaimed_bytes,json=reclaimedBytes,proto3" json:"reclaimed_bytes,omitempty"`
 	// Tables whose collected bytes were too few or too sparse to compact for,
 	// and those bytes (left to Pebble's compactions).
 	ReclaimLeftTables   int64 `protobuf:"varint,9,opt,name=reclaim_left_tables,json=reclaimLeftTables,proto3" json:"reclaim_left_tables,omitempty"`
@@ -115,8 +117,12 @@ type GcRunResponse struct {
 	// Tables passed by visiting rows, and the rows visited.
 	IncrementalTables int64 `protobuf:"varint,11,opt,name=incremental_tables,json=incrementalTables,proto3" json:"incremental_tables,omitempty"`
 	VisitedRows       int64 `protobuf:"varint,12,opt,name=visited_rows,json=visitedRows,proto3" json:"visited_rows,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Files the reclaim made obsolete that Pebble had not deleted when the
+	// pass returned (still read by open iterators: deleted when those reads
+	// end).
+	ReclaimDeletingBytes int64 `protobuf:"varint,13,opt,name=reclaim_deleting_bytes,json=reclaimDeletingBytes,proto3" json:"reclaim_deleting_bytes,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *GcRunResponse) Reset() {
@@ -229,6 +235,13 @@ func (x *GcRunResponse) GetIncrementalTables() int64 {
 func (x *GcRunResponse) GetVisitedRows() int64 {
 	if x != nil {
 		return x.VisitedRows
+	}
+	return 0
+}
+
+func (x *GcRunResponse) GetReclaimDeletingBytes() int64 {
+	if x != nil {
+		return x.ReclaimDeletingBytes
 	}
 	return 0
 }
@@ -557,9 +570,11 @@ type GcTableStatus struct {
 	HiddenVersions int64 `protobuf:"varint,18,opt,name=hidden_versions,json=hiddenVersions,proto3" json:"hidden_versions,omitempty"`
 	// The live debt scan stopped at its bound: debt_cells and debt_bytes are
 	// a floor.
-	DebtPartial   bool `protobuf:"varint,19,opt,name=debt_partial,json=debtPartial,proto3" json:"debt_partial,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DebtPartial bool `protobuf:"varint,19,opt,name=debt_partial,json=debtPartial,proto3" json:"debt_partial,omitempty"`
+	// The last pass's reclaim_deleting_bytes (GcRunResponse).
+	ReclaimDeletingBytes int64 `protobuf:"varint,20,opt,name=reclaim_deleting_bytes,json=reclaimDeletingBytes,proto3" json:"reclaim_deleting_bytes,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *GcTableStatus) Reset() {
@@ -723,6 +738,13 @@ func (x *GcTableStatus) GetDebtPartial() bool {
 		return x.DebtPartial
 	}
 	return false
+}
+
+func (x *GcTableStatus) GetReclaimDeletingBytes() int64 {
+	if x != nil {
+		return x.ReclaimDeletingBytes
+	}
+	return 0
 }
 
 type GcFamilyStatus struct {
@@ -5568,7 +5590,7 @@ const file_ebbtable_admin_v1_admin_proto_rawDesc = "" +
 	"\fGcRunRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x14\n" +
-	"\x05table\x18\x03 \x01(\tR\x05table\"\xe2\x03\n" +
+	"\x05table\x18\x03 \x01(\tR\x05table\"\x98\x04\n" +
 	"\rGcRunResponse\x12\x16\n" +
 	"\x06tables\x18\x01 \x01(\x03R\x06tables\x12\x1a\n" +
 	"\bexamined\x18\x02 \x01(\x03R\bexamined\x12\x1c\n" +
@@ -5582,7 +5604,8 @@ const file_ebbtable_admin_v1_admin_proto_rawDesc = "" +
 	"\x15reclaim_pending_bytes\x18\n" +
 	" \x01(\x03R\x13reclaimPendingBytes\x12-\n" +
 	"\x12incremental_tables\x18\v \x01(\x03R\x11incrementalTables\x12!\n" +
-	"\fvisited_rows\x18\f \x01(\x03R\vvisitedRows\"\x87\x01\n" +
+	"\fvisited_rows\x18\f \x01(\x03R\vvisitedRows\x124\n" +
+	"\x16reclaim_deleting_bytes\x18\r \x01(\x03R\x14reclaimDeletingBytes\"\x87\x01\n" +
 	"\rGcPlanRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x14\n" +
@@ -5607,7 +5630,7 @@ const file_ebbtable_admin_v1_admin_proto_rawDesc = "" +
 	"\x11last_pass_started\x18\x03 \x01(\tR\x0flastPassStarted\x12*\n" +
 	"\x11last_pass_seconds\x18\x04 \x01(\x01R\x0flastPassSeconds\x128\n" +
 	"\x06tables\x18\x05 \x03(\v2 .ebbtable.admin.v1.GcTableStatusR\x06tables\x12#\n" +
-	"\rpiles_waiting\x18\x06 \x01(\x03R\fpilesWaiting\"\xc6\x05\n" +
+	"\rpiles_waiting\x18\x06 \x01(\x03R\fpilesWaiting\"\xfc\x05\n" +
 	"\rGcTableStatus\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12=\n" +
 	"\bfamilies\x18\x02 \x03(\v2!.ebbtable.admin.v1.GcFamilyStatusR\bfamilies\x12\x1b\n" +
@@ -5632,7 +5655,8 @@ const file_ebbtable_admin_v1_admin_proto_rawDesc = "" +
 	"agenda_due\x18\x10 \x01(\x03R\tagendaDue\x12!\n" +
 	"\fagenda_later\x18\x11 \x01(\x03R\vagendaLater\x12'\n" +
 	"\x0fhidden_versions\x18\x12 \x01(\x03R\x0ehiddenVersions\x12!\n" +
-	"\fdebt_partial\x18\x13 \x01(\bR\vdebtPartial\"k\n" +
+	"\fdebt_partial\x18\x13 \x01(\bR\vdebtPartial\x124\n" +
+	"\x16reclaim_deleting_bytes\x18\x14 \x01(\x03R\x14reclaimDeletingBytes\"k\n" +
 	"\x0eGcFamilyStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\"\n" +
