@@ -131,6 +131,9 @@ func TestFailoverNodeKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(tabs.Tablets) != 3 {
+		t.Fatalf("%d tablets before the move", len(tabs.Tablets))
+	}
 	if _, err := sc.nodes["n1"].ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: tabs.Tablets[1].Id, To: "n3"}); err != nil {
 		t.Fatal(err)
 	}
@@ -142,6 +145,9 @@ func TestFailoverNodeKilled(t *testing.T) {
 	tabs, err = sc.nodes["n1"].ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: scaleTable})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(tabs.Tablets) != 4 { // a panic would end every test of the package
+		t.Fatalf("%d tablets after the split", len(tabs.Tablets))
 	}
 	if _, err := sc.nodes["n2"].ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: tabs.Tablets[3].Id, To: "n1"}); err != nil {
 		t.Fatal(err)
