@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ebbtable/ebbtable/server/clusterpb"
+	"github.com/ebbtable/ebbtable/storage"
 )
 
 // TestScaleOutFreshDirNewCreator: a node that starts again under its node
@@ -98,5 +100,25 @@ func TestScaleOutFreshDirNewCreator(t *testing.T) {
 	t.Cleanup(n1.stop)
 	if got := n1.srv.cluster.creator; got != fresh {
 		t.Errorf("after a restart on its directory n1 has creator %d, want %d", got, fresh)
+	}
+	// A data directory whose engine predates the counter keeps the id
+	// its Pebble recorded, the one derived from the node id.
+	store, err := storage.SharedDir(sc.shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	dir := filepath.Join(t.TempDir(), "n3")
+	db, err := storage.Open(storage.Options{Dir: dir, Logger: slog.New(slog.DiscardHandler), Shared: &storage.SharedOptions{Store: store, CreatorID: creatorID("n3")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n3 := sc.start(t, "n3", dir)
+	t.Cleanup(n3.stop)
+	if got := n3.srv.cluster.creator; got != creatorID("n3") {
+		t.Errorf("n3 on an engine from before has creator %d, want %d", got, creatorID("n3"))
 	}
 }
