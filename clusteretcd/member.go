@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ebbtable/ebbtable/clock"
@@ -102,6 +103,17 @@ type Member struct {
 	applied  map[string]uint64
 	schema   uint64 // the last schema log sequence seen
 	changed  chan struct{}
+
+	hold atomic.Pointer[chan struct{}] // HoldWatch
+}
+
+// HoldWatch (tests) keeps the watch's next events from the cache until
+// release is called: a node whose view of the cluster lags.
+func (m *Member) HoldWatch() (release func()) {
+	ch := make(chan struct{})
+	m.hold.Store(&ch)
+	var once sync.Once
+	return func() { once.Do(func() { m.hold.Store(nil); close(ch) }) }
 }
 
 // Join connects to etcd, registers the node under a new lease (unless
@@ -303,6 +315,13 @@ func (m *Member) watch() {
 			if resp.Err() != nil {
 				m.log.Warn("etcd watch", "err", resp.Err())
 				break
+			}
+			if h := m.hold.Load(); h != nil {
+				select {
+				case <-*h:
+				case <-m.stop:
+					return
+				}
 			}
 			m.mu.Lock()
 			for _, ev := range resp.Events {

@@ -130,6 +130,8 @@ type clusterMember struct {
 	restoreMu sync.Mutex
 	restores  map[uint64]*localRestore
 
+	creator uint64 // the engine's shared-storage creator id (clustercreator.go)
+
 	fail        *failover // automatic failover (clusterfail.go); nil: off
 	failMetrics failoverMetrics
 
@@ -144,7 +146,8 @@ type gateKey struct {
 }
 
 // creatorID derives the shared-storage creator id from the node id: the
-// same node id always gives the same id.
+// id of data directories from before creator ids were allocated
+// (clustercreator.go).
 func creatorID(node string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(node))
@@ -187,6 +190,10 @@ func newClusterMember(so *Options) (*clusterMember, error) {
 			st.Close()
 			return nil, err
 		}
+		if err := c.loadCreator(); err != nil { // clustercreator.go
+			st.Close()
+			return nil, err
+		}
 	}
 	return c, nil
 }
@@ -218,7 +225,7 @@ func (c *clusterMember) sharedOptions() *storage.SharedOptions {
 		return nil
 	}
 	loc, _ := objstore.ParseURL(c.opts.SharedStorage)
-	return &storage.SharedOptions{Store: c.store, Locator: loc.String(), CreatorID: creatorID(c.opts.NodeID)}
+	return &storage.SharedOptions{Store: c.store, Locator: loc.String(), CreatorID: c.creator}
 }
 
 func (c *clusterMember) newMetrics() {
@@ -255,6 +262,10 @@ func (c *clusterMember) start(addr string) error {
 		return err
 	}
 	c.m = m
+	if err := c.recordCreator(ctx); err != nil { // clustercreator.go
+		m.Close()
+		return err
+	}
 	if err := c.joinedFailover(m); err != nil { // clusterfail.go: the log's fence follows the lease from now on
 		m.Close()
 		return err

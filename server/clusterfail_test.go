@@ -132,6 +132,9 @@ func TestFailoverNodeKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(tabs.Tablets) != 3 {
+		t.Fatalf("%d tablets before the move", len(tabs.Tablets))
+	}
 	if _, err := sc.nodes["n1"].ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: tabs.Tablets[1].Id, To: "n3"}); err != nil {
 		t.Fatal(err)
 	}
@@ -140,14 +143,13 @@ func TestFailoverNodeKilled(t *testing.T) {
 	}
 	// The new right half moves on to n1: n3's checkpoint of [p, ) now
 	// reaches a tablet n1 serves, so n1 may not take n3's tablets over.
-	// n1's view of the directory may not show n2's split yet.
-	testkit.Eventually(t, "n1 lists the split's four tablets", 10*time.Second, func() (bool, string) {
-		tabs, err = sc.nodes["n1"].ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: scaleTable})
-		if err != nil {
-			return false, err.Error()
-		}
-		return len(tabs.Tablets) == 4, fmt.Sprintf("%d tablets", len(tabs.Tablets))
-	})
+	tabs, err = sc.nodes["n1"].ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: scaleTable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tabs.Tablets) != 4 { // a panic would end every test of the package
+		t.Fatalf("%d tablets after the split", len(tabs.Tablets))
+	}
 	if _, err := sc.nodes["n2"].ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: tabs.Tablets[3].Id, To: "n1"}); err != nil {
 		t.Fatal(err)
 	}

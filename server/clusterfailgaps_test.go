@@ -242,7 +242,7 @@ func TestFailoverGaps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	creator3 := creatorID("n3")
+	creator3 := n3.srv.cluster.creator
 	n3.crash()
 	for r := range want {
 		if strings.HasPrefix(r, "s-") {

@@ -80,7 +80,11 @@ func (f *failover) releaseDead(ctx context.Context, dead string, dirs []tablets.
 	if err := storage.DeleteCommitLog(c.store, dead); err != nil {
 		return err
 	}
-	refs, objects, err := storage.ReleaseSharedRefs(c.store, creatorID(dead))
+	creator, err := c.creatorOf(ctx, dead) // clustercreator.go
+	if err != nil {
+		return err
+	}
+	refs, objects, err := storage.ReleaseSharedRefs(c.store, creator)
 	if err != nil {
 		return err
 	}
@@ -91,9 +95,8 @@ func (f *failover) releaseDead(ctx context.Context, dead string, dirs []tablets.
 
 // checkReleased refuses to reopen the data directory of a node that was
 // given up and released (its shared SSTables may be gone); a new data
-// directory clears the marker. (A new data directory under the same node
-// id gets the same creator id, whose object names may still be in use:
-// the error asks for a new node id.)
+// directory clears the marker (and takes a new creator id:
+// clustercreator.go).
 func (c *clusterMember) checkReleased() error {
 	if c.store == nil {
 		return nil
@@ -104,7 +107,7 @@ func (c *clusterMember) checkReleased() error {
 	}
 	if _, err := os.Stat(filepath.Join(c.dataDir, clusterLeaseFile)); err == nil {
 		return fmt.Errorf("%w: node %s died and its tablets were taken over by the others, which released its shared SSTables (%s in the shared store): "+
-			"its data directory %s must not be used again; start it under a new node id with an empty data directory", errInvalid, c.opts.NodeID, name, c.dataDir)
+			"its data directory %s must not be used again; start it with an empty data directory (it gets a new creator id)", errInvalid, c.opts.NodeID, name, c.dataDir)
 	}
 	if err := c.store.Delete(name); err != nil && !c.store.IsNotExistError(err) {
 		return err

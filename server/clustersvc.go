@@ -139,10 +139,21 @@ func drainStatus(node string, out *clusterpb.DrainNodeResponse, planned int, fir
 	return st.Err()
 }
 
+// ListTablets reads the directory from etcd itself, not this node's
+// cache: a change another node made (the moves of a drain run on the
+// tablets' owner) reaches the cache only through the watch, so a listing
+// right after the change could show the tablets where they were.
 func (s *clusterService) ListTablets(ctx context.Context, req *clusterpb.ListTabletsRequest) (*clusterpb.ListTabletsResponse, error) {
-	d, _, err := s.c.dirOf(req.Table)
+	ref, err := parseTable(req.Table)
 	if err != nil {
-		return nil, err
+		return nil, toStatus(err)
+	}
+	d, ok, err := s.c.m.ReadDirectory(ctx, ref.name())
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "ebbtable: table %s has no tablets in this cluster", ref.table)
 	}
 	out := &clusterpb.ListTabletsResponse{TableId: d.TableID, Revision: d.Revision}
 	for _, t := range d.Tablets {

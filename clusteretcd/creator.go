@@ -1,0 +1,88 @@
+package clusteretcd
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Shared-storage creator ids (docs/scale-out.md, "Creator ids"). Pebble
+// names a shared object by its creator id and file number only, and a
+// fresh database numbers its files from the start: two databases with one
+// creator id write objects of the same names. So every fresh data
+// directory takes a new id from a counter in etcd, never handed out twice,
+// and records it; the id a node runs with is recorded under its node id
+// too (for releasing a dead node's references).
+
+func creatorsKey(prefix string, parts ...string) string {
+	k := prefix + "creators"
+	for _, p := range parts {
+		k += "/" + p
+	}
+	return k
+}
+
+// AllocateCreatorID takes the next creator id from the cluster's counter
+// (etcd at endpoints, keys under prefix; "" is the default): an id no
+// database of the cluster had or will have.
+func AllocateCreatorID(ctx context.Context, endpoints []string, prefix string) (uint64, error) {
+	o := Options{Endpoints: endpoints, Prefix: prefix}
+	o.ensureDefaults()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: o.Endpoints, DialTimeout: o.DialTimeout, Context: context.Background(), Logger: zap.NewNop()})
+	if err != nil {
+		return 0, fmt.Errorf("ebbtable: etcd at %v: %w", o.Endpoints, err)
+	}
+	defer cli.Close()
+	k := creatorsKey(o.Prefix, "last")
+	for {
+		resp, err := cli.Get(ctx, k)
+		if err != nil {
+			return 0, fmt.Errorf("ebbtable: etcd: %w", err)
+		}
+		var last uint64
+		var rev int64
+		if len(resp.Kvs) == 1 {
+			rev = resp.Kvs[0].ModRevision
+			if last, err = strconv.ParseUint(string(resp.Kvs[0].Value), 10, 64); err != nil {
+				return 0, fmt.Errorf("ebbtable: etcd key %s holds %q, not a creator id", k, resp.Kvs[0].Value)
+			}
+		}
+		next := last + 1
+		put, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).
+			Then(clientv3.OpPut(k, strconv.FormatUint(next, 10))).Commit()
+		if err != nil {
+			return 0, fmt.Errorf("ebbtable: etcd: %w", err)
+		}
+		if put.Succeeded {
+			return next, nil
+		}
+	}
+}
+
+// RecordCreatorID records the creator id this node's engine runs with.
+func (m *Member) RecordCreatorID(ctx context.Context, id uint64) error {
+	if _, err := m.cli.Put(ctx, creatorsKey(m.opts.Prefix, "node", m.opts.NodeID), strconv.FormatUint(id, 10)); err != nil {
+		return fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	return nil
+}
+
+// CreatorID returns the creator id node last recorded (RecordCreatorID);
+// false if it recorded none.
+func (m *Member) CreatorID(ctx context.Context, node string) (uint64, bool, error) {
+	resp, err := m.cli.Get(ctx, creatorsKey(m.opts.Prefix, "node", node))
+	if err != nil {
+		return 0, false, fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, false, nil
+	}
+	id, err := strconv.ParseUint(string(resp.Kvs[0].Value), 10, 64)
+	if err != nil || id == 0 {
+		return 0, false, fmt.Errorf("ebbtable: etcd: node %s's creator id %q is not a number", node, resp.Kvs[0].Value)
+	}
+	return id, true, nil
+}
