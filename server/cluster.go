@@ -221,7 +221,7 @@ func (c *clusterMember) newMetrics() {
 		Help: "Planned tablet moves this node ran as the source, by outcome."}, []string{"outcome"})
 	c.forwarded = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbtable_cluster_forwarded_total",
 		Help: "Data requests (or parts of them) forwarded to the tablet's owner, by method."}, []string{"method"})
-	c.failMetrics = newFailoverMetrics() // clusterfail.go
+	c.failMetrics = newFailoverMetrics()   // clusterfail.go
 	c.changes.carried = newCarriedMetric() // clusterfailchanges.go
 }
 
