@@ -12,6 +12,8 @@ import (
 	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"github.com/ebbtable/ebbtable/storage"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -152,4 +154,50 @@ func TestDrainForceChangeStreamHistory(t *testing.T) {
 		return !strings.Contains(got, victim), got
 	})
 	csHistoryAfter(t, sc, reader, start, tok)
+}
+
+// TestMoveCountsChangeRecords: the records a planned move ships are
+// counted, in ebbtable_change_records_carried_total{path="move"} and in
+// the bytes of ebbtable_tablet_move_bytes_shipped.
+func TestMoveCountsChangeRecords(t *testing.T) {
+	t.Parallel()
+	sc := startScaleCluster(t, "n1", "n2")
+	ctx := context.Background()
+	err := sc.nodes["n1"].admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", SplitKeys: []string{"m"},
+		ColumnFamilies: map[string]bigtable.Family{"f": {}}, ChangeStreamRetention: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tabs, err := sc.nodes["n1"].ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: scaleTable})
+	if err != nil || len(tabs.Tablets) != 2 {
+		t.Fatalf("tablets %v %v", tabs, err)
+	}
+	first := tabs.Tablets[0]
+	to := "n1"
+	if first.Owner == "n1" {
+		to = "n2"
+	}
+	tbl := sc.nodes["n1"].client.Open("t")
+	value := strings.Repeat("v", 1000)
+	for i := range 20 {
+		if err := writeScale(t, tbl, fmt.Sprintf("a%02d", i), value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := sc.nodes[first.Owner].srv.cluster
+	res, err := sc.nodes["n1"].ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: first.Id, To: to})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(src.changes.carried.WithLabelValues("move")); got != 20 {
+		t.Fatalf("records carried by the move: %v, want 20", got)
+	}
+	var m dto.Metric
+	if err := src.moveBytes.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	// 20 records of a 1000-byte value each, beside the export.
+	if sum := m.GetHistogram().GetSampleSum(); sum < float64(res.Bytes)+20*1000 {
+		t.Fatalf("move bytes shipped %v, export %d: the records' bytes are not counted", sum, res.Bytes)
+	}
 }
