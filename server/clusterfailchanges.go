@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/ebbtable/ebbtable/changestream"
@@ -29,8 +30,8 @@ import (
 func (f *failover) checkpointChanges(ref tableRef, s ownedSpan, name string) (string, error) {
 	eng := f.c.s.engine
 	m, err := eng.Table(ref.instance, ref.table)
-	if err != nil {
-		return "", err
+	if err != nil || !eng.Streaming(m.ID) {
+		return "", err // no stream (and no replication): no records
 	}
 	recs, err := eng.SpanHistory(m, s.start, s.end)
 	if err != nil || len(recs) == 0 {
@@ -108,15 +109,48 @@ func (c *clusterMember) forcedChanges(ctx context.Context, node string, d tablet
 	if c.store == nil || len(plan) == 0 {
 		return nil
 	}
-	cat, ok, err := storage.ReadCatalog(c.store, node)
-	if err != nil || !ok {
-		return err
-	}
 	ref, err := parseTable(d.Table)
 	if err != nil {
 		return err
 	}
 	m, err := c.s.engine.Table(ref.instance, ref.table)
+	if errors.Is(err, table.ErrTableNotFound) || (err == nil && (m.ID != d.TableID || !c.s.engine.Streaming(m.ID))) {
+		return nil // no records: no stream (and no replication), or not this table
+	}
+	if err != nil {
+		return err
+	}
+	cat, ok, err := storage.ReadCatalog(c.store, node)
+	if err != nil || !ok {
+		return err
+	}
+	// The planned tablets' records, from the checkpoints that reach them
+	// and the log after the oldest of those (one pass).
+	var ts []tablets.Tablet
+	rc := &recoveredChanges{}
+	for _, mv := range plan {
+		if t, _, found := d.Find(mv.Tablet); found {
+			ts = append(ts, t)
+			rc.spans = append(rc.spans, table.RowSpan{Start: t.Start, End: t.End})
+		}
+	}
+	from := cat.Truncated
+	for _, e := range cat.Entries {
+		reaches := false
+		for _, t := range ts {
+			reaches = reaches || tablets.Overlaps(e.StartRow, e.EndRow, t.Start, t.End)
+		}
+		if e.Table != d.Table || e.TableID != d.TableID || !reaches {
+			continue
+		}
+		from = min(from, e.After)
+		if err := rc.fromCheckpoint(ctx, c.store, e); err != nil {
+			return err
+		}
+	}
+	err = storage.ReadCommitLog(ctx, c.store, node, from, func(_, _ uint64, repr []byte) error {
+		return rc.fromLog(m, rc.spans, repr)
+	})
 	if err != nil {
 		return err
 	}
@@ -125,24 +159,8 @@ func (c *clusterMember) forcedChanges(ctx context.Context, node string, d tablet
 		if !found {
 			continue
 		}
-		rc := &recoveredChanges{spans: []table.RowSpan{{Start: t.Start, End: t.End}}}
-		from := cat.Truncated
-		for _, e := range cat.Entries {
-			if e.Table != d.Table || e.TableID != d.TableID || !tablets.Overlaps(e.StartRow, e.EndRow, t.Start, t.End) {
-				continue
-			}
-			from = min(from, e.After)
-			if err := rc.fromCheckpoint(ctx, c.store, e); err != nil {
-				return err
-			}
-		}
-		err := storage.ReadCommitLog(ctx, c.store, node, from, func(_, _ uint64, repr []byte) error {
-			return rc.fromLog(m, rc.spans, repr)
-		})
-		if err != nil {
-			return err
-		}
-		if len(rc.recs) == 0 {
+		recs := table.FilterChanges(rc.recs, []table.RowSpan{{Start: t.Start, End: t.End}})
+		if len(recs) == 0 {
 			continue
 		}
 		n, live := c.m.Node(mv.To)
@@ -153,11 +171,11 @@ func (c *clusterMember) forcedChanges(ctx context.Context, node string, d tablet
 		if err != nil {
 			return err
 		}
-		if err := shipRecords(ctx, clusterpb.NewClusterClient(cc), d.Table, t, rc.recs); err != nil {
+		if err := shipRecords(ctx, clusterpb.NewClusterClient(cc), d.Table, t, recs); err != nil {
 			return fmt.Errorf("ebbtable: node %s could not take %s's change-stream records of %s: %w", mv.To, node, t, err)
 		}
-		c.changes.carried.WithLabelValues("drain").Add(float64(len(rc.recs)))
-		c.s.log.Info("carried a dead node's change-stream records to its tablet's new owner", "dead", node, "tablet", t.String(), "to", mv.To, "change_records", len(rc.recs))
+		c.changes.carried.WithLabelValues("drain").Add(float64(len(recs)))
+		c.s.log.Info("carried a dead node's change-stream records to its tablet's new owner", "dead", node, "tablet", t.String(), "to", mv.To, "change_records", len(recs))
 	}
 	return nil
 }
