@@ -7,6 +7,8 @@ type Requirement struct {
 	Role Role
 	// Peer: the peer credential may call it.
 	Peer bool
+	// Node: the node credential (the nodes of one cluster) may call it.
+	Node bool
 	// Open: anyone may call it, with no credentials (health checks).
 	Open bool
 }
@@ -78,15 +80,20 @@ func init() {
 		"Ddl", "TtlRun", "TtlResume")
 	// Cluster to cluster: joining, copying, pulling, comparing and
 	// repairing, holding GC. Only the peer credential opens them.
-	add(ebb, peerOnly, "Join", "Ready", "Pull", "Snapshot", "TableChunks", "TableCells", "RepairCells", "GcHold")
+	add(ebb, peerOnly, "Join", "Ready", "TableChunks", "TableCells", "RepairCells", "GcHold")
+	// A node of a cluster of several nodes asks the others for their part
+	// of a peer's pull or snapshot with the node credential.
+	add(ebb, Requirement{Peer: true, Node: true}, "Pull", "Snapshot")
 	// Consistency checks ask peers for their status; so does the CLI.
 	add(ebb, Requirement{Role: Viewer, Peer: true}, "ReplicationStatus")
 
 	// Scale-out: the cluster of nodes and its tablets. A node passes a move
-	// to the tablet's owner and ships the span to the target with the peer
-	// credential; an admin token may call them too.
+	// to the tablet's owner, ships the span to the target and asks an
+	// owner for its part of a backup with the node credential (never the
+	// peer credential: another cluster must not write spans here); an
+	// admin token may call them too.
 	const cl = "ebbtable.cluster.v1.Cluster"
 	add(cl, viewer, "ListNodes", "ListTablets")
 	add(cl, admin, "DrainNode", "SplitTablet", "MergeTablet")
-	add(cl, Requirement{Role: Admin, Peer: true}, "MoveTablet", "IngestSpan", "BackupRows", "IngestChanges")
+	add(cl, Requirement{Role: Admin, Node: true}, "MoveTablet", "IngestSpan", "BackupRows", "IngestChanges", "RestoreRows")
 }

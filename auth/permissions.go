@@ -234,6 +234,7 @@ func init() {
 	perm(cl, "bigtable.tables.get", "ListTablets")
 	perm(cl, "bigtable.tables.update", "SplitTablet", "MergeTablet", "MoveTablet", "IngestSpan", "IngestChanges")
 	perm(cl, "bigtable.backups.create", "BackupRows")
+	perm(cl, "bigtable.backups.restore", "RestoreRows")
 
 }
 

@@ -185,9 +185,21 @@ func lookup(tokens []Token, secret string) *Token {
 // is ever taken for it, and it is not taken for a client token.
 const PeerHeader = "x-ebbtable-peer"
 
+// NodeHeader is the metadata key that carries the node credential on calls
+// between the nodes of one cluster (scale-out: a move's span, a passed-on
+// move, a backup's part, a node's part of a peer's pull). Like PeerHeader
+// it is never taken for a client token, nor a token for it.
+const NodeHeader = "x-ebbtable-node"
+
 // ReadPeerCredential reads a peer credential file: its first non-blank,
 // non-comment line is the secret every cluster of the instance shares.
-func ReadPeerCredential(path string) (string, error) {
+func ReadPeerCredential(path string) (string, error) { return readSecret(path, "peer credential") }
+
+// ReadNodeCredential reads a node credential file: its first non-blank,
+// non-comment line is the secret every node of one cluster shares.
+func ReadNodeCredential(path string) (string, error) { return readSecret(path, "node credential") }
+
+func readSecret(path, what string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
@@ -198,12 +210,12 @@ func ReadPeerCredential(path string) (string, error) {
 		}
 		if line = strings.TrimSpace(line); line != "" {
 			if len(line) < MinTokenLen {
-				return "", fmt.Errorf("%s: the peer credential is %d characters; use at least %d", path, len(line), MinTokenLen)
+				return "", fmt.Errorf("%s: the %s is %d characters; use at least %d", path, what, len(line), MinTokenLen)
 			}
 			return line, nil
 		}
 	}
-	return "", fmt.Errorf("%s: no peer credential in the file", path)
+	return "", fmt.Errorf("%s: no %s in the file", path, what)
 }
 
 // Authenticator holds the tokens and the peer credential, and answers
@@ -218,6 +230,8 @@ type Authenticator struct {
 	tokensOn bool
 	peer     [sha256.Size]byte
 	peerOn   bool
+	node     [sha256.Size]byte
+	nodeOn   bool
 }
 
 // Options configure an Authenticator.
@@ -229,6 +243,10 @@ type Options struct {
 	// "" means no call can authenticate as a peer when TokenFile is set,
 	// and peer methods stay open when it is not.
 	PeerCredential string
+	// NodeCredential is the secret the nodes of this cluster present in
+	// NodeHeader; "" means no call authenticates as a node (methods that
+	// take it then need their client role).
+	NodeCredential string
 }
 
 // New reads the token file.
@@ -236,6 +254,9 @@ func New(o Options) (*Authenticator, error) {
 	a := &Authenticator{tokenFile: o.TokenFile}
 	if o.PeerCredential != "" {
 		a.peer, a.peerOn = sha256.Sum256([]byte(o.PeerCredential)), true
+	}
+	if o.NodeCredential != "" {
+		a.node, a.nodeOn = sha256.Sum256([]byte(o.NodeCredential)), true
 	}
 	if o.TokenFile != "" {
 		a.tokensOn = true
@@ -287,12 +308,16 @@ type Call struct {
 	Bearer string
 	// Peer is the value of PeerHeader, or "".
 	Peer string
+	// Node is the value of NodeHeader, or "".
+	Node string
 }
 
 // Principal is who a checked call runs as.
 type Principal struct {
 	// Peer: the call presented the peer credential for a peer method.
 	Peer bool
+	// Node: the call presented the node credential for a node method.
+	Node bool
 	// Token is the client token used, nil for peers and when client
 	// authentication is off.
 	Token *Token
@@ -304,6 +329,13 @@ func (a *Authenticator) Check(c Call) (Principal, error) {
 	need := Need(c.Method)
 	if need.Open {
 		return Principal{}, nil
+	}
+	if need.Node && c.Node != "" && a.nodeOn {
+		sum := sha256.Sum256([]byte(c.Node))
+		if subtle.ConstantTimeCompare(sum[:], a.node[:]) == 1 {
+			return Principal{Node: true}, nil
+		}
+		return Principal{}, fmt.Errorf("%w: the node credential in %s is not this cluster's", ErrUnauthenticated, NodeHeader)
 	}
 	if need.Peer {
 		if a.peerOn && c.Peer != "" {

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,6 +97,8 @@ type Manager struct {
 	root string
 	log  *slog.Logger
 	m    *metrics
+	// report, when set, replaces the gauges' totals (metrics.go).
+	report atomic.Pointer[Totals]
 
 	mu       sync.Mutex
 	backups  map[Name]*Manifest // ready

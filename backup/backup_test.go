@@ -129,6 +129,7 @@ func createTable(t *testing.T, e *table.Engine, name string) {
 // backup's files are written, and checks that the restored table equals
 // the source as read at the backup.
 func TestBackupDuringWritesIsTheImageAtVersionTime(t *testing.T) {
+	t.Parallel()
 	f := open(t, t.TempDir(), clock.Real{})
 	e := f.eng
 	createTable(t, e, "src")
@@ -562,6 +563,7 @@ func TestExpiredBackupIsNotRestored(t *testing.T) {
 // TestStopCancelsJobs stops the manager while a backup is being written:
 // the job fails, and neither the backup nor its working directory remains.
 func TestStopCancelsJobs(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	f := open(t, dir, clock.Real{})
 	createTable(t, f.eng, "src")

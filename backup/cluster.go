@@ -300,47 +300,68 @@ func (m *Manifest) PartsIn(spans []RowSpan) []FileInfo {
 
 // RestoreRows restores the cells of rows in spans from a cluster backup's
 // files (already fetched into dir, as PartsIn lists them) into a restore
-// begun on this node, then commits the table with the backup's schema:
-// each node of a cluster restores its own tablets' rows so. work is an
-// empty scratch directory.
+// begun on this node, then commits the table with the backup's schema
+// (IngestRows, then CommitRestore). work is an empty scratch directory.
 func RestoreRows(ctx context.Context, eng SSTs, mf *Manifest, dir string, files []FileInfo, spans []RowSpan, r *table.Restoring, retention table.Retention, work string, fileBytes int64) (*table.Meta, error) {
-	if len(files) > 0 {
-		it, err := openSSTs(eng, dir, files)
-		if err != nil {
-			return nil, err
-		}
-		keep := func(k []byte) (bool, error) {
-			for _, s := range spans {
-				if s.holds(k) {
-					return true, nil
-				}
+	if _, err := IngestRows(ctx, eng, dir, files, spans, r, work, fileBytes); err != nil {
+		return nil, err
+	}
+	return CommitRestore(mf, r, retention)
+}
+
+// IngestRows ingests the cells of rows in spans from a cluster backup's
+// files (already fetched into dir, as PartsIn lists them) into a restore
+// begun on this node, without committing it: each owner of a cluster
+// restore ingests its own tablets' rows so, as many times as it has
+// tablets (ingesting the same rows again is harmless). It returns the
+// cells ingested. work is an empty scratch directory.
+func IngestRows(ctx context.Context, eng SSTs, dir string, files []FileInfo, spans []RowSpan, r *table.Restoring, work string, fileBytes int64) (int64, error) {
+	if len(files) == 0 {
+		return 0, nil
+	}
+	it, err := openSSTs(eng, dir, files)
+	if err != nil {
+		return 0, err
+	}
+	keep := func(k []byte) (bool, error) {
+		for _, s := range spans {
+			if s.holds(k) {
+				return true, nil
 			}
-			return false, nil
 		}
-		if fileBytes <= 0 {
-			fileBytes = 64 << 20
-		}
-		w := newSSTWriter(work, eng, fileBytes)
-		_, err = copyCells(ctx, it, w, r.TableID(), keep)
-		if err = errors.Join(err, it.Close()); err != nil {
-			w.abort()
-			return nil, err
-		}
-		out, err := w.finish()
-		if err != nil {
-			return nil, err
-		}
-		var paths []string
-		for _, f := range out {
-			paths = append(paths, filepath.Join(work, f.Name))
-		}
-		if err := r.Ingest(ctx, paths); err != nil {
-			return nil, err
-		}
+		return false, nil
+	}
+	if fileBytes <= 0 {
+		fileBytes = 64 << 20
+	}
+	w := newSSTWriter(work, eng, fileBytes)
+	n, err := copyCells(ctx, it, w, r.TableID(), keep)
+	if err = errors.Join(err, it.Close()); err != nil {
+		w.abort()
+		return 0, err
+	}
+	out, err := w.finish()
+	if err != nil {
+		return 0, err
+	}
+	var paths []string
+	for _, f := range out {
+		paths = append(paths, filepath.Join(work, f.Name))
+	}
+	defer func() {
 		for _, p := range paths {
 			os.Remove(p)
 		}
+	}()
+	if err := r.Ingest(ctx, paths); err != nil {
+		return 0, err
 	}
+	return n, nil
+}
+
+// CommitRestore makes a restore begun on this node visible with the
+// backup's schema and restore record.
+func CommitRestore(mf *Manifest, r *table.Restoring, retention table.Retention) (*table.Meta, error) {
 	if retention == "" {
 		retention = table.RetentionDrop
 	}

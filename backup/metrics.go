@@ -23,11 +23,11 @@ func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
 	count := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ebbtable_backups",
 		Help: "Backups that are ready, in every instance and cluster.",
-	}, func() float64 { n, _ := m.totals(); return float64(n) })
+	}, func() float64 { n, _ := m.reportedTotals(); return float64(n) })
 	size := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ebbtable_backup_bytes",
 		Help: "Total size of the ready backups' SSTables.",
-	}, func() float64 { _, b := m.totals(); return float64(b) })
+	}, func() float64 { _, b := m.reportedTotals(); return float64(b) })
 	reg.MustRegister(x.ops, x.expired, count, size)
 	return x
 }
@@ -51,3 +51,27 @@ func (m *Manager) totals() (n int, bytes int64) {
 	}
 	return n, bytes
 }
+
+// Totals is what the ebbtable_backups and ebbtable_backup_bytes gauges
+// report: ready backups and their bytes.
+type Totals func() (n int, bytes int64)
+
+// ReportTotals makes the gauges report t instead of the backups this
+// manager keeps on its disk (a cluster node reports its share of the
+// cluster's backups, server/clusterbackupmetrics.go); nil goes back.
+func (m *Manager) ReportTotals(t Totals) { m.report.Store(&t) }
+
+func (m *Manager) reportedTotals() (int, int64) {
+	if t := m.report.Load(); t != nil && *t != nil {
+		return (*t)()
+	}
+	return m.totals()
+}
+
+// CountOp counts an operation another part of the server ran (a cluster's
+// backups, copies and restores) in ebbtable_backup_operations_total.
+func (m *Manager) CountOp(op string, err error) { m.m.done(op, err) }
+
+// CountExpired counts a backup deleted at its expiry by another part of
+// the server (a cluster's sweep) in ebbtable_backups_expired_total.
+func (m *Manager) CountExpired() { m.m.expired.Inc() }

@@ -4,12 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"cloud.google.com/go/bigtable"
 	"github.com/ebbtable/ebbtable/internal/testkit"
@@ -204,83 +201,4 @@ func TestGCServeFlags(t *testing.T) {
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	return testkit.FreeAddr(t)
-}
-
-// TestGCRealClock runs the background collector on the real clock with a
-// short interval: a cell under a one-second max age stays readable (in the
-// until-collected mode) until a pass collects it, and the metrics say so.
-func TestGCRealClock(t *testing.T) {
-	t.Parallel()
-	httpAddr := freeAddr(t)
-	srv := startServe(t, "serve", "--addr", "127.0.0.1:0", "--http-addr", httpAddr, "--data", t.TempDir(),
-		"--gc-interval", "200ms", "--gc-visibility", "until-collected")
-	ctx := context.Background()
-	client, admin := gcClients(t, srv.addr)
-	conf := &bigtable.TableConf{TableID: "ttl", ColumnFamilies: map[string]bigtable.Family{
-		"cf": {GCPolicy: bigtable.MaxAgePolicy(time.Second)},
-	}}
-	if err := admin.CreateTableFromConf(ctx, conf); err != nil {
-		t.Fatal(err)
-	}
-	tbl := client.Open("ttl")
-	m := bigtable.NewMutation()
-	m.Set("cf", "c", bigtable.Now().TruncateToMilliseconds(), []byte("soon gone"))
-	if err := tbl.Apply(ctx, "r", m); err != nil {
-		t.Fatal(err)
-	}
-	cells := func() int {
-		t.Helper()
-		row, err := tbl.ReadRow(ctx, "r")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(row["cf"])
-	}
-	if n := cells(); n != 1 {
-		t.Fatalf("read right after the write: %d cells, want 1", n)
-	}
-
-	collected := regexp.MustCompile(`(?m)^ebbtable_gc_cells_collected_total\{[^}]*reason="age"[^}]*table="ttl"[^}]*\} 1$`)
-	httpc := &http.Client{Timeout: 2 * time.Second}
-	metrics := func() string {
-		t.Helper()
-		resp, err := httpc.Get("http://" + httpAddr + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		page := metrics()
-		if collected.MatchString(page) {
-			if n := cells(); n != 0 {
-				t.Fatalf("the metrics count the cell collected, but a read returns %d cells", n)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no age collection in the metrics after 10s; cells readable: %d; metrics:\n%s", cells(), grepLines(page, "ebbtable_gc_"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if code := srv.terminate(t); code != 0 {
-		t.Errorf("serve exited %d after SIGTERM; stderr:\n%s", code, srv.stderr.String())
-	}
-}
-
-// grepLines returns the lines of s that contain substr.
-func grepLines(s, substr string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, substr) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }

@@ -23,6 +23,7 @@ type securityFlags struct {
 	maxConnections    int
 	maxStreamsPerConn uint32
 	maxInflight       string
+	nodeCredFile      string
 	maxChangeStreams  int
 	maxRow            string
 	memoryLimit       string
@@ -35,6 +36,7 @@ func (f *securityFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.peerCA, "peer-ca", "", "PEM CA bundle peers' certificates are checked against when this process dials them (default --tls-client-ca, else the system's roots; SIGHUP re-reads it)")
 	fl.StringVar(&f.tokenFile, "auth-token-file", "", "token file, lines of TOKEN ROLE [INSTANCE...] [as=MEMBER...] (roles viewer, reader, user, admin; IAM members; # comments): every call needs a token (SIGHUP re-reads it)")
 	fl.StringVar(&f.peerCredFile, "peer-credential-file", "", "file holding the secret the clusters of an instance present to each other (header x-ebbtable-peer); the only credential for cluster-to-cluster calls")
+	fl.StringVar(&f.nodeCredFile, "node-credential-file", "", "file holding the secret the nodes of one cluster (--etcd) present to each other (header x-ebbtable-node) on moves, backups and a peer's pulls; required with --auth-token-file in cluster mode")
 	fl.BoolVar(&f.metricsOpen, "metrics-open", false, "leave /metrics open without a token when --auth-token-file is set")
 	fl.BoolVar(&f.insecure, "insecure", false, "allow a non-loopback --addr or --http-addr without TLS and tokens (logged as a warning on every start)")
 	fl.StringSliceVar(&f.peerAllow, "peer-allow", nil, "peer addresses this process may dial (HOST:PORT, HOST or CIDR, comma-separated); empty: loopback only. The --join address is always allowed")
@@ -70,7 +72,7 @@ func (f *securityFlags) options() (server.SecurityOptions, error) {
 	}
 	return server.SecurityOptions{
 		TLSCert: f.tlsCert, TLSKey: f.tlsKey, TLSClientCA: f.tlsClientCA, PeerCA: f.peerCA,
-		TokenFile: f.tokenFile, PeerCredentialFile: f.peerCredFile,
+		TokenFile: f.tokenFile, PeerCredentialFile: f.peerCredFile, NodeCredentialFile: f.nodeCredFile,
 		MetricsOpen: f.metricsOpen, Insecure: f.insecure, PeerAllow: f.peerAllow,
 		MaxConnections: f.maxConnections, MaxStreamsPerConn: f.maxStreamsPerConn,
 		MaxInflightBytes: inflight, MaxChangeStreams: f.maxChangeStreams, MaxRowBytes: maxRow,

@@ -15,9 +15,7 @@ import (
 	"github.com/ebbtable/ebbtable/server"
 	"github.com/ebbtable/ebbtable/sqlquery"
 	"github.com/spf13/cobra"
-	"google.golang.org/genproto/googleapis/type/date"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 func newSQLCmd() *cobra.Command {
@@ -165,44 +163,8 @@ func parseSQLParam(s string) (string, *btpb.Type, *btpb.Value, error) {
 	if !ok || !ok2 || name == "" {
 		return "", nil, nil, fmt.Errorf("want NAME=TYPE:VALUE")
 	}
-	name = strings.TrimPrefix(name, "@")
-	switch strings.ToUpper(typ) {
-	case "STRING":
-		return name, &btpb.Type{Kind: &btpb.Type_StringType{StringType: &btpb.Type_String{}}}, &btpb.Value{Kind: &btpb.Value_StringValue{StringValue: val}}, nil
-	case "BYTES":
-		return name, &btpb.Type{Kind: &btpb.Type_BytesType{BytesType: &btpb.Type_Bytes{}}}, &btpb.Value{Kind: &btpb.Value_BytesValue{BytesValue: []byte(val)}}, nil
-	case "INT64":
-		n, err := strconv.ParseInt(val, 10, 64)
-		if err != nil {
-			return "", nil, nil, err
-		}
-		return name, &btpb.Type{Kind: &btpb.Type_Int64Type{Int64Type: &btpb.Type_Int64{}}}, &btpb.Value{Kind: &btpb.Value_IntValue{IntValue: n}}, nil
-	case "FLOAT64":
-		f, err := strconv.ParseFloat(val, 64)
-		if err != nil {
-			return "", nil, nil, err
-		}
-		return name, &btpb.Type{Kind: &btpb.Type_Float64Type{Float64Type: &btpb.Type_Float64{}}}, &btpb.Value{Kind: &btpb.Value_FloatValue{FloatValue: f}}, nil
-	case "BOOL":
-		b, err := strconv.ParseBool(val)
-		if err != nil {
-			return "", nil, nil, err
-		}
-		return name, &btpb.Type{Kind: &btpb.Type_BoolType{BoolType: &btpb.Type_Bool{}}}, &btpb.Value{Kind: &btpb.Value_BoolValue{BoolValue: b}}, nil
-	case "TIMESTAMP":
-		t, err := time.Parse(time.RFC3339Nano, val)
-		if err != nil {
-			return "", nil, nil, err
-		}
-		return name, &btpb.Type{Kind: &btpb.Type_TimestampType{TimestampType: &btpb.Type_Timestamp{}}}, &btpb.Value{Kind: &btpb.Value_TimestampValue{TimestampValue: timestamppb.New(t)}}, nil
-	case "DATE":
-		t, err := time.Parse("2006-01-02", val)
-		if err != nil {
-			return "", nil, nil, err
-		}
-		return name, &btpb.Type{Kind: &btpb.Type_DateType{DateType: &btpb.Type_Date{}}}, &btpb.Value{Kind: &btpb.Value_DateValue{DateValue: &date.Date{Year: int32(t.Year()), Month: int32(t.Month()), Day: int32(t.Day())}}}, nil
-	}
-	return "", nil, nil, fmt.Errorf("unknown type %q", typ)
+	t, v, err := server.ParseSQLParam(typ, val) // the console's SQL page reads them the same way
+	return strings.TrimPrefix(name, "@"), t, v, err
 }
 
 // jsonValue turns a result value into what encoding/json prints.

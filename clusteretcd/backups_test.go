@@ -11,6 +11,7 @@ import (
 // Backup records: one creator wins, changes compare the revision, and
 // every member reads the same records.
 func TestBackupRecords(t *testing.T) {
+	t.Parallel()
 	ep := etcdtest.Start(t)
 	a, b := join(t, ep, "a"), join(t, ep, "b")
 	ctx := context.Background()

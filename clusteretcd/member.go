@@ -534,3 +534,12 @@ func (m *Member) ReadDirectory(ctx context.Context, table string) (cluster.Direc
 	d := m.dirs[table]
 	return d.Clone(), true, nil
 }
+
+// StaleDirectory puts d in the cache as this node's view of its table
+// until the next change of the table's directory in etcd: tests use it to
+// make a node's view lag behind etcd's.
+func (m *Member) StaleDirectory(d cluster.Directory) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dirs[d.Table] = d.Clone()
+}

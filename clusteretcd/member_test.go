@@ -44,6 +44,7 @@ func ids(nodes []cluster.Node) string {
 }
 
 func TestMembershipAndTakeover(t *testing.T) {
+	t.Parallel()
 	ep := etcdtest.Start(t)
 	a := join(t, ep, "a")
 	b := join(t, ep, "b")
@@ -79,6 +80,7 @@ func TestMembershipAndTakeover(t *testing.T) {
 }
 
 func TestLeaseExpiryAndRejoin(t *testing.T) {
+	t.Parallel()
 	ep := etcdtest.Start(t)
 	a := join(t, ep, "a")
 	b := join(t, ep, "b")
@@ -101,6 +103,7 @@ func TestLeaseExpiryAndRejoin(t *testing.T) {
 }
 
 func TestDirectoryFencedUpdates(t *testing.T) {
+	t.Parallel()
 	ep := etcdtest.Start(t)
 	a := join(t, ep, "a")
 	b := join(t, ep, "b")
@@ -153,6 +156,7 @@ func TestDirectoryFencedUpdates(t *testing.T) {
 }
 
 func TestSchemaLogOrder(t *testing.T) {
+	t.Parallel()
 	ep := etcdtest.Start(t)
 	a := join(t, ep, "a")
 	b := join(t, ep, "b")

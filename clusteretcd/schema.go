@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/ebbtable/ebbtable/cluster"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -43,8 +44,11 @@ type DirOp struct {
 	// forgets a directory a delete kept.
 	Create func(seq uint64) (cluster.Directory, error)
 	// Drop removes the directory; with Keep it is kept (under deleted/)
-	// for an undelete.
+	// for an undelete: for KeepFor (then etcd deletes it, under a lease of
+	// that TTL), or until undeleted or a table of the name is created if
+	// KeepFor is 0.
 	Drop, Keep bool
+	KeepFor    time.Duration
 	// Undrop brings back the directory a Drop with Keep kept, only if the
 	// table has none (ErrTableExists) and one was kept (ErrNotDeleted).
 	Undrop bool
@@ -58,8 +62,22 @@ func (m *Member) deletedKey(table string) string { return m.key("deleted", table
 // AppendEntry adds an entry to the schema log with op done to its table's
 // directory in the same transaction, and returns the entry with its
 // sequence number (and TableID, for a create).
-func (m *Member) AppendEntry(ctx context.Context, e SchemaEntry, op DirOp) (SchemaEntry, error) {
+func (m *Member) AppendEntry(ctx context.Context, e SchemaEntry, op DirOp) (_ SchemaEntry, err error) {
 	dk, xk := m.dirKey(e.Table), m.deletedKey(e.Table)
+	var keep []clientv3.OpOption
+	if op.Drop && op.Keep && op.KeepFor > 0 {
+		ttl := int64((op.KeepFor + time.Second - 1) / time.Second)
+		l, err := m.cli.Grant(ctx, ttl)
+		if err != nil {
+			return e, fmt.Errorf("ebbtable: etcd: %w", err)
+		}
+		keep = append(keep, clientv3.WithLease(l.ID))
+		defer func() {
+			if err != nil { // nothing kept under it
+				m.cli.Revoke(context.WithoutCancel(ctx), l.ID)
+			}
+		}()
+	}
 	for {
 		g, err := m.cli.Get(ctx, m.seqKey())
 		if err != nil {
@@ -96,7 +114,7 @@ func (m *Member) AppendEntry(ctx context.Context, e SchemaEntry, op DirOp) (Sche
 				}
 				if len(g.Kvs) == 1 {
 					cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(dk), "=", g.Kvs[0].ModRevision))
-					ops = append(ops, clientv3.OpPut(xk, string(g.Kvs[0].Value)))
+					ops = append(ops, clientv3.OpPut(xk, string(g.Kvs[0].Value), keep...))
 				} else {
 					cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(dk), "=", 0))
 				}

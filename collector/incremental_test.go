@@ -54,6 +54,7 @@ func rawDump(t *testing.T, e *env, tbl string) []string {
 // — one collected by incremental passes, the other swept whole every pass,
 // and checks after every pass that both store exactly the same cells.
 func TestIncrementalMatchesWholeSweep(t *testing.T) {
+	t.Parallel()
 	for seed := 0; seed < *incSeeds; seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			inc := newEnv(t, table.HideEligible, Options{Pause: -1, WholeShare: -1})
@@ -172,6 +173,7 @@ func TestIncrementalMatchesWholeSweep(t *testing.T) {
 // expiries and deletes while incremental passes run and the clock moves;
 // once they stop, one more pass leaves nothing a whole sweep would collect.
 func TestIncrementalUnderConcurrentWrites(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, table.HideEligible, Options{Pause: -1, WholeShare: -1})
 	e.create(t, "t", map[string]string{"v": "maxversions=1", "a": "maxage=10m", "n": "never"})
 	e.pass(t) // the first pass sweeps whole

@@ -15,6 +15,7 @@ import (
 // TestPassReclaimsDiskSpace: after a pass collects most of a table, its
 // on-disk size drops, and the status and gauge say so.
 func TestPassReclaimsDiskSpace(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, table.HideEligible, Options{})
 	e.create(t, "t", map[string]string{"cf": "never"})
 	now := e.now()
@@ -101,6 +102,7 @@ func TestExpiredCellsInSSTablesAreCollected(t *testing.T) {
 // reported pending (left to Pebble's compactions). TestPassReclaimsDiskSpace
 // is the dense case.
 func TestSparseDeletionsAreLeftPending(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, table.HideEligible, Options{Pause: -1})
 	e.create(t, "t", map[string]string{"cf": "never"})
 	now := e.now()

@@ -22,11 +22,17 @@ const SQLRowCap = 1000
 
 // SQLRunner runs Bigtable SQL as the data API does.
 type SQLRunner interface {
-	// Query plans query against instance ("projects/P/instances/I").
-	// Its error reads as the RPC's status does: "INVALID_ARGUMENT: …"
-	// with the line:column of a bad query.
-	Query(ctx context.Context, instance, query string) (SQLQuery, error)
+	// Query plans query against instance ("projects/P/instances/I")
+	// with its parameters. Its error reads as the RPC's status does:
+	// "INVALID_ARGUMENT: …" with the line:column of a bad query.
+	Query(ctx context.Context, instance, query string, params []SQLParam) (SQLQuery, error)
+	// ParamTypes are the types a parameter can be given as text.
+	ParamTypes() []string
 }
+
+// SQLParam is a query parameter as the page's form gives it: @Name, of
+// type Type, Value as text.
+type SQLParam struct{ Name, Type, Value string }
 
 // SQLQuery is a planned query.
 type SQLQuery struct {
@@ -50,14 +56,17 @@ type sqlData struct {
 	Instance  string
 	Tables    []string
 	Query     string
-	Ran       bool
-	Columns   []sqlColumn
-	Rows      [][]sqlCell
-	Cap       int64
-	Count     int64
-	Capped    bool
-	Err       string
-	Took      time.Duration
+	// Params are the parameters given, then an empty row to add one.
+	Params     []SQLParam
+	ParamTypes []string
+	Ran        bool
+	Columns    []sqlColumn
+	Rows       [][]sqlCell
+	Cap        int64
+	Count      int64
+	Capped     bool
+	Err        string
+	Took       time.Duration
 }
 
 // errRowCap stops a run at the row cap.
@@ -67,7 +76,22 @@ func (errRowCap) Error() string { return "console: row cap reached" }
 
 func (c *Console) sqlPage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	d := sqlData{Instance: q.Get("instance"), Query: q.Get("q"), Cap: SQLRowCap}
+	d := sqlData{Instance: q.Get("instance"), Query: q.Get("q"), Cap: SQLRowCap, ParamTypes: c.opts.SQL.ParamTypes()}
+	names, types, values := q["pn"], q["pt"], q["pv"]
+	for i, n := range names {
+		n = strings.TrimPrefix(strings.TrimSpace(n), "@")
+		if n == "" {
+			continue
+		}
+		p := SQLParam{Name: n, Type: "STRING"}
+		if i < len(types) {
+			p.Type = types[i]
+		}
+		if i < len(values) {
+			p.Value = values[i]
+		}
+		d.Params = append(d.Params, p)
+	}
 	tables := map[string][]string{}
 	for _, m := range c.opts.Engine.Tables("") {
 		tables[m.Instance] = append(tables[m.Instance], m.Name)
@@ -92,13 +116,14 @@ func (c *Console) sqlPage(w http.ResponseWriter, r *http.Request) {
 		c.runSQL(r.Context(), &d)
 		d.Took = c.opts.Clock.Now().Sub(start)
 	}
+	d.Params = append(d.Params, SQLParam{Type: "STRING"}) // a row to add one
 	c.render(w, http.StatusOK, "sql", page{Title: "SQL", Tab: "sql", Data: d})
 }
 
 // runSQL runs d.Query, filling in the columns and up to d.Cap rows, or
 // the error.
 func (c *Console) runSQL(ctx context.Context, d *sqlData) {
-	pq, err := c.opts.SQL.Query(ctx, d.Instance, d.Query)
+	pq, err := c.opts.SQL.Query(ctx, d.Instance, d.Query, d.Params)
 	if err != nil {
 		d.Err = err.Error()
 		return

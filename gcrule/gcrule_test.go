@@ -465,6 +465,7 @@ func TestLooser(t *testing.T) {
 
 // TestLooserBruteForce checks Looser against whole columns on a dense grid.
 func TestLooserBruteForce(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	const h = int64(time.Hour / time.Microsecond)
 	for range 3000 {
@@ -524,6 +525,7 @@ func randRule(rng *rand.Rand, depth int, small bool) Rule {
 // TestRoundTrip: CbtString parses back to the same rule, JSON decodes back
 // to the same rule.
 func TestRoundTrip(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
 	for range 2000 {
 		r := randRule(rng, 4, false)

@@ -19,6 +19,7 @@ import (
 // TestS3Multipart: an object larger than a part streams as a multipart
 // upload and reads back whole.
 func TestS3Multipart(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := startFakeS3(t, "bkt")
 	s := openFake(t, f, "s3://bkt/p")
@@ -90,6 +91,7 @@ func countRows(t *testing.T, e *table.Engine) (rows, cells int) {
 var moveRows = flag.Int("objstore.moverows", 1000, "TestMoveOverS3: rows of ten cells to write (half move)")
 
 func TestMoveOverS3(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("writes many cells")
 	}

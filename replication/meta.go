@@ -6,6 +6,11 @@ import "strconv"
 // clusters and app profiles (with the tombstones of deleted profiles), and
 // the puller's cluster adopts what it lacks or holds older.
 
+// StampedKind is the kind of the entries of other instance metadata that
+// travel with pulls: the server's own kinds, each entry's value carrying a
+// last-writer-wins stamp the server compares (MergeMeta ignores them).
+const StampedKind = "stamped"
+
 // MetaKinds names the kinds of instance metadata that travel (the server's
 // storage kinds).
 type MetaKinds struct {

@@ -59,6 +59,9 @@ type Options struct {
 	PullMaxBytes int
 	// DataDir names this cluster's data in messages.
 	DataDir string
+	// SourceOnly: this cluster answers its peers' pulls but runs no
+	// puller (a cluster of several nodes, docs/replication.md).
+	SourceOnly bool
 	// PullWait is how long a pull asks the peer to wait for news; 0:
 	// PullWait, negative: not at all.
 	PullWait time.Duration
@@ -135,7 +138,7 @@ func (r *Replicator) linkLocked(id string) *link {
 func (r *Replicator) Run(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.ctx.Err() != nil {
+	if r.ctx.Err() != nil || r.o.SourceOnly {
 		return
 	}
 	l := r.linkLocked(id)

@@ -59,6 +59,7 @@ const (
 // pauses, and checks that each row's history is linearizable. See the package
 // documentation.
 func TestLinearizability(t *testing.T) {
+	t.Parallel()
 	seed := *linSeed
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())

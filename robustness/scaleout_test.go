@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -48,7 +49,7 @@ func startScaleProc(t *testing.T, id, dir, etcd, shared string, extra ...string)
 	t.Helper()
 	p := &scaleProc{id: id, dir: dir, exited: make(chan struct{}), stderr: &tailBuffer{max: 16 << 10}}
 	p.cmd = exec.Command(ebbtableBin, append([]string{"serve", "--addr", "127.0.0.1:0", "--http-addr", "off", "--data", dir,
-		"--etcd", etcd, "--node-id", id, "--shared-storage", "file://" + shared, "--lease-ttl", "2s"}, extra...)...)
+		"--etcd", etcd, "--node-id", id, "--shared-storage", sharedURL(shared), "--lease-ttl", "2s"}, extra...)...)
 	p.cmd.Env = cleanEnv()
 	p.cmd.Stderr = p.stderr
 	stdout, err := p.cmd.StdoutPipe()
@@ -86,6 +87,15 @@ func startScaleProc(t *testing.T, id, dir, etcd, shared string, extra ...string)
 	return p
 }
 
+// sharedURL is the --shared-storage of a shared directory, or the URL
+// itself (s3://…).
+func sharedURL(shared string) string {
+	if strings.Contains(shared, "://") {
+		return shared
+	}
+	return "file://" + shared
+}
+
 func (p *scaleProc) kill() {
 	p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.exited
@@ -109,16 +119,24 @@ func TestScaleOutKillNine(t *testing.T) { scaleOutKillNine(t, false) }
 func TestScaleOutKillNineFailover(t *testing.T) { scaleOutKillNine(t, true) }
 
 func scaleOutKillNine(t *testing.T, failover bool) {
-	cells, moves, splits := 3000, 6, 3
-	if *scaleLong {
-		cells, moves, splits = 200000, 20, 8
-	}
+	t.Parallel() // its own etcd, processes and directories
 	var extra []string
 	if failover {
 		extra = []string{"--failover", "--checkpoint-interval", "2s"}
 	}
+	scaleOutKillNineOn(t, t.TempDir(), 3000, extra...)
+}
+
+// scaleOutKillNineOn runs the test on shared storage shared (a directory
+// or an s3:// URL) with cells cells (unless -scaleout.long) and the
+// nodes' extra flags.
+func scaleOutKillNineOn(t *testing.T, shared string, cells int, extra ...string) {
+	moves, splits := 6, 3
+	if *scaleLong {
+		cells, moves, splits = 200000, 20, 8
+	}
+	failover := slices.Contains(extra, "--failover")
 	etcd := etcdtest.Start(t)
-	shared := t.TempDir()
 	procs := map[string]*scaleProc{}
 	for _, id := range []string{"n1", "n2", "n3"} {
 		procs[id] = startScaleProc(t, id, filepath.Join(t.TempDir(), id), etcd, shared, extra...)

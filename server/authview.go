@@ -83,7 +83,7 @@ func (s *Server) putAuthorizedView(ref tableRef, id string, v *adminpb.Authorize
 	if err != nil {
 		return err
 	}
-	return s.engine.PutInstanceMeta(kindAuthView, ref.instance, authViewKey(ref, id), b)
+	return s.putMeta(kindAuthView, ref.instance, authViewKey(ref, id), b) // metarepl.go
 }
 
 // forgetTableViews removes a deleted table's views and their policies.
@@ -99,7 +99,7 @@ func (s *Server) forgetTableViews(ref tableRef) error {
 		return err
 	}
 	for _, n := range names {
-		if err := s.engine.DeleteInstanceMeta(kindAuthView, ref.instance, n); err != nil {
+		if err := s.deleteMeta(kindAuthView, ref.instance, n); err != nil {
 			return err
 		}
 		if err := s.forgetIAM(ref.instance + "/" + n); err != nil {
@@ -261,7 +261,7 @@ func (a *adminServer) DeleteAuthorizedView(ctx context.Context, req *adminpb.Del
 	if v.GetDeletionProtection() {
 		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: authorized view %s is protected against deletion; turn deletion_protection off first", req.GetName())
 	}
-	if err := a.s.engine.DeleteInstanceMeta(kindAuthView, ref.instance, authViewKey(ref, id)); err != nil {
+	if err := a.s.deleteMeta(kindAuthView, ref.instance, authViewKey(ref, id)); err != nil {
 		return nil, toStatus(err)
 	}
 	if err := a.s.forgetIAM(req.GetName()); err != nil {

@@ -52,6 +52,7 @@ func expectCode(t *testing.T, what string, err error, code codes.Code) {
 // official admin client, which waits on each operation through
 // google.longrunning.Operations.
 func TestBackupRestoreOfficialClient(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	src := env.createTable(t, "events", map[string]bigtable.GCPolicy{
@@ -198,6 +199,7 @@ func (env *testEnv) rawAdmin(t *testing.T) adminpb.BigtableTableAdminClient {
 // TestBackupOperationsFinishLater makes backup RPCs return at once, so the
 // operations are still running and the client waits through GetOperation.
 func TestBackupOperationsFinishLater(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	env.srv.opWait = 0
 	ctx := context.Background()
@@ -244,6 +246,7 @@ func TestBackupOperationsFinishLater(t *testing.T) {
 // TestBackupExpiryInServer checks the server runs the expiry loop on its
 // clock.
 func TestBackupExpiryInServer(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	env.createTable(t, "t", map[string]bigtable.GCPolicy{"cf": bigtable.NoGcPolicy()})

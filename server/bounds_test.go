@@ -27,6 +27,7 @@ import (
 // and whatever else its mux serves) asks for them, over TLS; /healthz and
 // /readyz stay open, and --metrics-open opens /metrics alone.
 func TestHTTPPortTakesTokens(t *testing.T) {
+	t.Parallel()
 	certs := newCerts(t, "h")
 	tokens, _ := securityFiles(t)
 	for _, metricsOpen := range []bool{false, true} {
@@ -104,6 +105,7 @@ func metricsAnonOr(open bool, code int) int {
 // bytes in flight fails with RESOURCE_EXHAUSTED; concurrent requests either
 // fit or are refused so, and the bytes held return to zero.
 func TestInflightBytesBound(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, func(o *Options) { o.Security.MaxInflightBytes = 5 << 20 })
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
 	ctx := context.Background()
@@ -143,6 +145,7 @@ func TestInflightBytesBound(t *testing.T) {
 // TestChangeStreamTailsBound: open tails past --max-change-streams are
 // refused with RESOURCE_EXHAUSTED, and a closed tail frees its place.
 func TestChangeStreamTailsBound(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, func(o *Options) { o.Security.MaxChangeStreams = 3 })
 	ctx := context.Background()
 	if err := env.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "cs", ColumnFamilies: map[string]bigtable.Family{"f": {}}, ChangeStreamRetention: 24 * time.Hour}); err != nil {
@@ -190,6 +193,7 @@ func TestChangeStreamTailsBound(t *testing.T) {
 // for a row whose selected cells pass --max-row-bytes, and reads it in
 // parts.
 func TestRowTooLargeOverGRPC(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, func(o *Options) { o.Security.MaxRowBytes = 1 << 20 })
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
 	ctx := context.Background()
@@ -214,6 +218,7 @@ func TestRowTooLargeOverGRPC(t *testing.T) {
 // CellsPerColumnLimit(1) returns one cell and steps on a few keys, not on
 // every version.
 func TestManyVersionsReadWithColumnLimit(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
 	ctx := context.Background()
@@ -241,6 +246,7 @@ func writeVersions(t testing.TB, tbl *bigtable.Table, row string, n int) {
 // TestMaxConnections: past --max-connections a new connection waits until
 // one closes.
 func TestMaxConnections(t *testing.T) {
+	t.Parallel()
 	srv := startSecure(t, SecurityOptions{MaxConnections: 1})
 	first := plainConn(t, srv.Addr())
 	first.Connect()

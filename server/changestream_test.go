@@ -80,6 +80,7 @@ func (env *testEnv) endTime() *timestamppb.Timestamp {
 }
 
 func TestChangeStreamAdminAPI(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	env.streamedTable(t, "cs", map[string]bigtable.GCPolicy{"cf": bigtable.NoGcPolicy()})
@@ -236,6 +237,7 @@ func TestReadChangeStreamFromStartTimeTokensAndEnd(t *testing.T) {
 }
 
 func TestReadChangeStreamHeartbeatsAndTailing(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -315,6 +317,7 @@ func TestReadChangeStreamHeartbeatsAndTailing(t *testing.T) {
 }
 
 func TestReadChangeStreamChunksLargeValues(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	start := env.clock.Now()

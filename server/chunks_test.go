@@ -112,6 +112,7 @@ func randomRow(rng *rand.Rand) cell.Row {
 // proto.Marshal writes for the chunks built as messages, and decode to
 // them; a response holds whole rows.
 func TestChunkWriterEncoding(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
 	for iter := range *chunkCases {
 		rows := make([]cell.Row, 1+rng.IntN(4))

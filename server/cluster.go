@@ -122,6 +122,14 @@ type clusterMember struct {
 	// applied to the engine and before it is marked applied.
 	appliedHook atomic.Pointer[func(clusteretcd.SchemaEntry)]
 
+	joined atomic.Bool // set once started (clusterstart.go)
+
+	bkTotals backupTotals // clusterbackupmetrics.go
+
+	// This node's parts of cluster restores under way (clusterrestore.go).
+	restoreMu sync.Mutex
+	restores  map[uint64]*localRestore
+
 	fail        *failover // automatic failover (clusterfail.go); nil: off
 	failMetrics failoverMetrics
 
@@ -275,7 +283,8 @@ func (c *clusterMember) start(addr string) error {
 	c.wg.Add(2)
 	go c.applyLoop()
 	go c.leaseFileLoop()
-	c.s.backups.OnExpiry(c.sweepBackups) // clusterbackup.go
+	c.s.backups.OnExpiry(c.sweepBackups)     // clusterbackup.go
+	c.s.backups.ReportTotals(c.backupTotals) // clusterbackupmetrics.go
 	if c.opts.SplitBytes > 0 {
 		c.wg.Add(1)
 		go c.splitLoop()
@@ -344,7 +353,7 @@ func (c *clusterMember) conn(addr string) (*grpc.ClientConn, error) {
 		return nil, status.Error(codes.Unavailable, "ebbtable: this node is leaving the cluster")
 	default:
 	}
-	cc, err := grpc.NewClient("passthrough:///"+addr, c.s.sec.peerDialOptions(addr, c.s.opts.MaxMessageBytes)...)
+	cc, err := grpc.NewClient("passthrough:///"+addr, c.s.sec.nodeDialOptions(addr, c.s.opts.MaxMessageBytes)...)
 	if err != nil {
 		return nil, err
 	}
@@ -505,7 +514,11 @@ func (s *Server) startCluster() error {
 	if addr == "" {
 		addr = s.Addr()
 	}
-	return s.cluster.start(addr)
+	if err := s.cluster.start(addr); err != nil {
+		return err
+	}
+	s.cluster.joined.Store(true) // clusterstart.go
+	return nil
 }
 
 // ClusterMember is this node's view of its cluster (nil when alone): for

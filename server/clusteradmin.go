@@ -82,7 +82,8 @@ func (a *clusterAdmin) DeleteTable(ctx context.Context, req *adminpb.DeleteTable
 		return nil, toStatus(err)
 	}
 	// The directory is kept for UndeleteTable (clusterschema.go).
-	if _, err := a.c.propose(ctx, "DeleteTable", ref, req, clusteretcd.DirOp{Drop: true, Keep: true}); err != nil {
+	// Kept for the undelete retention only (clusterschema.go).
+	if _, err := a.c.propose(ctx, "DeleteTable", ref, req, clusteretcd.DirOp{Drop: true, Keep: true, KeepFor: a.c.keepDeletedFor()}); err != nil {
 		return nil, err
 	}
 	return &emptypb.Empty{}, nil
@@ -284,8 +285,8 @@ func (c *clusterMember) applyEntry(ctx context.Context, e clusteretcd.SchemaEntr
 		return applyResult{resp: r, err: err}
 	case "ForgetTable":
 		return applyResult{resp: &emptypb.Empty{}}
-	case "RestoreTable":
-		return c.applyRestore(ctx, e) // clusterbackup.go
+	case "RestoreTable", restoreBegin, restoreCommit, restoreAbort:
+		return c.applyRestoreEntry(ctx, e) // clusterrestore.go
 	}
 	return c.applyMore(ctx, e)
 }

@@ -26,11 +26,9 @@ import (
 	"github.com/ebbtable/ebbtable/clusteretcd"
 	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"github.com/ebbtable/ebbtable/storage"
-	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // Backups in cluster mode (docs/scale-out.md, "Backups"). A table's
@@ -45,12 +43,8 @@ import (
 //   - GetBackup, ListBackups, UpdateBackup and DeleteBackup read and change
 //     the records in etcd, so every node sees the same backups, whichever
 //     node made them and whether it is still up.
-//   - RestoreTable, on any node, appends a RestoreTable entry to the
-//     schema log, carrying the backup's manifest, in one transaction with
-//     the new table's directory (one tablet per part of the backup, placed
-//     like a created table's); every node applies it by restoring the rows
-//     of the tablets it owns (fetched from the shared store) under the
-//     cluster's table id and committing the backup's schema.
+//   - RestoreTable, on any node, is a long-running operation outside the
+//     schema log but for its three small entries (clusterrestore.go).
 //
 // Consistency: each part is one snapshot of its tablet taken by its owner
 // under the tablet's gate; the parts' snapshots are taken at about the
@@ -65,9 +59,15 @@ const backupObjectsNeeded = "ebbtable: backups of a cluster need shared storage 
 // backupRowsParallel bounds the parts a coordinator asks for at once.
 const backupRowsParallel = 8
 
-// backupRowsAttempts bounds how often a part is asked for again after its
-// owner changed.
-const backupRowsAttempts = 8
+// backupPartWait bounds how long a backup waits for a tablet whose owner
+// is down (back, or its tablets taken over by failover) or busy moving it
+// before it fails UNAVAILABLE.
+var backupPartWait = 2 * time.Minute
+
+// backupRetryEvery is the longest a backup waits between two asks for a
+// tablet whose owner failed (sooner if the directory changes or the owner
+// comes back).
+var backupRetryEvery = time.Second
 
 var tableIDRE = regexp.MustCompile(`^[_a-zA-Z0-9][-_.a-zA-Z0-9]{0,49}$`)
 
@@ -180,6 +180,8 @@ func (c *clusterMember) startBackup(ctx context.Context, name backup.Name, src t
 			if err != nil {
 				c.s.log.Error("cluster backup failed", "backup", mf.Name, "err", err)
 			}
+			c.s.backups.CountOp("create", err)
+			c.forgetBackupTotals()
 			finish(done, err)
 		})
 	}
@@ -312,11 +314,12 @@ func (c *clusterMember) backupParts(ctx context.Context, src tableRef, objects s
 	)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	deadline := time.Now().Add(backupPartWait)
 	for _, t := range d.Tablets {
 		wg.Add(1)
 		go func(s rowSpan) {
 			defer wg.Done()
-			got, err := c.backupSpan(ctx, src, s, d.Revision, objects, &seq, sem, backupRowsAttempts)
+			got, err := c.backupSpan(ctx, src, s, objects, &seq, sem, deadline)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -339,37 +342,73 @@ func (c *clusterMember) backupParts(ctx context.Context, src tableRef, objects s
 
 // backupSpan has the owners of a span's rows write them, cutting the span
 // again by a newer directory when an owner no longer holds its piece
-// (after a move or a split), at most left times.
-func (c *clusterMember) backupSpan(ctx context.Context, src tableRef, s rowSpan, rev int64, objects string, seq *atomic.Int64, sem chan struct{}, left int) ([]backup.Part, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	d, ok := c.m.Directory(src.name())
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "ebbtable: table %s was deleted during the backup", src.table)
-	}
+// (after a move, a split, a failover take-over) and asking an owner that
+// is down again once it is back, until deadline.
+func (c *clusterMember) backupSpan(ctx context.Context, src tableRef, s rowSpan, objects string, seq *atomic.Int64, sem chan struct{}, deadline time.Time) ([]backup.Part, error) {
 	var out []backup.Part
-	for _, p := range piecesOf(d, s) {
-		part, err := c.askBackupRows(ctx, src, p, d.Revision, objects, fmt.Sprintf("p%05d-", seq.Add(1)), sem)
-		if err == nil {
-			out = append(out, part)
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		d, ok := c.m.Directory(src.name())
+		if !ok {
+			return nil, status.Errorf(codes.NotFound, "ebbtable: table %s was deleted during the backup", src.table)
+		}
+		var failed []tablets.Tablet
+		var last error
+		for _, p := range piecesOf(d, s) {
+			part, err := c.askBackupRows(ctx, src, p, d.Revision, objects, fmt.Sprintf("p%05d-", seq.Add(1)), sem)
+			if err == nil {
+				out = append(out, part)
+				continue
+			}
+			if code := status.Code(err); code != codes.Unavailable && code != codes.Aborted {
+				return nil, err
+			}
+			failed, last = append(failed, p), err
+		}
+		if len(failed) == 0 {
+			return out, nil
+		}
+		if !time.Now().Before(deadline) {
+			return nil, status.Errorf(codes.Unavailable, "ebbtable: backup of %s: %s could not be read within %s (the backup needs every tablet; retry once its node is back, or taken over by failover): %v",
+				src.table, failed[0], backupPartWait, last)
+		}
+		// Wait (briefly) for the directory to change (a move, a take-over)
+		// or a down owner to come back, then ask again for the failed
+		// pieces only.
+		down := map[string]bool{}
+		for _, p := range failed {
+			if _, live := c.m.Node(p.Owner); !live {
+				down[p.Owner] = true
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, backupRetryEvery)
+		c.m.WaitFor(wctx, func() bool {
+			if nd, ok := c.m.Directory(src.name()); !ok || nd.Revision != d.Revision {
+				return true
+			}
+			for id := range down {
+				if _, live := c.m.Node(id); live {
+					return true
+				}
+			}
+			return false
+		})
+		cancel()
+		if len(failed) == 1 {
+			s = rowSpan{failed[0].Start, failed[0].End}
 			continue
 		}
-		if code := status.Code(err); (code != codes.Unavailable && code != codes.Aborted) || left <= 1 {
-			return nil, err
+		for _, p := range failed {
+			more, err := c.backupSpan(ctx, src, rowSpan{p.Start, p.End}, objects, seq, sem, deadline)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, more...)
 		}
-		// Wait (briefly) for the directory change that moved the rows,
-		// then ask again for this piece only.
-		wctx, cancel := context.WithTimeout(ctx, time.Second)
-		c.m.WaitFor(wctx, func() bool { return c.m.Revision() > d.Revision })
-		cancel()
-		more, err := c.backupSpan(ctx, src, rowSpan{p.Start, p.End}, d.Revision, objects, seq, sem, left-1)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, more...)
+		return out, nil
 	}
-	return out, nil
 }
 
 // testHookBackupRows, when set by a test, runs before a coordinator asks
@@ -559,6 +598,7 @@ func (c *clusterMember) sweepBackups(ctx context.Context) {
 	if c.store == nil || c.m == nil {
 		return
 	}
+	c.sweepRestores(ctx) // clusterrestore.go
 	recs, err := c.m.ListBackupRecords(ctx, "")
 	if err != nil {
 		c.s.log.Warn("list cluster backups for expiry", "err", err)
@@ -574,6 +614,11 @@ func (c *clusterMember) sweepBackups(ctx context.Context) {
 			continue // changed or deleted by another node meanwhile
 		}
 		c.removeObjects(mf.Objects)
+		if err := c.s.forgetIAM(mf.Name); err != nil {
+			c.s.log.Warn("forget an expired backup's IAM policy", "backup", mf.Name, "err", err)
+		}
+		c.s.backups.CountExpired()
+		c.forgetBackupTotals()
 		c.s.log.Info("deleted expired backup", "backup", mf.Name, "expired", mf.ExpireTime.UTC().Format(time.RFC3339))
 	}
 }
@@ -772,6 +817,7 @@ func (a *clusterAdmin) DeleteBackup(ctx context.Context, req *adminpb.DeleteBack
 		return nil, recordStatus(err)
 	}
 	a.c.removeObjects(mf.Objects)
+	a.c.forgetBackupTotals()
 	if err := a.s.forgetIAM(req.GetName()); err != nil {
 		return nil, toStatus(err)
 	}
@@ -830,6 +876,8 @@ func (a *clusterAdmin) CopyBackup(ctx context.Context, req *adminpb.CopyBackupRe
 		err = a.s.backups.Go(func(ctx context.Context) {
 			defer runningBackups.Delete(maker)
 			done, err := c.copyBackup(ctx, orig, mf, rev)
+			c.s.backups.CountOp("copy", err)
+			c.forgetBackupTotals()
 			if err != nil {
 				c.s.log.Error("cluster backup copy failed", "backup", mf.Name, "err", err)
 				op.finish(nil, nil, toStatus(err))
@@ -906,220 +954,6 @@ func copyChunks(ctx context.Context, r storage.ObjectReader, size int64, w io.Wr
 		off += n
 	}
 	return nil
-}
-
-// restoreEntry is the payload of a RestoreTable schema log entry: the
-// backup's record as it was when the restore was asked for (so a node
-// that applies the entry later needs only the backup's files).
-type restoreEntry struct {
-	Instance  string          `json:"instance"`
-	TableID   string          `json:"table_id"`
-	Record    []byte          `json:"record"`
-	Retention table.Retention `json:"retention"`
-}
-
-// RestoreTable creates the table on every node from a backup, through the
-// schema log.
-func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTableRequest) (*longrunningpb.Operation, error) {
-	c := a.c
-	inst, err := parseInstance(req.GetParent())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	name, err := parseBackup(req.GetBackup())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if !tableIDRE.MatchString(req.GetTableId()) {
-		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: table id %q must be 1-50 characters of [_a-zA-Z0-9][-_.a-zA-Z0-9]*", req.GetTableId())
-	}
-	retention, err := restoreRetention(ctx)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	if err := c.needStore(); err != nil {
-		return nil, err
-	}
-	ref := tableRef{instance: inst, table: req.GetTableId()}
-	if _, ok := c.m.Directory(ref.name()); ok {
-		return nil, status.Errorf(codes.AlreadyExists, "ebbtable: table %s already exists", ref.table)
-	}
-	if _, err := a.s.engine.Table(ref.instance, ref.table); err == nil {
-		return nil, status.Errorf(codes.AlreadyExists, "ebbtable: table %s already exists", ref.table)
-	}
-	maker := c.opts.NodeID + "/" + randomID()
-	runningBackups.Store(maker, true)
-	rec, err := c.markRestoring(ctx, name, maker, true)
-	if err != nil {
-		runningBackups.Delete(maker)
-		return nil, err
-	}
-	// Until the restore is applied everywhere (or fails), the backup is
-	// marked as being read.
-	unmark := func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if _, err := c.markRestoring(uctx, name, maker, false); err != nil && status.Code(err) != codes.NotFound {
-			c.s.log.Warn("unmark a restored backup", "backup", name.String(), "err", err)
-		}
-		runningBackups.Delete(maker)
-	}
-	mf, _, err := backup.DecodeRecord(rec)
-	if err != nil {
-		unmark()
-		return nil, status.Errorf(codes.DataLoss, "%v", err)
-	}
-	payload, err := json.Marshal(restoreEntry{Instance: inst, TableID: req.GetTableId(), Record: rec, Retention: retention})
-	if err != nil {
-		unmark()
-		return nil, toStatus(err)
-	}
-	// One tablet per part of the backup, so each node fetches only its
-	// tablets' files.
-	var splits [][]byte
-	for _, p := range mf.Parts {
-		if len(p.Start) > 0 {
-			splits = append(splits, p.Start)
-		}
-	}
-	tableName := ref.name()
-	meta := &adminpb.RestoreTableMetadata{
-		Name:       tableName,
-		SourceType: adminpb.RestoreSourceType_BACKUP,
-		SourceInfo: &adminpb.RestoreTableMetadata_BackupInfo{BackupInfo: backupInfoProto(mf)},
-		Progress:   &adminpb.OperationProgress{StartTime: timestamppb.New(a.s.opts.Clock.Now())},
-	}
-	// The log entry is appended before the call returns, so a bad request
-	// found there (a table made meanwhile) fails the call itself.
-	e, err := c.m.Append(ctx, clusteretcd.SchemaEntry{Method: "RestoreTable", Table: ref.name(), Request: payload, Origin: c.opts.NodeID}, func(seq uint64) (tablets.Directory, error) {
-		owners, err := tablets.Place(len(splits)+1, c.m.Nodes(), c.m.Directories())
-		if err != nil {
-			return tablets.Directory{}, err
-		}
-		return tablets.NewDirectory(ref.name(), seq, splits, owners)
-	}, false)
-	if err != nil {
-		unmark()
-	}
-	switch {
-	case errors.Is(err, clusteretcd.ErrTableExists):
-		return nil, status.Errorf(codes.AlreadyExists, "ebbtable: table %s already exists", ref.table)
-	case errors.Is(err, tablets.ErrNoNodes):
-		return nil, status.Error(codes.Unavailable, err.Error())
-	case err != nil:
-		return nil, status.Errorf(codes.Unavailable, "%v", err)
-	}
-	op, err := a.s.ops.pending(tableName, meta)
-	if err != nil {
-		unmark()
-		return nil, err
-	}
-	if err := a.s.backups.Go(func(ctx context.Context) {
-		res, err := c.waitApplied(ctx, e.Seq)
-		if err == nil {
-			err = res.err
-		}
-		if err != nil {
-			c.forgetFailed(ctx, ref, e)
-			unmark()
-			op.finish(nil, nil, toStatus(err))
-			return
-		}
-		wctx, cancel := context.WithTimeout(ctx, allAppliedWait)
-		if err := c.m.WaitFor(wctx, func() bool { return c.m.AllApplied(e.Seq) }); err != nil && ctx.Err() == nil {
-			c.s.log.Warn("restore not yet applied on every live node", "seq", e.Seq, "table", tableName)
-		}
-		cancel()
-		// Unmarked before the operation ends: a client that deletes the
-		// backup once its restore is done is not refused.
-		unmark()
-		meta.Progress = &adminpb.OperationProgress{ProgressPercent: 100, StartTime: meta.Progress.StartTime, EndTime: timestamppb.New(a.s.opts.Clock.Now())}
-		op.finish(res.resp, meta, nil)
-	}); err != nil {
-		unmark()
-		return nil, toStatus(err)
-	}
-	return op.wait(a.s.opWait), nil
-}
-
-// forgetFailed drops the directory of a restored table that failed here,
-// as propose does for a failed create.
-func (c *clusterMember) forgetFailed(ctx context.Context, ref tableRef, e clusteretcd.SchemaEntry) {
-	if d, ok := c.m.Directory(ref.name()); ok && d.TableID == e.TableID {
-		// DeleteTable, not ForgetTable: other nodes may have restored it.
-		req := &adminpb.DeleteTableRequest{Name: ref.name()}
-		if _, err := c.propose(context.WithoutCancel(ctx), "DeleteTable", ref, req, clusteretcd.DirOp{Drop: true}); err != nil && status.Code(err) != codes.NotFound {
-			c.s.log.Warn("drop a table whose restore failed", "table", ref.name(), "err", err)
-		}
-	}
-}
-
-// applyRestore applies a RestoreTable schema log entry on this node: it
-// restores the rows of the tablets this node owns and commits the table
-// under the cluster's id with the backup's schema. Nothing of the table
-// is visible here until it is whole.
-func (c *clusterMember) applyRestore(ctx context.Context, e clusteretcd.SchemaEntry) applyResult {
-	a := &adminServer{s: c.s}
-	var ent restoreEntry
-	if err := json.Unmarshal(e.Request, &ent); err != nil {
-		return applyResult{err: status.Errorf(codes.InvalidArgument, "ebbtable: restore entry: %v", err)}
-	}
-	mf, _, err := backup.DecodeRecord(ent.Record)
-	if err != nil {
-		return applyResult{err: status.Errorf(codes.DataLoss, "%v", err)}
-	}
-	if m, err := c.s.engine.Table(ent.Instance, ent.TableID); err == nil {
-		if m.ID == e.TableID {
-			return applyResult{resp: a.tableToProto(m, adminpb.Table_SCHEMA_VIEW)} // applied before a crash
-		}
-		return applyResult{err: status.Errorf(codes.AlreadyExists, "ebbtable: table %s already exists", ent.TableID)}
-	}
-	var spans []backup.RowSpan
-	if d, ok := c.m.Directory(e.Table); ok && d.TableID == e.TableID {
-		for _, t := range d.Tablets {
-			if t.Owner == c.opts.NodeID {
-				spans = append(spans, backup.RowSpan{Start: t.Start, End: t.End})
-			}
-		}
-	}
-	files := mf.PartsIn(spans)
-	if len(files) > 0 && c.store == nil {
-		return applyResult{err: status.Error(codes.FailedPrecondition, backupObjectsNeeded)}
-	}
-	r, err := c.s.engine.BeginRestoreID(ent.Instance, ent.TableID, e.TableID)
-	if err != nil {
-		return applyResult{err: toStatus(err)}
-	}
-	meta, err := c.restoreFiles(ctx, mf, files, spans, r, ent.Retention)
-	if err != nil {
-		if aerr := r.Abort(); aerr != nil {
-			err = errors.Join(err, aerr)
-		}
-		return applyResult{err: toStatus(err)}
-	}
-	return applyResult{resp: a.tableToProto(meta, adminpb.Table_SCHEMA_VIEW)}
-}
-
-func (c *clusterMember) restoreFiles(ctx context.Context, mf *backup.Manifest, files []backup.FileInfo, spans []backup.RowSpan, r *table.Restoring, retention table.Retention) (*table.Meta, error) {
-	root := filepath.Join(c.s.opts.DataDir, "backups")
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return nil, err
-	}
-	tmp, err := os.MkdirTemp(root, ".tmp-cluster-restore-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(tmp)
-	fetched, work := filepath.Join(tmp, "fetched"), filepath.Join(tmp, "work")
-	if err := errors.Join(os.Mkdir(fetched, 0o755), os.Mkdir(work, 0o755)); err != nil {
-		return nil, err
-	}
-	for _, f := range files {
-		if err := c.download(ctx, mf.Objects+f.Name, filepath.Join(fetched, f.Name), f.Bytes); err != nil {
-			return nil, fmt.Errorf("ebbtable: restore %s: fetch %s: %w", mf.Name, f.Name, err)
-		}
-	}
-	return backup.RestoreRows(ctx, c.s.engine, mf, fetched, files, spans, r, retention, work, 0)
 }
 
 // listBackupsPage orders and pages a list of backups as ListBackups asks.

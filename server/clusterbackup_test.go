@@ -72,6 +72,7 @@ func scaleTablets(t *testing.T, n *scaleNode, tableID string) string {
 // leaves; the backup is seen from the others, restored through n2 and
 // read whole through n3 (and n2).
 func TestScaleOutBackupRestore(t *testing.T) {
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2", "n3")
 	sc.createTable(t, "n1", "g", "p")
 	ctx := context.Background()
@@ -223,6 +224,7 @@ func TestScaleOutBackupRestore(t *testing.T) {
 // Bad requests get their code and change nothing: no backup record, no
 // file, no schema log entry, no table.
 func TestScaleOutBackupBadInput(t *testing.T) {
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2", "n3")
 	sc.createTable(t, "n1", "g", "p")
 	ctx := context.Background()
@@ -516,6 +518,7 @@ func TestScaleOutBackupDuringMoves(t *testing.T) {
 // A table's automated backup policy reaches every node with CreateTable;
 // whichever nodes check, the cluster gets one backup of every tablet.
 func TestScaleOutAutomatedBackup(t *testing.T) {
+	t.Parallel()
 	// The nodes' clock starts at a whole minute, so the checks below all
 	// fall in one minute (backups are named after it).
 	clk := clock.NewShifted(time.Now().Truncate(time.Minute).Add(time.Minute))

@@ -14,6 +14,7 @@ import (
 // moves the rest, fails with the moves made and the tablets left, and a
 // second drain finishes it.
 func TestScaleOutDrainStopsAndGoesOn(t *testing.T) {
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2", "n3")
 	sc.createTable(t, "n1", "c", "g", "k", "p", "u") // two tablets a node
 	ctx := context.Background()

@@ -626,6 +626,9 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 	if err != nil {
 		return err
 	}
+	if c.restoreUnderWay(g.Table) { // clusterrestore.go: nothing to rebuild
+		return c.takeOverRestoring(ctx, g)
+	}
 	cat, ok, err := storage.ReadCatalog(c.store, g.Dead)
 	if err != nil {
 		return err
@@ -794,19 +797,7 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 	if err := f.checkpoint(ctx, spans, false); err != nil {
 		return err
 	}
-	d, ok := c.m.Directory(g.Table)
-	if !ok {
-		return fmt.Errorf("ebbtable: table %s was dropped", g.Table)
-	}
-	next := d.Clone()
-	for _, t := range g.Tablets {
-		ct, i, found := d.Find(t.ID)
-		if !found || ct.Owner != g.Dead || !bytes.Equal(ct.Start, t.Start) || !bytes.Equal(ct.End, t.End) {
-			return fmt.Errorf("%w: %s changed during its take-over", tablets.ErrConflict, t)
-		}
-		next.Tablets[i].Owner = c.opts.NodeID
-	}
-	if _, err := c.m.TakeOver(ctx, d, next, g.Dead); err != nil {
+	if err := c.flipTakeOver(ctx, g); err != nil {
 		return err
 	}
 	c.s.log.Info("took over a dead node's tablets", "dead", g.Dead, "table", g.Table, "tablets", len(g.Tablets),
@@ -953,4 +944,24 @@ func (f *failover) blockedTakers(dirs []tablets.Directory) func(dead, table, nod
 		}
 		return false
 	}
+}
+
+// flipTakeOver makes this node the owner of a dead node's tablets in g, in
+// the fenced directory flip of a take-over; ErrConflict when one of them
+// changed since the take-over was planned.
+func (c *clusterMember) flipTakeOver(ctx context.Context, g tablets.TakeOver) error {
+	d, ok := c.m.Directory(g.Table)
+	if !ok {
+		return fmt.Errorf("ebbtable: table %s was dropped", g.Table)
+	}
+	next := d.Clone()
+	for _, t := range g.Tablets {
+		ct, i, found := d.Find(t.ID)
+		if !found || ct.Owner != g.Dead || !bytes.Equal(ct.Start, t.Start) || !bytes.Equal(ct.End, t.End) {
+			return fmt.Errorf("%w: %s changed during its take-over", tablets.ErrConflict, t)
+		}
+		next.Tablets[i].Owner = c.opts.NodeID
+	}
+	_, err := c.m.TakeOver(ctx, d, next, g.Dead)
+	return err
 }

@@ -169,7 +169,8 @@ func (c *clusterMember) moveTablet(ctx context.Context, tableName string, id uin
 		c.moves.WithLabelValues("failed").Inc()
 		return res, toStatus(err)
 	}
-	if _, err := clusterpb.NewClusterClient(cc).IngestSpan(ctx, &clusterpb.IngestSpanRequest{Table: tableName, Tablet: id, Export: b}); err != nil {
+	// The target commits after everything this node committed (clusterrepl.go).
+	if _, err := clusterpb.NewClusterClient(cc).IngestSpan(c.withCommitFloor(ctx), &clusterpb.IngestSpanRequest{Table: tableName, Tablet: id, Export: b}); err != nil {
 		c.moves.WithLabelValues("failed").Inc()
 		return res, fmt.Errorf("ebbtable: node %s could not ingest %s: %w", to, t, err)
 	}

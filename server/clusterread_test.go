@@ -125,6 +125,7 @@ func TestScaleOutSlowReadDoesNotHoldAMove(t *testing.T) {
 // TestScaleOutRowsLimitCountsLocalRows: a rows limit spans tablets read
 // here and tablets read on their owners.
 func TestScaleOutRowsLimitCountsLocalRows(t *testing.T) {
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2", "n3")
 	sc.createTable(t, "n1", "g", "p") // n1 owns [, g)
 	tbl := sc.nodes["n2"].client.Open("t")

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"time"
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
@@ -101,6 +102,17 @@ func proposeOp(m proto.Message, err error) (*longrunningpb.Operation, error) {
 	return m.(*longrunningpb.Operation), nil
 }
 
+// keepDeletedFor is how long etcd keeps a deleted table's directory for
+// an undelete: the undelete retention (each node keeps its part of the
+// table's data that long), and a minute at least, so a delete refused
+// (deletion protection) can put the directory back.
+func (c *clusterMember) keepDeletedFor() time.Duration {
+	return max(c.s.opts.UndeleteRetention, minKeepDeleted)
+}
+
+// minKeepDeleted is keepDeletedFor's floor (tests lower it).
+var minKeepDeleted = time.Minute
+
 // undoDirOp undoes what a change's entry did to its table's directory
 // when the change failed on this node (and so, applied in the same order
 // to the same schema, on every node).
@@ -128,7 +140,7 @@ func (c *clusterMember) undoDirOp(ctx context.Context, ref tableRef, e clusteret
 		if _, err := c.s.engine.Table(ref.instance, ref.table); err == nil {
 			return
 		}
-		undo = clusteretcd.DirOp{Drop: true, Keep: true}
+		undo = clusteretcd.DirOp{Drop: true, Keep: true, KeepFor: c.keepDeletedFor()}
 	default:
 		return
 	}
@@ -170,6 +182,9 @@ func (c *clusterMember) applyMore(ctx context.Context, e clusteretcd.SchemaEntry
 			resp, err = a.UndeleteTable(ctx, &req)
 		}
 	default:
+		if r, ok := c.applyView(ctx, e); ok { // clusterviews.go
+			return r
+		}
 		err = status.Errorf(codes.Unimplemented, "ebbtable: unknown schema change %q", e.Method)
 	}
 	return applyResult{resp: resp, err: err}

@@ -70,6 +70,7 @@ func updateProtection(t *testing.T, n *scaleNode, on bool) {
 // UndeleteTable sent to one node reach every node, also one that was down
 // when they were made.
 func TestScaleOutSchemaChangesEverywhere(t *testing.T) {
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2", "n3")
 	sc.createTable(t, "n1", "g", "p")
 	ctx := context.Background()
@@ -236,6 +237,7 @@ func TestScaleOutSchemaChangesEverywhere(t *testing.T) {
 // id (its families' ids the backup's, not name order), is whole through
 // every node, and its tablet can move.
 func TestScaleOutRestore(t *testing.T) {
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2", "n3")
 	sc.createTable(t, "n1")
 	ctx := context.Background()

@@ -45,6 +45,7 @@ func sqlKeys(t *testing.T, n *scaleNode, query string) string {
 }
 
 func TestClusterSQLSeesEveryTablet(t *testing.T) {
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2", "n3")
 	sc.createTable(t, "n1", "g", "p")
 	ctx := context.Background()
@@ -134,6 +135,7 @@ func TestClusterSQLSeesEveryTablet(t *testing.T) {
 // A query's read that a tablet move interrupts resumes after the last row
 // it received, on the tablet's new owner.
 func TestClusterSQLReadAcrossMove(t *testing.T) {
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2")
 	sc.createTable(t, "n1", "m")
 	ctx := context.Background()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 
 	tablets "github.com/ebbtable/ebbtable/cluster"
 	"github.com/ebbtable/ebbtable/server/clusterpb"
@@ -167,6 +168,36 @@ func (s *clusterService) MergeTablet(ctx context.Context, req *clusterpb.MergeTa
 
 // MoveTablet runs the move on the tablet's owner: here, or passed to it.
 func (s *clusterService) MoveTablet(ctx context.Context, req *clusterpb.MoveTabletRequest) (*clusterpb.MoveTabletResponse, error) {
+	if clusterForwarded(ctx) {
+		s.c.catchUpTo(ctx, forwardedOpRev(ctx))
+		return s.moveTablet(ctx, req)
+	}
+	resp, err := s.moveTablet(ctx, req)
+	if status.Code(err) != codes.Aborted {
+		return resp, err
+	}
+	// This node's view of the directory was stale (the owner it passed
+	// the move to, or this node, no longer owns the tablet) or a change
+	// raced the flip: read the directory from etcd itself and pass the
+	// move on once more.
+	if _, _, rerr := s.c.m.ReadDirectory(ctx, tableNameOf(req.Table)); rerr != nil {
+		return resp, err
+	}
+	return s.moveTablet(ctx, req)
+}
+
+// tableNameOf is a table's resource name as the directory keys it.
+func tableNameOf(name string) string {
+	if ref, err := parseTable(name); err == nil {
+		return ref.name()
+	}
+	return name
+}
+
+// moveTablet runs a move here if this node owns the tablet by its view of
+// the directory, else passes it to the owner (once: a passed-on move is
+// not passed on again).
+func (s *clusterService) moveTablet(ctx context.Context, req *clusterpb.MoveTabletRequest) (*clusterpb.MoveTabletResponse, error) {
 	d, ref, err := s.c.dirOf(req.Table)
 	if err != nil {
 		return nil, err
@@ -193,7 +224,9 @@ func (s *clusterService) MoveTablet(ctx context.Context, req *clusterpb.MoveTabl
 		if err != nil {
 			return nil, status.Errorf(codes.Unavailable, "ebbtable: node %s: %v", n.ID, err)
 		}
-		return clusterpb.NewClusterClient(cc).MoveTablet(clusterForward(ctx), req)
+		// The receiver catches up with the revision this node routed by.
+		fctx := metadata.AppendToOutgoingContext(ctx, metaClusterOp, strconv.FormatInt(d.Revision, 10))
+		return clusterpb.NewClusterClient(cc).MoveTablet(fctx, req)
 	}
 	r, err := s.c.moveTablet(ctx, req.Table, req.Tablet, req.To)
 	if err != nil {
@@ -203,7 +236,21 @@ func (s *clusterService) MoveTablet(ctx context.Context, req *clusterpb.MoveTabl
 		SharedSsts: r.SharedSSTs, Millis: r.Took.Milliseconds()}, nil
 }
 
+// forwardedOpRev is the directory revision a passed-on Cluster call was
+// routed by (0 if it carries none).
+func forwardedOpRev(ctx context.Context) int64 {
+	for _, v := range metadata.ValueFromIncomingContext(ctx, metaClusterOp) {
+		if r, err := strconv.ParseInt(v, 10, 64); err == nil && r > 1 {
+			return r
+		}
+	}
+	return 0
+}
+
 func (s *clusterService) IngestSpan(ctx context.Context, req *clusterpb.IngestSpanRequest) (*clusterpb.IngestSpanResponse, error) {
+	if f := commitFloor(ctx); f > 0 {
+		s.c.s.engine.ObserveCommit(f) // clusterrepl.go
+	}
 	if err := s.c.ingestSpan(ctx, req.Export); err != nil {
 		return nil, err
 	}

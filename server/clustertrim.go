@@ -34,6 +34,17 @@ const DefaultSchemaTrimEvery = 1000
 // schemaSnapshot is what a snapshot's data holds.
 type schemaSnapshot struct {
 	Tables []snapshotTable `json:"tables"`
+	// Views are the instances' logical and materialized views
+	// (clusterviews.go).
+	Views []snapshotView `json:"views,omitempty"`
+}
+
+// snapshotView is a view's instance metadata.
+type snapshotView struct {
+	Kind     string `json:"kind"`
+	Instance string `json:"instance"`
+	Name     string `json:"name"`
+	Value    []byte `json:"value"`
 }
 
 type snapshotTable struct {
@@ -71,6 +82,15 @@ func (c *clusterMember) buildSnapshot() ([]byte, error) {
 		}
 		snap.Tables = append(snap.Tables, st)
 	}
+	for _, kind := range []string{kindLogicalView, kindMaterializedView} {
+		err := c.s.engine.InstanceMeta(kind, "", func(inst, name string, v []byte) error {
+			snap.Views = append(snap.Views, snapshotView{Kind: kind, Instance: inst, Name: name, Value: append([]byte(nil), v...)})
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	return json.Marshal(snap)
 }
 
@@ -89,6 +109,14 @@ func (c *clusterMember) installSnapshot(data []byte) error {
 				return err
 			}
 		}
+	}
+	for _, v := range snap.Views {
+		if err := c.s.engine.PutInstanceMeta(v.Kind, v.Instance, v.Name, v.Value); err != nil {
+			return err
+		}
+	}
+	if len(snap.Views) > 0 {
+		c.s.mviews.changed() // the maintained views are indexed again
 	}
 	return nil
 }

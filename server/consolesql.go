@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/ebbtable/ebbtable/console"
@@ -17,9 +18,20 @@ import (
 // it. Errors read as the RPC's status: "INVALID_ARGUMENT: …".
 type consoleSQL struct{ d *dataServer }
 
-func (c consoleSQL) Query(ctx context.Context, instance, query string) (console.SQLQuery, error) {
-	x, err := c.d.setupExecute(&btpb.ExecuteQueryRequest{InstanceName: instance, Query: query,
-		DataFormat: &btpb.ExecuteQueryRequest_ProtoFormat{ProtoFormat: &btpb.ProtoFormat{}}})
+func (c consoleSQL) Query(ctx context.Context, instance, query string, params []console.SQLParam) (console.SQLQuery, error) {
+	req := &btpb.ExecuteQueryRequest{InstanceName: instance, Query: query,
+		DataFormat: &btpb.ExecuteQueryRequest_ProtoFormat{ProtoFormat: &btpb.ProtoFormat{}}}
+	for _, p := range params {
+		_, v, err := ParseSQLParam(p.Type, p.Value)
+		if err != nil {
+			return console.SQLQuery{}, fmt.Errorf("INVALID_ARGUMENT: parameter @%s: %v", p.Name, err)
+		}
+		if req.Params == nil {
+			req.Params = map[string]*btpb.Value{}
+		}
+		req.Params[p.Name] = v
+	}
+	x, err := c.d.setupExecute(req)
 	if err != nil {
 		return console.SQLQuery{}, statusText(err)
 	}
@@ -27,6 +39,9 @@ func (c consoleSQL) Query(ctx context.Context, instance, query string) (console.
 		return statusText(c.d.runQuery(ctx, x, fn))
 	}}, nil
 }
+
+// ParamTypes implements console.SQLRunner.
+func (consoleSQL) ParamTypes() []string { return SQLParamTypes }
 
 // statusText turns a gRPC status error into an error reading
 // "CODE: message", as the RPC's client sees it.

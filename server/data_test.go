@@ -302,6 +302,7 @@ func TestCheckAndMutate(t *testing.T) {
 }
 
 func TestReadModifyWriteConcurrentIncrementsLoseNothing(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"cf": nil})
@@ -357,6 +358,7 @@ func TestReadModifyWriteConcurrentIncrementsLoseNothing(t *testing.T) {
 // uses for production (the Go client refuses rows that span responses, so a
 // row must fit in one message).
 func TestLargeValueRoundTrips(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"cf": nil})

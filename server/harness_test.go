@@ -32,6 +32,10 @@ type testEnv struct {
 
 type envOption func(*Options)
 
+// withAnyViewQuery accepts materialized view queries beyond Cloud
+// Bigtable's rules (Options.anyViewQuery).
+func withAnyViewQuery(o *Options) { o.anyViewQuery = true }
+
 func withVisibility(v table.Visibility) envOption {
 	return func(o *Options) { o.Visibility = v }
 }

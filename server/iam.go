@@ -43,6 +43,10 @@ func iamKey(resource string) (inst, rest string, err error) {
 // backup or authorized view name); a resource never given one has an empty
 // policy (no bindings, no etag).
 func (s *Server) IAMPolicy(resource string) (*iampb.Policy, error) {
+	if s.clusterIAM(resource) { // clusteriam.go
+		p, _, err := s.readIAM(resource)
+		return p, err
+	}
 	inst, rest, err := iamKey(resource)
 	if err != nil {
 		return nil, err
@@ -60,11 +64,14 @@ func (s *Server) IAMPolicy(resource string) (*iampb.Policy, error) {
 // forgetIAM drops a deleted resource's policy, so a resource created again
 // under its name starts with none.
 func (s *Server) forgetIAM(resource string) error {
+	if s.clusterIAM(resource) { // clusteriam.go
+		return s.forgetClusterIAM(resource)
+	}
 	inst, rest, err := iamKey(resource)
 	if err != nil {
 		return err
 	}
-	return s.engine.DeleteInstanceMeta(kindIAM, inst, rest)
+	return s.deleteMeta(kindIAM, inst, rest) // metarepl.go
 }
 
 // checkIAMResource answers NotFound for a resource that does not exist.
@@ -77,6 +84,9 @@ func (s *Server) checkIAMResource(resource string) error {
 	case rest == "":
 		return nil // every instance exists (see GetInstance)
 	case strings.Contains(rest, "/backups/"):
+		if s.clusterIAM(resource) { // clusteriam.go
+			return s.checkClusterBackup(resource)
+		}
 		n, err := parseBackup(resource)
 		if err != nil {
 			return err
@@ -121,7 +131,7 @@ func (s *Server) setIamPolicy(ctx context.Context, method string, req *iampb.Set
 	}
 	s.inst.iamMu.Lock()
 	defer s.inst.iamMu.Unlock()
-	old, err := s.IAMPolicy(res)
+	old, rev, err := s.readIAM(res) // clusteriam.go
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -147,8 +157,7 @@ func (s *Server) setIamPolicy(ctx context.Context, method string, req *iampb.Set
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	inst, rest, _ := iamKey(res)
-	if err := s.engine.PutInstanceMeta(kindIAM, inst, rest, v); err != nil {
+	if err := s.storeIAM(res, v, rev); err != nil {
 		return nil, toStatus(err)
 	}
 	return p, nil

@@ -106,6 +106,18 @@ func (s *Server) iamPolicies(inst string, path []iamRes) (map[string]*iampb.Poli
 		want[r.rest] = true
 	}
 	out := map[string]*iampb.Policy{}
+	for _, r := range path {
+		if res := inst + "/" + r.rest; r.rest != "" && s.clusterIAM(res) { // clusteriam.go
+			p, _, err := s.readIAM(res)
+			if err != nil {
+				return nil, err
+			}
+			if len(p.GetBindings()) > 0 {
+				out[r.rest] = p
+			}
+			delete(want, r.rest)
+		}
+	}
 	err := s.engine.InstanceMeta(kindIAM, inst, func(_, name string, v []byte) error {
 		if !want[name] {
 			return nil

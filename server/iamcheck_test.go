@@ -329,6 +329,7 @@ func TestIamPermissionsAnswerForTheCaller(t *testing.T) {
 // TestIAMOnTheHTTPPort: the web console shows every table, so where IAM
 // policies exist a token must be granted on every resource they govern.
 func TestIAMOnTheHTTPPort(t *testing.T) {
+	t.Parallel()
 	e := newIAMEnv(t, func(o *Options) { o.HTTPAddr = "127.0.0.1:0" })
 	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, TLSClientConfig: e.tls}, Timeout: 10 * time.Second}
 	get := func(method, tok string) int {

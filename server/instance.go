@@ -471,7 +471,7 @@ func (a *instanceServer) adoptPeerMeta(list []replication.MetaEntry) error {
 		}
 		a.forgetProfiles()
 	}
-	return nil
+	return a.s.adoptStampedMeta(list) // metarepl.go
 }
 
 // profileEtag is when a stored app profile last changed (its etag), or 0.

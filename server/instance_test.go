@@ -31,6 +31,7 @@ func (env *testEnv) instanceAdmin(t *testing.T) *bigtable.InstanceAdminClient {
 }
 
 func TestInstanceClusters(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	iac := env.instanceAdmin(t)

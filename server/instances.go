@@ -46,7 +46,7 @@ func (a *instanceServer) putInstance(p *adminpb.Instance) error {
 	if err != nil {
 		return err
 	}
-	return a.s.engine.PutInstanceMeta(kindInstance, p.GetName(), "", v)
+	return a.s.putMeta(kindInstance, p.GetName(), "", v) // metarepl.go
 }
 
 // newCluster fills a requested cluster's defaults, as Bigtable reports
@@ -240,7 +240,11 @@ func (a *instanceServer) DeleteInstance(ctx context.Context, req *adminpb.Delete
 			return nil, toStatus(err)
 		}
 		for _, n := range names {
-			if err := a.s.engine.DeleteInstanceMeta(kind, inst, n); err != nil {
+			del := a.s.engine.DeleteInstanceMeta
+			if isStampedKind(kind) {
+				del = a.s.deleteMeta // a tombstone that travels (metarepl.go)
+			}
+			if err := del(kind, inst, n); err != nil {
 				return nil, toStatus(err)
 			}
 		}

@@ -1,6 +1,9 @@
 package server
 
 import (
+	"flag"
+	"runtime"
+	"strconv"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -9,6 +12,17 @@ import (
 // TestMain fails the package if any goroutine outlives its test: every
 // server, client, collector loop and Pebble goroutine must be stopped by
 // Close.
+//
+// Unless -test.parallel is given, it runs twice as many parallel tests at
+// once as there are CPUs (go test's default is as many): the package's
+// tests mostly wait on gRPC round trips, leases and replication, and at
+// the default they kept two cores about a third busy.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", strconv.Itoa(2*runtime.GOMAXPROCS(0)))
+	}
 	goleak.VerifyTestMain(m)
 }

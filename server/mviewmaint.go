@@ -69,6 +69,9 @@ type mviews struct {
 	index    map[uint64][]*maintView
 	indexGen int64
 	indexed  bool
+	// skipped are the tables of views not maintained because this node
+	// does not hold the whole table (mviewcluster.go).
+	skipped []tableRef
 
 	// baseRows counts base-table rows the view code read (queries and raw
 	// cells): tests see that a read of a maintained view reads none.
@@ -98,6 +101,9 @@ type maintView struct {
 	ic              *sqlquery.Incremental
 	keyAt           int
 	space           []byte
+	// coverage is the cluster directory state the view's table is wholly
+	// on this node at ("" outside a cluster; mviewcluster.go).
+	coverage string
 }
 
 type viewHeader struct {
@@ -105,6 +111,8 @@ type viewHeader struct {
 	Query   string `json:"query"`
 	TableID uint64 `json:"table_id"`
 	Schema  string `json:"schema"`
+	// Coverage: in a cluster, the directory state the state was built at.
+	Coverage string `json:"coverage,omitempty"`
 }
 
 // countingCatalog counts the rows the view's queries read.
@@ -181,23 +189,34 @@ func maintainable(plan *sqlquery.Plan, m *table.Meta, query string) (*sqlquery.I
 
 // planMaint plans a view for maintenance; nil when it is not maintained.
 func (s *Server) planMaint(inst, id, query string) *maintView {
+	mv, _ := s.planMaintCover(inst, id, query)
+	return mv
+}
+
+// planMaintCover is planMaint; partial is set when the view would be
+// maintained but this node does not hold its whole table (a cluster).
+func (s *Server) planMaintCover(inst, id, query string) (mv *maintView, partial bool) {
 	plan, err := sqlquery.Prepare(s.tableCatalog(inst), query, nil)
 	if err != nil || len(plan.Tables) != 1 {
-		return nil
+		return nil, false
 	}
 	m, err := s.engine.Table(inst, plan.Tables[0])
 	if err != nil {
-		return nil
+		return nil, false
 	}
 	ic, ok := maintainable(plan, m, query)
 	if !ok {
-		return nil
+		return nil, false
 	}
 	keyAt := viewKeyColumn(plan.Columns)
 	if keyAt < 0 {
-		return nil
+		return nil, false
 	}
-	return &maintView{inst: inst, id: id, query: query, meta: m, plan: plan, ic: ic, keyAt: keyAt, space: table.ViewSpace(inst + "/" + id)}
+	cov, whole := s.viewCoverage(inst, m.Name)
+	if !whole {
+		return nil, true
+	}
+	return &maintView{inst: inst, id: id, query: query, meta: m, plan: plan, ic: ic, keyAt: keyAt, space: table.ViewSpace(inst + "/" + id), coverage: cov}, false
 }
 
 // views returns the maintained views by table, planned against the tables
@@ -217,24 +236,33 @@ func (s *Server) maintIndex() (map[uint64][]*maintView, error) {
 			}
 		}
 	}
+	if fresh && s.viewCoverageChanged(v.index, v.skipped) {
+		fresh = false
+	}
 	if fresh {
 		return v.index, nil
 	}
 	index := map[uint64][]*maintView{}
+	var skipped []tableRef
 	err := s.engine.InstanceMeta(kindMaterializedView, "", func(inst, name string, b []byte) error {
 		mv := &adminpb.MaterializedView{}
 		if err := protojson.Unmarshal(b, mv); err != nil {
 			return err
 		}
-		if p := s.planMaint(inst, name, mv.GetQuery()); p != nil {
+		p, partial := s.planMaintCover(inst, name, mv.GetQuery())
+		if p != nil {
 			index[p.meta.ID] = append(index[p.meta.ID], p)
+		} else if partial {
+			if plan, err := sqlquery.Prepare(s.tableCatalog(inst), mv.GetQuery(), nil); err == nil && len(plan.Tables) == 1 {
+				skipped = append(skipped, tableRef{instance: inst, table: plan.Tables[0]})
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	v.index, v.indexGen, v.indexed = index, gen, true
+	v.index, v.indexGen, v.indexed, v.skipped = index, gen, true, skipped
 	return index, nil
 }
 
@@ -247,6 +275,10 @@ func (s *Server) maintainAll(ctx context.Context) error {
 	var errs []error
 	for id, views := range index {
 		errs = append(errs, s.maintainTable(ctx, id, views))
+	}
+	if s.cluster != nil {
+		// Tablets that moved away leave views unmaintained here.
+		errs = append(errs, s.unlogUnmaintained(index))
 	}
 	return errors.Join(errs...)
 }
@@ -362,7 +394,7 @@ func prefixEndOf(tag byte, p []byte) []byte {
 
 func (mv *maintView) header() (viewHeader, error) {
 	schema, err := json.Marshal(mv.meta)
-	return viewHeader{Version: viewStateVersion, Query: mv.query, TableID: mv.meta.ID, Schema: string(schema)}, err
+	return viewHeader{Version: viewStateVersion, Query: mv.query, TableID: mv.meta.ID, Schema: string(schema), Coverage: mv.coverage}, err
 }
 
 // viewCurrent reports whether the view's stored state was built for its
@@ -791,16 +823,5 @@ func (s *Server) dropView(inst, id string) error {
 	if err != nil {
 		return err
 	}
-	for _, m := range s.engine.Tables("") {
-		if s.engine.ViewLogged(m.ID) && len(index[m.ID]) == 0 {
-			l := s.mviews.tableLock(m.ID)
-			l.Lock()
-			err := s.engine.SetViewLogged(m.ID, false)
-			l.Unlock()
-			if err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return s.unlogUnmaintained(index)
 }

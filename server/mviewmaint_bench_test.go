@@ -83,8 +83,8 @@ func BenchmarkMaterializedViewRead(b *testing.B) {
 }
 
 // viewBenchSetup makes tables m and c of total rows in 10 groups, and views
-// vm (maintained) and vc (the same, computed on read: its query calls
-// CURRENT_DATE).
+// vm (maintained) and vc (the same, computed on read: its key column is
+// not named _key).
 func viewBenchSetup(b *testing.B, total int) (*testEnv, context.Context) {
 	env := newBenchEnv(b)
 	ctx := context.Background()
@@ -95,11 +95,11 @@ func viewBenchSetup(b *testing.B, total int) (*testEnv, context.Context) {
 			b.Fatal(err)
 		}
 		loadGrouped(b, env, name, total)
-		where := ""
+		key := "_key"
 		if name == "c" {
-			where = " WHERE CURRENT_DATE() IS NOT NULL"
+			key = "g"
 		}
-		q := fmt.Sprintf("SELECT f['g'] AS _key, COUNT(f['v']) AS n, MAX(f['v']) AS mx FROM %s%s GROUP BY f['g']", name, where)
+		q := fmt.Sprintf("SELECT f['g'] AS %s, COUNT(f['v']) AS n, MAX(f['v']) AS mx FROM %s GROUP BY f['g']", key, name)
 		if err := iac.CreateMaterializedView(ctx, testInstance, &bigtable.MaterializedViewInfo{MaterializedViewID: "v" + name, Query: q}); err != nil {
 			b.Fatal(err)
 		}

@@ -70,7 +70,9 @@ func testMaintRandom(t *testing.T, vis table.Visibility, seed uint64) {
 	// The collector and the row policy's job run only when the test says:
 	// a pass between reading the view and computing it would differ.
 	quiet := func(o *Options) { o.GC.Interval, o.TTL.Interval = 1000*time.Hour, 1000*time.Hour }
-	env := newTestEnv(t, withVisibility(vis), quiet)
+	// DISTINCT, the list and logical aggregates and a view without GROUP BY
+	// are beyond Cloud Bigtable's rules; their maintenance stays tested.
+	env := newTestEnv(t, withVisibility(vis), quiet, withAnyViewQuery)
 	ctx := context.Background()
 	inst := "projects/" + testProject + "/instances/" + testInstance
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.MaxAgePolicy(time.Hour), "k": nil})

@@ -25,6 +25,7 @@ import (
 // maintained view equals the view computed from scratch, and that reading
 // it with nothing changed reads no base row.
 func TestMaterializedViewMaintained(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	inst := "projects/" + testProject + "/instances/" + testInstance

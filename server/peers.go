@@ -82,8 +82,9 @@ func (ps *peerSet) load() error {
 	})
 }
 
-// add stores a peer (or updates its address and readiness) durably.
-func (ps *peerSet) add(pi peerInfo) error {
+// addLocal stores a peer (or updates its address and readiness) durably
+// on this node (add, in clusterrepl.go, also tells the node's cluster).
+func (ps *peerSet) addLocal(pi peerInfo) error {
 	if pi.ID == "" || pi.ID == ps.s.opts.ClusterID {
 		return fmt.Errorf("%w: peer cluster id %q", errInvalid, pi.ID)
 	}
@@ -115,6 +116,9 @@ func (ps *peerSet) add(pi peerInfo) error {
 
 // remove forgets a peer.
 func (ps *peerSet) remove(id string) error {
+	if err := ps.s.unpublishPeer(id); err != nil {
+		return err
+	}
 	if err := ps.s.engine.DeleteInstanceMeta(kindPeer, peerInstance, id); err != nil {
 		return err
 	}

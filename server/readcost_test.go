@@ -13,6 +13,7 @@ import (
 // and a LatestNFilter(1) read of a column of 20,000 versions under no GC
 // rule, each examine a handful of cells (the request stats' cells seen).
 func TestReadCostFollowsWhatIsReturned(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"one": bigtable.MaxVersionsPolicy(1), "all": nil})
 	ctx := context.Background()

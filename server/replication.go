@@ -88,12 +88,26 @@ func (a *ebbAdmin) Pull(ctx context.Context, in *ebbadminpb.PullRequest) (*ebbad
 		return nil, status.Errorf(codes.InvalidArgument, "ebbtable: pull needs the calling cluster's id (got %q)", caller)
 	}
 	p, ok := s.peers.get(caller)
+	if !ok && s.cluster != nil {
+		// It may have joined through another node of this cluster.
+		if err := s.syncClusterPeers(ctx); err != nil {
+			return nil, toStatus(err)
+		}
+		p, ok = s.peers.get(caller)
+	}
 	if !ok {
 		// A cluster pulls only after joining; one this process forgot
 		// (deleted) must join again.
 		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: cluster %q has not joined cluster %q", caller, s.opts.ClusterID)
 	}
-	if addr := in.GetAddr(); addr != "" && addr != p.Addr {
+	local := s.cluster != nil && replLocal(ctx)
+	if s.cluster != nil {
+		// A cluster of several nodes never calls its peers (it does not
+		// pull): a pull, or this node's part of one, is how each node hears
+		// from them (GC leader, health).
+		s.peers.contact(caller, nil)
+	}
+	if addr := in.GetAddr(); addr != "" && addr != p.Addr && !local {
 		// The peer restarted on another address.
 		p.Addr = addr
 		if err := s.peers.add(p); err != nil {
@@ -104,7 +118,12 @@ func (a *ebbAdmin) Pull(ctx context.Context, in *ebbadminpb.PullRequest) (*ebbad
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	out, err := s.repl.Answer(ctx, req)
+	var out *replication.PullResponse
+	if s.cluster != nil && !local {
+		out, err = s.clusterAnswer(ctx, req) // clusterrepl.go
+	} else {
+		out, err = s.repl.Answer(ctx, req)
+	}
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -146,6 +165,12 @@ func (a *ebbAdmin) Ready(ctx context.Context, in *ebbadminpb.ReadyRequest) (*ebb
 // Snapshot streams a consistent copy of every table to a joining cluster
 // (snapshotMessage in replpeer.go).
 func (a *ebbAdmin) Snapshot(_ *ebbadminpb.SnapshotRequest, stream grpc.ServerStreamingServer[ebbadminpb.SnapshotMessage]) error {
+	if s := a.s; s.cluster != nil { // clusterrepl.go
+		if replLocal(stream.Context()) {
+			return s.localSnapshot(stream.Context(), stream.Send)
+		}
+		return toStatus(s.clusterSnapshot(stream.Context(), stream.Send))
+	}
 	err := a.s.repl.Snapshot(func(it replication.SnapshotItem) error {
 		if msg := snapshotMessage(it); msg != nil {
 			return stream.Send(msg)

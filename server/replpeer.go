@@ -192,6 +192,8 @@ func newReplicator(s *Server) *replication.Replicator {
 		AdoptMeta:  func(es []replication.MetaEntry) error { return s.inst.adoptPeerMeta(es) },
 		OnReady:    func(id string) { s.inst.peerReady(id) },
 		DataDir:    s.opts.DataDir,
+		// A cluster of several nodes is a source only (clusterrepl.go).
+		SourceOnly: s.cluster != nil,
 		// Tests lower the budget (see pullMaxBytes).
 		PullMaxBytes: pullMaxBytes,
 	})
@@ -209,7 +211,11 @@ func (s *Server) localMeta() ([]replication.MetaEntry, error) {
 			return nil, err
 		}
 	}
-	return meta, nil
+	stamped, err := s.stampedMeta() // metarepl.go
+	if err != nil {
+		return nil, err
+	}
+	return append(meta, stamped...), nil
 }
 
 // The encoding of pulls (ebbadminpb.PullRequest and PullResponse); records

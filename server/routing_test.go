@@ -227,6 +227,7 @@ func TestRoutingSingleClusterForwards(t *testing.T) {
 // TestRoutingForwardsMetadata: request metadata (here a cell TTL) reaches
 // the cluster that serves the request.
 func TestRoutingForwardsMetadata(t *testing.T) {
+	t.Parallel()
 	nodes, _ := startClusters(t, "a", "b")
 	a, b := nodes["a"], nodes["b"]
 	a.profile(t, "p", &bigtable.SingleClusterRoutingConfig{ClusterID: "b"})
@@ -343,6 +344,7 @@ func TestRoutingMultiClusterLocalFirst(t *testing.T) {
 // the cluster the row key hashes to among all clusters (this one included):
 // always the same for a key, different for different keys.
 func TestRoutingRowAffinity(t *testing.T) {
+	t.Parallel()
 	nodes, _ := startClusters(t, "a", "b", "c")
 	a := nodes["a"]
 	ctx := context.Background()
@@ -413,6 +415,7 @@ func TestRoutingRowAffinity(t *testing.T) {
 // TestRoutingNoLoop: a forwarded request is served where it arrives even if
 // that cluster's profile of the same name routes elsewhere.
 func TestRoutingNoLoop(t *testing.T) {
+	t.Parallel()
 	nodes, _ := startClusters(t, "a", "b")
 	a, b := nodes["a"], nodes["b"]
 	ctx := context.Background()
@@ -442,6 +445,7 @@ func TestRoutingNoLoop(t *testing.T) {
 
 // TestRoutingChecks: the profile checks happen before any forwarding.
 func TestRoutingChecks(t *testing.T) {
+	t.Parallel()
 	nodes, _ := startClusters(t, "a", "b")
 	a := nodes["a"]
 	ctx := context.Background()

@@ -129,6 +129,7 @@ func gcMoveSetup(t *testing.T, interval time.Duration, prepare func(src, dst *sc
 // stays live), and the background collector's interval is an hour, so
 // the passes are the ones the test runs through EbbAdmin/GcRun.
 func TestScaleOutGCAfterMove(t *testing.T) {
+	t.Parallel()
 	// A pass on both sides before the move: their collectors now know the
 	// table, so their next passes would be incremental (the target's is
 	// not: an ingest makes it sweep the table whole once).
@@ -297,6 +298,7 @@ func wantEverywhere(t *testing.T, sc *scaleCluster, rows []string, cols string) 
 // (counted by ebbtable_gc_table_passes_total; one pass under way at the
 // jump may count too, hence three).
 func TestScaleOutGCAfterMoveBackground(t *testing.T) {
+	t.Parallel()
 	const interval = 200 * time.Millisecond
 	sc, clk, src, dst, rows := gcMoveSetup(t, interval, nil)
 	before := gcTablePasses(t, dst)

@@ -68,7 +68,7 @@ func (s *Server) putSchemaBundle(ref tableRef, key string, b *adminpb.SchemaBund
 	if err != nil {
 		return err
 	}
-	return s.engine.PutInstanceMeta(kindSchemaBundle, ref.instance, key, v)
+	return s.putMeta(kindSchemaBundle, ref.instance, key, v) // metarepl.go
 }
 
 // forgetTableBundles removes a deleted table's schema bundles.
@@ -84,7 +84,7 @@ func (s *Server) forgetTableBundles(ref tableRef) error {
 		return err
 	}
 	for _, k := range keys {
-		if err := s.engine.DeleteInstanceMeta(kindSchemaBundle, ref.instance, k); err != nil {
+		if err := s.deleteMeta(kindSchemaBundle, ref.instance, k); err != nil {
 			return err
 		}
 	}
@@ -214,7 +214,7 @@ func (a *adminServer) DeleteSchemaBundle(ctx context.Context, req *adminpb.Delet
 	if req.GetEtag() != "" && req.GetEtag() != b.GetEtag() {
 		return nil, status.Errorf(codes.Aborted, "ebbtable: schema bundle %s changed since it was read (etag mismatch)", req.GetName())
 	}
-	if err := a.s.engine.DeleteInstanceMeta(kindSchemaBundle, ref.instance, key); err != nil {
+	if err := a.s.deleteMeta(kindSchemaBundle, ref.instance, key); err != nil {
 		return nil, toStatus(err)
 	}
 	return &emptypb.Empty{}, nil

@@ -42,6 +42,10 @@ type SecurityOptions struct {
 	// PeerCredentialFile holds the secret clusters of the instance send
 	// each other in auth.PeerHeader.
 	PeerCredentialFile string
+	// NodeCredentialFile holds the secret the nodes of one cluster (scale-
+	// out) send each other in auth.NodeHeader; with TokenFile in cluster
+	// mode it is required.
+	NodeCredentialFile string
 	// MetricsOpen leaves /metrics (and only it) open when tokens are on.
 	MetricsOpen bool
 	// Insecure allows a non-loopback address without TLS and tokens.
@@ -102,6 +106,7 @@ type security struct {
 	clientCA atomic.Pointer[x509.CertPool]
 	peerCA   atomic.Pointer[x509.CertPool]
 	peerCred string
+	nodeCred string
 	allow    []string // PeerAllow plus the --join address
 
 	inflight atomic.Int64
@@ -142,7 +147,17 @@ func newSecurity(o *Options) (*security, error) {
 			return nil, fmt.Errorf("ebbtable: peer credential: %w", err)
 		}
 	}
-	if sec.auth, err = auth.New(auth.Options{TokenFile: so.TokenFile, PeerCredential: sec.peerCred}); err != nil {
+	if so.NodeCredentialFile != "" {
+		if sec.nodeCred, err = auth.ReadNodeCredential(so.NodeCredentialFile); err != nil {
+			return nil, fmt.Errorf("ebbtable: node credential: %w", err)
+		}
+	}
+	if o.Cluster != nil && so.TokenFile != "" && sec.nodeCred == "" {
+		// Moves, backups and a peer's pulls need node-to-node calls, and
+		// no client token is sent on them.
+		return nil, errors.New("ebbtable: cluster mode with --auth-token-file needs --node-credential-file (the secret the nodes of the cluster present to each other)")
+	}
+	if sec.auth, err = auth.New(auth.Options{TokenFile: so.TokenFile, PeerCredential: sec.peerCred, NodeCredential: sec.nodeCred}); err != nil {
 		return nil, err
 	}
 	if err := checkExposure(o); err != nil {
@@ -328,6 +343,30 @@ func (sec *security) peerDialOptions(addr string, maxBytes int) []grpc.DialOptio
 	return opts
 }
 
+// nodeDialOptions are how this node dials another node of its cluster: as
+// a peer (TLS, its certificate, the peer credential), plus the node
+// credential.
+func (sec *security) nodeDialOptions(addr string, maxBytes int) []grpc.DialOption {
+	opts := sec.peerDialOptions(addr, maxBytes)
+	if sec.nodeCred != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(nodeCredential{sec.nodeCred, sec.tlsOn()}))
+	}
+	return opts
+}
+
+// nodeCredential sends the node credential in auth.NodeHeader.
+type nodeCredential struct {
+	secret string
+	tls    bool
+}
+
+func (p nodeCredential) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{auth.NodeHeader: p.secret}, nil
+}
+
+// RequireTransportSecurity: as peerCredential's.
+func (p nodeCredential) RequireTransportSecurity() bool { return p.tls }
+
 // peerCredential sends the peer credential in auth.PeerHeader.
 type peerCredential struct {
 	secret string
@@ -441,6 +480,9 @@ func credentialsOf(ctx context.Context, method string) auth.Call {
 	}
 	if v := metadata.ValueFromIncomingContext(ctx, auth.PeerHeader); len(v) > 0 {
 		c.Peer = v[0]
+	}
+	if v := metadata.ValueFromIncomingContext(ctx, auth.NodeHeader); len(v) > 0 {
+		c.Node = v[0]
 	}
 	return c
 }

@@ -128,6 +128,7 @@ func bearerMD(token string) []string { return []string{"authorization", "Bearer 
 // credential for cluster-to-cluster calls) gets past authorization. The
 // peer credential opens no client method, and no client token a peer one.
 func TestEveryMethodIsGuarded(t *testing.T) {
+	t.Parallel()
 	tokens, peer := securityFiles(t)
 	srv := startSecure(t, SecurityOptions{TokenFile: tokens, PeerCredentialFile: peer})
 	conn := plainConn(t, srv.Addr())
@@ -281,6 +282,7 @@ func newCerts(t *testing.T, prefix string) testkit.Certs {
 // endpoint option, TLS credentials and a token source, creates a table,
 // writes and reads; a reader token cannot write; no token, no call.
 func TestOfficialClientOverTLSWithToken(t *testing.T) {
+	t.Parallel()
 	certs := newCerts(t, "s")
 	tokens, _ := securityFiles(t)
 	srv := startSecure(t, SecurityOptions{TLSCert: certs.ServerCert, TLSKey: certs.ServerKey, TokenFile: tokens})
@@ -328,6 +330,7 @@ func TestOfficialClientOverTLSWithToken(t *testing.T) {
 // TestMutualTLS: with --tls-client-ca, a client must present a certificate
 // the CA signed.
 func TestMutualTLS(t *testing.T) {
+	t.Parallel()
 	certs := newCerts(t, "m")
 	srv := startSecure(t, SecurityOptions{TLSCert: certs.ServerCert, TLSKey: certs.ServerKey, TLSClientCA: certs.CA})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -399,6 +402,7 @@ func TestMutualTLS(t *testing.T) {
 // TestTLSCertificateReload: Reload (SIGHUP in serve) puts a new
 // certificate on new connections.
 func TestTLSCertificateReload(t *testing.T) {
+	t.Parallel()
 	first, second := newCerts(t, "a"), newCerts(t, "b")
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
@@ -519,6 +523,7 @@ func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, n
 // tokens and the peer credential join and replicate; their links use the
 // same certificates, and no client token is needed between them.
 func TestPeersOverMutualTLSWithPeerCredential(t *testing.T) {
+	t.Parallel()
 	certs := newCerts(t, "p")
 	tokens, peer := securityFiles(t)
 	so := SecurityOptions{TLSCert: certs.ServerCert, TLSKey: certs.ServerKey, TLSClientCA: certs.CA, TokenFile: tokens, PeerCredentialFile: peer}
@@ -579,6 +584,7 @@ func TestPeerCredentialRequiredToJoin(t *testing.T) {
 // TestPeerWithAnotherCAIsRefused: a process dialling a peer whose
 // certificate its peer CA did not sign does not join.
 func TestPeerWithAnotherCAIsRefused(t *testing.T) {
+	t.Parallel()
 	certs, other := newCerts(t, "q"), newCerts(t, "r")
 	a := startSecure(t, SecurityOptions{TLSCert: certs.ServerCert, TLSKey: certs.ServerKey}, func(o *Options) { o.ClusterID = "a" })
 	srv, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: t.TempDir(), ClusterID: "b", Join: a.Addr(),

@@ -61,6 +61,7 @@ func sqlRows(t *testing.T, c *bigtable.Client, q string) ([]string, error) {
 // maintenance read only that row, and key conditions narrow the read of
 // the state.
 func TestSQLFromMaterializedViewReadsState(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
@@ -147,6 +148,7 @@ func TestSQLFromMaterializedViewReadsState(t *testing.T) {
 // groups created, changed or deleted between the attempts before that
 // position are not repeated, those after it are read as they are now.
 func TestSQLResumeOverMaterializedView(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
@@ -225,6 +227,7 @@ func TestSQLResumeOverMaterializedView(t *testing.T) {
 // its undelete, which write no view log: the state is rebuilt (or kept)
 // to match the table read back.
 func TestMaterializedViewAfterRestoreAndUndelete(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
@@ -287,6 +290,7 @@ func TestMaterializedViewAfterRestoreAndUndelete(t *testing.T) {
 // every write acknowledged before it began and none not yet begun, and
 // the view's count never goes backwards.
 func TestSQLKeptViewUnderWrites(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})

@@ -100,6 +100,7 @@ func (r *resumeEnv) run(q string, ncols int, change func(first []string)) (first
 // got: rows changed before it are not sent again, rows after it are sent
 // as they are now, and the LIMIT counts the rows got before.
 func TestSQLResumeOrderByLimit(t *testing.T) {
+	t.Parallel()
 	r := newResumeEnv(t)
 	var keys []string
 	for i := range 12 {
@@ -138,6 +139,7 @@ func TestSQLResumeOrderByLimit(t *testing.T) {
 // An unordered grouped query's groups come in the order of their keys and
 // resume after the last group got.
 func TestSQLResumeGrouped(t *testing.T) {
+	t.Parallel()
 	r := newResumeEnv(t)
 	var groups []string
 	for i := range 12 {
@@ -163,6 +165,7 @@ func TestSQLResumeGrouped(t *testing.T) {
 
 // UNPACK resumes after the row key and timestamp of the last row got.
 func TestSQLResumeUnpack(t *testing.T) {
+	t.Parallel()
 	r := newResumeEnv(t)
 	for _, row := range []string{"a", "b", "c"} {
 		for ms := int64(1); ms <= 5; ms++ {
@@ -191,6 +194,7 @@ func TestSQLResumeUnpack(t *testing.T) {
 // unchanged, and refuses, with FAILED_PRECONDITION, a retry whose result
 // changed before the point reached.
 func TestSQLResumeCountedRefusesChange(t *testing.T) {
+	t.Parallel()
 	r := newResumeEnv(t)
 	for i := range 12 {
 		r.put(fmt.Sprintf("r%02d", i), "", 1000)
@@ -239,6 +243,7 @@ func TestSQLResumeCountedRefusesChange(t *testing.T) {
 // prepares again only before its first token): past valid_until it still
 // resumes.
 func TestSQLResumeTokenOutlivesValidUntil(t *testing.T) {
+	t.Parallel()
 	r := newResumeEnv(t)
 	for i := range 12 {
 		r.put(fmt.Sprintf("r%02d", i), fmt.Sprintf("g%02d", i), 1000)
@@ -266,6 +271,7 @@ func TestSQLResumeTokenOutlivesValidUntil(t *testing.T) {
 // Through the official client, results of every positioned kind stream
 // in several batches (tokens between them) and arrive whole and in order.
 func TestSQLPositionedThroughClient(t *testing.T) {
+	t.Parallel()
 	r := newResumeEnv(t)
 	for i := range 9 {
 		r.put(fmt.Sprintf("r%d", i), fmt.Sprintf("g%d", i%5), bigtable.Timestamp(1000*(i%2+1)))
@@ -295,6 +301,7 @@ func TestSQLPositionedThroughClient(t *testing.T) {
 // such view) is positioned by row key: a stream over it resumes after the
 // last row got, whatever changed.
 func TestSQLResumeOverLogicalView(t *testing.T) {
+	t.Parallel()
 	for _, view := range []string{"lv", "lv2"} {
 		t.Run(view, func(t *testing.T) {
 			r := newResumeEnv(t)

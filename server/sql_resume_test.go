@@ -15,6 +15,7 @@ import (
 // deleted between the attempts, before or after that position, are
 // neither repeated nor skipped. A grouped query's tokens are positions.
 func TestSQLResumeAfterChanges(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})

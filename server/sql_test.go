@@ -213,6 +213,7 @@ func TestSQLInvalid(t *testing.T) {
 // resume token neither repeats nor skips a row, and an empty result still
 // ends with a token.
 func TestSQLBatchesAndResume(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})

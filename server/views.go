@@ -106,8 +106,8 @@ func validViewID(id string) error {
 }
 
 // checkViewQuery plans a view's query against the instance as it is; a
-// materialized view's must also have a shape Cloud Bigtable accepts
-// (sqlquery's CheckMaterialized).
+// materialized view's must also follow Cloud Bigtable's rules (sqlquery's
+// MaterializedKey, mvrules.go).
 func (s *Server) checkViewQuery(kind, inst, q string) error {
 	if strings.TrimSpace(q) == "" {
 		return status.Error(codes.InvalidArgument, "ebbtable: a view needs a query")
@@ -117,7 +117,11 @@ func (s *Server) checkViewQuery(kind, inst, q string) error {
 		return sqlStatus(err)
 	}
 	if kind == kindMaterializedView {
-		if err := plan.CheckMaterialized(); err != nil {
+		err := plan.CheckMaterialized()
+		if err == nil && !s.opts.anyViewQuery {
+			_, err = plan.MaterializedKey(q)
+		}
+		if err != nil {
 			return sqlStatus(err)
 		}
 	}
@@ -249,6 +253,9 @@ func (s *Server) updateView(kind, coll string, in sqlView, paths []string, cur s
 // ---- logical views ----
 
 func (a *instanceServer) CreateLogicalView(ctx context.Context, req *adminpb.CreateLogicalViewRequest) (*longrunningpb.Operation, error) {
+	if r, ok, err := a.s.proposeView(ctx, "CreateLogicalView", "logicalViews", req.GetParent()+"/logicalViews/"+req.GetLogicalViewId(), req); ok {
+		return viewOp(r, err) // clusterviews.go
+	}
 	lv := proto.Clone(req.GetLogicalView()).(*adminpb.LogicalView)
 	return a.s.createView(kindLogicalView, "logicalViews", req.GetParent(), req.GetLogicalViewId(), lv, func(now *timestamppb.Timestamp) proto.Message {
 		return &adminpb.CreateLogicalViewMetadata{OriginalRequest: req, StartTime: now, EndTime: now}
@@ -281,6 +288,9 @@ func (a *instanceServer) ListLogicalViews(ctx context.Context, req *adminpb.List
 }
 
 func (a *instanceServer) UpdateLogicalView(ctx context.Context, req *adminpb.UpdateLogicalViewRequest) (*longrunningpb.Operation, error) {
+	if r, ok, err := a.s.proposeView(ctx, "UpdateLogicalView", "logicalViews", req.GetLogicalView().GetName(), req); ok {
+		return viewOp(r, err)
+	}
 	cur := &adminpb.LogicalView{}
 	err := a.s.updateView(kindLogicalView, "logicalViews", req.GetLogicalView(), req.GetUpdateMask().GetPaths(), cur,
 		func(q string) { cur.Query = q }, func(p bool) { cur.DeletionProtection = p })
@@ -292,6 +302,9 @@ func (a *instanceServer) UpdateLogicalView(ctx context.Context, req *adminpb.Upd
 }
 
 func (a *instanceServer) DeleteLogicalView(ctx context.Context, req *adminpb.DeleteLogicalViewRequest) (*emptypb.Empty, error) {
+	if r, ok, err := a.s.proposeView(ctx, "DeleteLogicalView", "logicalViews", req.GetName(), req); ok {
+		return viewEmpty(r, err)
+	}
 	if err := a.s.deleteView(kindLogicalView, "logicalViews", req.GetName(), req.GetEtag(), &adminpb.LogicalView{}); err != nil {
 		return nil, err
 	}
@@ -301,6 +314,9 @@ func (a *instanceServer) DeleteLogicalView(ctx context.Context, req *adminpb.Del
 // ---- materialized views ----
 
 func (a *instanceServer) CreateMaterializedView(ctx context.Context, req *adminpb.CreateMaterializedViewRequest) (*longrunningpb.Operation, error) {
+	if r, ok, err := a.s.proposeView(ctx, "CreateMaterializedView", "materializedViews", req.GetParent()+"/materializedViews/"+req.GetMaterializedViewId(), req); ok {
+		return viewOp(r, err)
+	}
 	mv := proto.Clone(req.GetMaterializedView()).(*adminpb.MaterializedView)
 	return a.s.createView(kindMaterializedView, "materializedViews", req.GetParent(), req.GetMaterializedViewId(), mv, func(now *timestamppb.Timestamp) proto.Message {
 		return &adminpb.CreateMaterializedViewMetadata{OriginalRequest: req, StartTime: now, EndTime: now}
@@ -333,6 +349,9 @@ func (a *instanceServer) ListMaterializedViews(ctx context.Context, req *adminpb
 }
 
 func (a *instanceServer) UpdateMaterializedView(ctx context.Context, req *adminpb.UpdateMaterializedViewRequest) (*longrunningpb.Operation, error) {
+	if r, ok, err := a.s.proposeView(ctx, "UpdateMaterializedView", "materializedViews", req.GetMaterializedView().GetName(), req); ok {
+		return viewOp(r, err)
+	}
 	cur := &adminpb.MaterializedView{}
 	err := a.s.updateView(kindMaterializedView, "materializedViews", req.GetMaterializedView(), req.GetUpdateMask().GetPaths(), cur,
 		func(q string) { cur.Query = q }, func(p bool) { cur.DeletionProtection = p })
@@ -344,6 +363,9 @@ func (a *instanceServer) UpdateMaterializedView(ctx context.Context, req *adminp
 }
 
 func (a *instanceServer) DeleteMaterializedView(ctx context.Context, req *adminpb.DeleteMaterializedViewRequest) (*emptypb.Empty, error) {
+	if r, ok, err := a.s.proposeView(ctx, "DeleteMaterializedView", "materializedViews", req.GetName(), req); ok {
+		return viewEmpty(r, err)
+	}
 	if err := a.s.deleteView(kindMaterializedView, "materializedViews", req.GetName(), req.GetEtag(), &adminpb.MaterializedView{}); err != nil {
 		return nil, err
 	}
@@ -374,28 +396,36 @@ func (s *Server) materializedRows(ctx context.Context, name string, rr *table.Re
 		return status.Errorf(codes.NotFound, "ebbtable: materialized view %s not found", name)
 	}
 	cat := s.tableCatalog(inst)
+	s.clusterSQL(&cat) // computed on read: every tablet of the table (clustersql.go)
 	plan, err := sqlquery.Prepare(cat, mv.GetQuery(), nil)
 	if err != nil {
 		return status.Errorf(codes.FailedPrecondition, "ebbtable: materialized view %s no longer plans: %v", name, err)
 	}
-	keyAt := viewKeyColumn(plan.Columns)
-	if keyAt < 0 {
-		return status.Errorf(codes.FailedPrecondition, "ebbtable: materialized view %s has no BYTES or STRING _key column to read rows by", name)
+	// The row key is the view's key columns, encoded (mviewkey.go).
+	key, ok := materializedKey(plan, mv.GetQuery())
+	if !ok {
+		return status.Errorf(codes.FailedPrecondition, "ebbtable: materialized view %s has no row key columns to read rows by", name)
+	}
+	inKey := make([]bool, len(plan.Columns))
+	for _, i := range key.cols {
+		inKey[i] = true
 	}
 	var rows []cell.Row
 	var keys [][]byte
 	var ranges []table.RowRange
-	if rr != nil {
+	if rr != nil && key.direct {
+		// Otherwise the row set is applied to the encoded keys, after
+		// (readMaterializedView).
 		keys, ranges = rr.Keys, rr.Ranges
 	}
 	emit := func(vals []sqlquery.Value) error {
-		k := viewKey(vals[keyAt])
+		k := key.encode(vals)
 		if k == nil {
 			return nil
 		}
 		r := cell.Row{Key: k, Cells: []cell.Cell{{Family: "default", Qualifier: []byte{}, Value: []byte{}}}}
 		for i, c := range plan.Columns {
-			if i == keyAt || vals[i] == nil {
+			if inKey[i] || vals[i] == nil {
 				continue
 			}
 			fam, q := "default", c.Name

@@ -441,8 +441,13 @@ func init() {
 		"CURRENT_TIMESTAMP": {min: 0, max: 0, typ: fixed(TTimestamp), eval: func(x *execCtx, _ []Value) (Value, error) {
 			return x.now, nil
 		}},
-		"CURRENT_DATE": {min: 0, max: 0, typ: fixed(TDate), eval: func(x *execCtx, _ []Value) (Value, error) {
-			return dateOf(x.now), nil
+		// CURRENT_DATE([zone]): the query's date in zone (UTC by default).
+		"CURRENT_DATE": {min: 0, max: 1, typ: fixed(TDate, KindString), eval: func(x *execCtx, a []Value) (Value, error) {
+			loc, _, err := zoneArg(a, 0)
+			if err != nil {
+				return nil, err
+			}
+			return dateOf(x.now.In(loc)), nil
 		}},
 		"TIMESTAMP_FROM_UNIX_MILLIS":  tsFrom(time.UnixMilli),
 		"TIMESTAMP_MILLIS":            tsFrom(time.UnixMilli),

@@ -35,6 +35,8 @@ func FuzzQuery(f *testing.F) {
 		"SELECT a, COUNT(*) FROM v GROUP BY a",
 		"SELECT _key, _timestamp FROM UNPACK((SELECT _key, f['a'] AS a FROM t(with_history => TRUE))) LIMIT 4",
 		"SELECT",
+		"SELECT f['a'] AS a, _key, COUNT(*) AS n FROM t GROUP BY a, _key",
+		"SELECT f['a'] AS a, _key FROM t ORDER BY a, _key",
 	} {
 		f.Add(s)
 	}
@@ -69,6 +71,13 @@ func FuzzQuery(f *testing.F) {
 				t.Fatalf("Prepare(%q): %v is not ErrInvalid", sql, err)
 			}
 			return
+		}
+		// The materialized view rules answer every query that plans:
+		// its row key, or an ErrInvalid.
+		if key, err := plan.MaterializedKey(sql); err != nil && !errors.Is(err, sqlquery.ErrInvalid) {
+			t.Fatalf("MaterializedKey(%q): %v is not ErrInvalid", sql, err)
+		} else if err == nil && len(key) == 0 {
+			t.Fatalf("MaterializedKey(%q): an accepted view without a row key", sql)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

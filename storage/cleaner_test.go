@@ -15,6 +15,7 @@ import (
 // its own: once flushed, their WALs are deleted, not kept on disk for
 // Pebble to reuse (cleaner.go); only the current WAL is left.
 func TestObsoleteWALsAreDeleted(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	db, err := Open(Options{Dir: dir})
 	if err != nil {

@@ -30,6 +30,7 @@ func ballastSize(t *testing.T, fs vfs.FS) int64 {
 }
 
 func TestBallast(t *testing.T) {
+	t.Parallel()
 	log := slog.New(slog.DiscardHandler)
 	fs := &sizedFS{MemFS: vfs.NewMem(), total: 1 << 30, avail: 512 << 20}
 

@@ -278,6 +278,7 @@ func TestCheckOnOpen(t *testing.T) {
 // TestVerifySSTEveryByte flips each byte of a small SSTable in turn: every
 // flip must fail VerifySST.
 func TestVerifySSTEveryByte(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	db, err := Open(Options{Dir: dir})
 	if err != nil {

@@ -237,6 +237,7 @@ func TestCommitTimestampsSurviveRestart(t *testing.T) {
 // tails the stream from its last position while commits are in flight: the
 // reader must see every record exactly once, in order.
 func TestTailingReaderNeverSkipsOrRepeats(t *testing.T) {
+	t.Parallel()
 	e, err := Open(Options{Dir: t.TempDir()}) // the real clock
 	if err != nil {
 		t.Fatal(err)

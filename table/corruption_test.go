@@ -435,6 +435,7 @@ type trialResult struct {
 }
 
 func TestCorruption(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	f := buildCorruptFixture(t)
 	n := *corruptSeeds
@@ -452,10 +453,20 @@ func TestCorruption(t *testing.T) {
 	type tally struct{ trials, reported, damaged, openFailed, readFailed, missing, restoreFailed int }
 	tallies := map[string]*tally{}
 	var wrong, panics int
-	for i := 0; i < n; i++ {
-		seed := base + uint64(i)
-		tr := pickTrial(f, seed)
-		res := runTrial(t, f, tr)
+	// The trials are independent (each on its own copy of the fixture):
+	// they run in parallel, and are tallied in seed order after.
+	trials, results := make([]corruptTrial, n), make([]trialResult, n)
+	t.Run("trials", func(t *testing.T) {
+		for i := range n {
+			trials[i] = pickTrial(f, base+uint64(i))
+			t.Run(fmt.Sprint(trials[i].seed), func(t *testing.T) {
+				t.Parallel()
+				results[i] = runTrial(t, f, trials[i])
+			})
+		}
+	})
+	for i := range n {
+		tr, res := trials[i], results[i]
 		key := tr.kind + " " + tr.action
 		ta := tallies[key]
 		if ta == nil {

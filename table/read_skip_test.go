@@ -163,6 +163,7 @@ func TestReadSkipsAgedVersions(t *testing.T) {
 // heads of a filter (filter.Head) where they can end a column or row; where
 // they cannot, the answer is still right.
 func TestReadColumnLimitPushdown(t *testing.T) {
+	t.Parallel()
 	eng, clk := openSkipTable(t, map[string]string{"cf": "never", "other": "never"})
 	now := clock.MillisTruncated(clk.Now())
 	writeVersions(t, eng, "r", "cf", "q", now, 100_000)

@@ -189,6 +189,19 @@
         box.form.requestSubmit();
       }
     });
+    // "+ parameter" adds an empty row (a copy of the last one).
+    var add = document.getElementById("sql-addparam");
+    if (add) {
+      add.addEventListener("click", function () {
+        var rows = document.querySelectorAll("#sql-params .sqlparam");
+        var last = rows[rows.length - 1];
+        var row = last.cloneNode(true);
+        row.querySelectorAll("input").forEach(function (i) { i.value = ""; });
+        row.querySelector("select").value = "STRING";
+        last.parentNode.insertBefore(row, add);
+        row.querySelector("input").focus();
+      });
+    }
     box.dataset.ready = "1";
   }
 

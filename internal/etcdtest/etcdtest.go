@@ -26,6 +26,10 @@ func Start(t testing.TB) string {
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	cfg.LogLevel = "error"
+	// The test's etcd dies with the test process, never alone, so nothing
+	// it acknowledged can be lost: no fsync (on a busy disk each costs
+	// tens of milliseconds, and a lease grant or put waits for one).
+	cfg.UnsafeNoFsync = true
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		t.Fatalf("start etcd: %v", err)

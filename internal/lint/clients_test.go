@@ -12,6 +12,7 @@ import (
 // (169.254.169.254) for credentials. NewClient takes the default config, so
 // tests call NewClientWithConfig with the provider set (testkit.Client does).
 func TestClientsStayOnLoopback(t *testing.T) {
+	t.Parallel()
 	for _, f := range parseModule(t) {
 		if !f.test && !strings.HasPrefix(f.dir, "internal/testkit") {
 			continue

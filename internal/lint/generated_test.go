@@ -25,6 +25,7 @@ var generated = []struct{ proto, pkg, base string }{
 // file differs: edit the .proto, then run `go generate ./<package>`. It
 // skips only where protoc is not installed (CI installs it).
 func TestGeneratedCurrent(t *testing.T) {
+	t.Parallel()
 	protoc, err := exec.LookPath("protoc")
 	if err != nil {
 		t.Skip("protoc is not installed (apt-get install protobuf-compiler)")

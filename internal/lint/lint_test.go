@@ -58,7 +58,6 @@ var sleepers = map[string]bool{
 	"backup/backup_test.go":                true,
 	"cli/cbt_test.go":                      true,
 	"cli/changestream_test.go":             true,
-	"cli/gc_test.go":                       true,
 	"cli/rowttl_test.go":                   true,
 	"cli/ttl_test.go":                      true,
 	"collector/bench_test.go":              true,

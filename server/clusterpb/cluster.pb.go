@@ -1183,6 +1183,157 @@ func (*IngestChangesResponse) Descriptor() ([]byte, []int) {
 	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
+type RestoreRowsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Table string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	// The table id the restore's schema log entry gave.
+	TableId uint64 `protobuf:"varint,2,opt,name=table_id,json=tableId,proto3" json:"table_id,omitempty"`
+	Start   []byte `protobuf:"bytes,3,opt,name=start,proto3" json:"start,omitempty"`
+	// Empty: the table's end.
+	End []byte `protobuf:"bytes,4,opt,name=end,proto3" json:"end,omitempty"`
+	// The directory revision the coordinator cut the rows by.
+	Revision int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The restore's schema log entry payload (JSON: the backup's record,
+	// the retention mode), so the owner needs only the backup's files.
+	Entry         []byte `protobuf:"bytes,6,opt,name=entry,proto3" json:"entry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreRowsRequest) Reset() {
+	*x = RestoreRowsRequest{}
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreRowsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreRowsRequest) ProtoMessage() {}
+
+func (x *RestoreRowsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreRowsRequest.ProtoReflect.Descriptor instead.
+func (*RestoreRowsRequest) Descriptor() ([]byte, []int) {
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RestoreRowsRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *RestoreRowsRequest) GetTableId() uint64 {
+	if x != nil {
+		return x.TableId
+	}
+	return 0
+}
+
+func (x *RestoreRowsRequest) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *RestoreRowsRequest) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *RestoreRowsRequest) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *RestoreRowsRequest) GetEntry() []byte {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
+type RestoreRowsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Cells ingested.
+	Cells int64 `protobuf:"varint,1,opt,name=cells,proto3" json:"cells,omitempty"`
+	// Bytes of backup files fetched from the shared store.
+	Bytes         int64  `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Node          string `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreRowsResponse) Reset() {
+	*x = RestoreRowsResponse{}
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreRowsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreRowsResponse) ProtoMessage() {}
+
+func (x *RestoreRowsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreRowsResponse.ProtoReflect.Descriptor instead.
+func (*RestoreRowsResponse) Descriptor() ([]byte, []int) {
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RestoreRowsResponse) GetCells() int64 {
+	if x != nil {
+		return x.Cells
+	}
+	return 0
+}
+
+func (x *RestoreRowsResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *RestoreRowsResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
 var File_ebbtable_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
@@ -1266,7 +1417,18 @@ const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
 	"\aobserve\x18\x03 \x01(\x03R\aobserve\x12\x14\n" +
 	"\x05start\x18\x04 \x01(\fR\x05start\x12\x10\n" +
 	"\x03end\x18\x05 \x01(\fR\x03end\"\x17\n" +
-	"\x15IngestChangesResponse2\xec\x06\n" +
+	"\x15IngestChangesResponse\"\x9f\x01\n" +
+	"\x12RestoreRowsRequest\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\tR\x05table\x12\x19\n" +
+	"\btable_id\x18\x02 \x01(\x04R\atableId\x12\x14\n" +
+	"\x05start\x18\x03 \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\x04 \x01(\fR\x03end\x12\x1a\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\x12\x14\n" +
+	"\x05entry\x18\x06 \x01(\fR\x05entry\"U\n" +
+	"\x13RestoreRowsResponse\x12\x14\n" +
+	"\x05cells\x18\x01 \x01(\x03R\x05cells\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node2\xce\a\n" +
 	"\aCluster\x12Z\n" +
 	"\tListNodes\x12%.ebbtable.cluster.v1.ListNodesRequest\x1a&.ebbtable.cluster.v1.ListNodesResponse\x12Z\n" +
 	"\tDrainNode\x12%.ebbtable.cluster.v1.DrainNodeRequest\x1a&.ebbtable.cluster.v1.DrainNodeResponse\x12`\n" +
@@ -1279,7 +1441,8 @@ const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
 	"IngestSpan\x12&.ebbtable.cluster.v1.IngestSpanRequest\x1a'.ebbtable.cluster.v1.IngestSpanResponse\x12]\n" +
 	"\n" +
 	"BackupRows\x12&.ebbtable.cluster.v1.BackupRowsRequest\x1a'.ebbtable.cluster.v1.BackupRowsResponse\x12f\n" +
-	"\rIngestChanges\x12).ebbtable.cluster.v1.IngestChangesRequest\x1a*.ebbtable.cluster.v1.IngestChangesResponseB/Z-github.com/ebbtable/ebbtable/server/clusterpbb\x06proto3"
+	"\rIngestChanges\x12).ebbtable.cluster.v1.IngestChangesRequest\x1a*.ebbtable.cluster.v1.IngestChangesResponse\x12`\n" +
+	"\vRestoreRows\x12'.ebbtable.cluster.v1.RestoreRowsRequest\x1a(.ebbtable.cluster.v1.RestoreRowsResponseB/Z-github.com/ebbtable/ebbtable/server/clusterpbb\x06proto3"
 
 var (
 	file_ebbtable_cluster_v1_cluster_proto_rawDescOnce sync.Once
@@ -1293,7 +1456,7 @@ func file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_ebbtable_cluster_v1_cluster_proto_rawDescData
 }
 
-var file_ebbtable_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_ebbtable_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_ebbtable_cluster_v1_cluster_proto_goTypes = []any{
 	(*Node)(nil),                  // 0: ebbtable.cluster.v1.Node
 	(*ListNodesRequest)(nil),      // 1: ebbtable.cluster.v1.ListNodesRequest
@@ -1314,6 +1477,8 @@ var file_ebbtable_cluster_v1_cluster_proto_goTypes = []any{
 	(*ChangeRecord)(nil),          // 16: ebbtable.cluster.v1.ChangeRecord
 	(*IngestChangesRequest)(nil),  // 17: ebbtable.cluster.v1.IngestChangesRequest
 	(*IngestChangesResponse)(nil), // 18: ebbtable.cluster.v1.IngestChangesResponse
+	(*RestoreRowsRequest)(nil),    // 19: ebbtable.cluster.v1.RestoreRowsRequest
+	(*RestoreRowsResponse)(nil),   // 20: ebbtable.cluster.v1.RestoreRowsResponse
 }
 var file_ebbtable_cluster_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: ebbtable.cluster.v1.ListNodesResponse.nodes:type_name -> ebbtable.cluster.v1.Node
@@ -1328,17 +1493,19 @@ var file_ebbtable_cluster_v1_cluster_proto_depIdxs = []int32{
 	12, // 9: ebbtable.cluster.v1.Cluster.IngestSpan:input_type -> ebbtable.cluster.v1.IngestSpanRequest
 	14, // 10: ebbtable.cluster.v1.Cluster.BackupRows:input_type -> ebbtable.cluster.v1.BackupRowsRequest
 	17, // 11: ebbtable.cluster.v1.Cluster.IngestChanges:input_type -> ebbtable.cluster.v1.IngestChangesRequest
-	2,  // 12: ebbtable.cluster.v1.Cluster.ListNodes:output_type -> ebbtable.cluster.v1.ListNodesResponse
-	4,  // 13: ebbtable.cluster.v1.Cluster.DrainNode:output_type -> ebbtable.cluster.v1.DrainNodeResponse
-	7,  // 14: ebbtable.cluster.v1.Cluster.ListTablets:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	7,  // 15: ebbtable.cluster.v1.Cluster.SplitTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	7,  // 16: ebbtable.cluster.v1.Cluster.MergeTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	11, // 17: ebbtable.cluster.v1.Cluster.MoveTablet:output_type -> ebbtable.cluster.v1.MoveTabletResponse
-	13, // 18: ebbtable.cluster.v1.Cluster.IngestSpan:output_type -> ebbtable.cluster.v1.IngestSpanResponse
-	15, // 19: ebbtable.cluster.v1.Cluster.BackupRows:output_type -> ebbtable.cluster.v1.BackupRowsResponse
-	18, // 20: ebbtable.cluster.v1.Cluster.IngestChanges:output_type -> ebbtable.cluster.v1.IngestChangesResponse
-	12, // [12:21] is the sub-list for method output_type
-	3,  // [3:12] is the sub-list for method input_type
+	19, // 12: ebbtable.cluster.v1.Cluster.RestoreRows:input_type -> ebbtable.cluster.v1.RestoreRowsRequest
+	2,  // 13: ebbtable.cluster.v1.Cluster.ListNodes:output_type -> ebbtable.cluster.v1.ListNodesResponse
+	4,  // 14: ebbtable.cluster.v1.Cluster.DrainNode:output_type -> ebbtable.cluster.v1.DrainNodeResponse
+	7,  // 15: ebbtable.cluster.v1.Cluster.ListTablets:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	7,  // 16: ebbtable.cluster.v1.Cluster.SplitTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	7,  // 17: ebbtable.cluster.v1.Cluster.MergeTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	11, // 18: ebbtable.cluster.v1.Cluster.MoveTablet:output_type -> ebbtable.cluster.v1.MoveTabletResponse
+	13, // 19: ebbtable.cluster.v1.Cluster.IngestSpan:output_type -> ebbtable.cluster.v1.IngestSpanResponse
+	15, // 20: ebbtable.cluster.v1.Cluster.BackupRows:output_type -> ebbtable.cluster.v1.BackupRowsResponse
+	18, // 21: ebbtable.cluster.v1.Cluster.IngestChanges:output_type -> ebbtable.cluster.v1.IngestChangesResponse
+	20, // 22: ebbtable.cluster.v1.Cluster.RestoreRows:output_type -> ebbtable.cluster.v1.RestoreRowsResponse
+	13, // [13:23] is the sub-list for method output_type
+	3,  // [3:13] is the sub-list for method input_type
 	3,  // [3:3] is the sub-list for extension type_name
 	3,  // [3:3] is the sub-list for extension extendee
 	0,  // [0:3] is the sub-list for field type_name
@@ -1355,7 +1522,7 @@ func file_ebbtable_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ebbtable_cluster_v1_cluster_proto_rawDesc), len(file_ebbtable_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -44,6 +44,7 @@ const (
 	Cluster_IngestSpan_FullMethodName    = "/ebbtable.cluster.v1.Cluster/IngestSpan"
 	Cluster_BackupRows_FullMethodName    = "/ebbtable.cluster.v1.Cluster/BackupRows"
 	Cluster_IngestChanges_FullMethodName = "/ebbtable.cluster.v1.Cluster/IngestChanges"
+	Cluster_RestoreRows_FullMethodName   = "/ebbtable.cluster.v1.Cluster/RestoreRows"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -79,6 +80,12 @@ type ClusterClient interface {
 	// under their own positions, and the last commit timestamp it handed out,
 	// which the target's commit sequence is raised past.
 	IngestChanges(ctx context.Context, in *IngestChangesRequest, opts ...grpc.CallOption) (*IngestChangesResponse, error)
+	// RestoreRows is an owner's part of a cluster restore: it ingests the
+	// backup's cells of rows [start, end) of a table being restored, all in
+	// tablets it owns, into its reservation of the table (not visible until
+	// the restore's commit entry). A node the restore's coordinator calls;
+	// UNAVAILABLE when this node does not own them all.
+	RestoreRows(ctx context.Context, in *RestoreRowsRequest, opts ...grpc.CallOption) (*RestoreRowsResponse, error)
 }
 
 type clusterClient struct {
@@ -179,6 +186,16 @@ func (c *clusterClient) IngestChanges(ctx context.Context, in *IngestChangesRequ
 	return out, nil
 }
 
+func (c *clusterClient) RestoreRows(ctx context.Context, in *RestoreRowsRequest, opts ...grpc.CallOption) (*RestoreRowsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RestoreRowsResponse)
+	err := c.cc.Invoke(ctx, Cluster_RestoreRows_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -212,6 +229,12 @@ type ClusterServer interface {
 	// under their own positions, and the last commit timestamp it handed out,
 	// which the target's commit sequence is raised past.
 	IngestChanges(context.Context, *IngestChangesRequest) (*IngestChangesResponse, error)
+	// RestoreRows is an owner's part of a cluster restore: it ingests the
+	// backup's cells of rows [start, end) of a table being restored, all in
+	// tablets it owns, into its reservation of the table (not visible until
+	// the restore's commit entry). A node the restore's coordinator calls;
+	// UNAVAILABLE when this node does not own them all.
+	RestoreRows(context.Context, *RestoreRowsRequest) (*RestoreRowsResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -248,6 +271,9 @@ func (UnimplementedClusterServer) BackupRows(context.Context, *BackupRowsRequest
 }
 func (UnimplementedClusterServer) IngestChanges(context.Context, *IngestChangesRequest) (*IngestChangesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method IngestChanges not implemented")
+}
+func (UnimplementedClusterServer) RestoreRows(context.Context, *RestoreRowsRequest) (*RestoreRowsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RestoreRows not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -432,6 +458,24 @@ func _Cluster_IngestChanges_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_RestoreRows_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RestoreRowsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).RestoreRows(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_RestoreRows_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).RestoreRows(ctx, req.(*RestoreRowsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -474,6 +518,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "IngestChanges",
 			Handler:    _Cluster_IngestChanges_Handler,
+		},
+		{
+			MethodName: "RestoreRows",
+			Handler:    _Cluster_RestoreRows_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,41 @@
+package server
+
+import (
+	"context"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// A node in cluster mode listens before it joins its cluster (the others
+// reach it at its address), so a call can come in while it is still
+// joining (a restart: clients and nodes retry a node that was down). Until
+// it has joined and caught up with the schema log, every call but health
+// checks answers UNAVAILABLE, which clients and the other nodes retry;
+// the cluster state is not there yet to judge it.
+
+const notJoined = "ebbtable: this node is joining its cluster; retry"
+
+func (s *Server) joining(method string) bool {
+	return s.cluster != nil && !s.cluster.joined.Load() && !strings.HasPrefix(method, "/grpc.health.v1.Health/")
+}
+
+func (s *Server) joiningUnary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if s.joining(info.FullMethod) {
+			return nil, status.Error(codes.Unavailable, notJoined)
+		}
+		return handler(ctx, req)
+	}
+}
+
+func (s *Server) joiningStream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if s.joining(info.FullMethod) {
+			return status.Error(codes.Unavailable, notJoined)
+		}
+		return handler(srv, ss)
+	}
+}
