@@ -230,17 +230,18 @@ func (c *clusterMember) sharedOptions() *storage.SharedOptions {
 
 func (c *clusterMember) newMetrics() {
 	c.moveBytes = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ebbtable_tablet_move_bytes_shipped",
-		Help:    "Bytes shipped from source to target per planned tablet move (shared SST references plus local upper levels).",
+		Help:    "Bytes shipped from source to target per planned tablet move (shared SST references plus local upper levels, and the tablet's change-stream records).",
 		Buckets: prometheus.ExponentialBuckets(1024, 4, 12)})
 	c.moves = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbtable_tablet_moves_total",
 		Help: "Planned tablet moves this node ran as the source, by outcome."}, []string{"outcome"})
 	c.forwarded = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbtable_cluster_forwarded_total",
 		Help: "Data requests (or parts of them) forwarded to the tablet's owner, by method."}, []string{"method"})
-	c.failMetrics = newFailoverMetrics() // clusterfail.go
+	c.failMetrics = newFailoverMetrics()   // clusterfail.go
+	c.changes.carried = newCarriedMetric() // clusterfailchanges.go
 }
 
 func (c *clusterMember) register(reg prometheus.Registerer) {
-	reg.MustRegister(c.moveBytes, c.moves, c.forwarded)
+	reg.MustRegister(c.moveBytes, c.moves, c.forwarded, c.changes.carried)
 	reg.MustRegister(c.failMetrics.collectors()...)
 }
 

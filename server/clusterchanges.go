@@ -20,6 +20,7 @@ import (
 	tablets "github.com/ebbtable/ebbtable/cluster"
 	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"github.com/ebbtable/ebbtable/table"
+	"github.com/prometheus/client_golang/prometheus"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -76,6 +77,10 @@ type changeMarks struct {
 	// afterAhead, when set (tests), runs between a move's two rounds of
 	// records, before it takes the tablet's gate.
 	afterAhead atomic.Pointer[func()]
+
+	// carried counts records carried between nodes, by path
+	// (clusterfailchanges.go).
+	carried *prometheus.CounterVec
 }
 
 // settled returns a channel closed when the next mark is settled.
@@ -184,6 +189,7 @@ type changeShipment struct {
 	client clusterpb.ClusterClient
 	lower  []byte // where the next round reads on from
 	n      int    // records sent
+	bytes  int    // their size (encodings and positions)
 }
 
 func (c *clusterMember) newShipment(ref tableRef, t tablets.Tablet, client clusterpb.ClusterClient) (*changeShipment, error) {
@@ -237,11 +243,13 @@ func (sh *changeShipment) send(ctx context.Context, upTo, observe int64) error {
 				enc := r.Encode()
 				req.Records = append(req.Records, &clusterpb.ChangeRecord{Commit: r.Commit, Tiebreaker: r.Tiebreaker, Index: r.Index, Record: enc})
 				size += len(enc) + 32
+				sh.bytes += len(enc) + 16
 				if size >= 1<<20 {
 					if _, err := sh.client.IngestChanges(ctx, req); err != nil {
 						return err
 					}
 					sh.n += len(req.Records)
+					sh.c.changes.carried.WithLabelValues("move").Add(float64(len(req.Records)))
 					req.Records, size = nil, 0
 				}
 			}
@@ -260,6 +268,7 @@ func (sh *changeShipment) send(ctx context.Context, upTo, observe int64) error {
 		return err
 	}
 	sh.n += len(req.Records)
+	sh.c.changes.carried.WithLabelValues("move").Add(float64(len(req.Records)))
 	return nil
 }
 

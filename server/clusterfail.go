@@ -89,6 +89,8 @@ type failover struct {
 
 	// stageHook, when set (tests), runs at steps of a take-over.
 	stageHook atomic.Pointer[func(stage string)]
+	// takeOversPaused (tests) holds this node's take-overs back.
+	takeOversPaused atomic.Bool
 }
 
 // victim is a dead node whose tablets were planned for take-over.
@@ -334,6 +336,10 @@ func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan, full bool)
 					return fmt.Errorf("ebbtable: checkpoint %s: %w", entry.Tombstones, err)
 				}
 			}
+			// So are the span's change-stream records (clusterfailchanges.go).
+			if entry.Changes, err = f.checkpointChanges(ref, s, name); err != nil {
+				return err
+			}
 		}
 		kept = append(kept, heldCheckpoint{span: s, x: x, entry: entry})
 		trunc = min(trunc, after)
@@ -352,6 +358,9 @@ func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan, full bool)
 		keep[e.Object] = true
 		if e.Tombstones != "" {
 			keep[e.Tombstones] = true
+		}
+		if e.Changes != "" {
+			keep[e.Changes] = true
 		}
 	}
 	for _, h := range f.cur {
@@ -491,7 +500,7 @@ func (f *failover) takeOverLoop() {
 		case <-f.kick:
 		case <-c.s.opts.Clock.After(time.Second):
 		}
-		if !c.m.Live() || c.s.opts.Clock.Now().Before(f.grace) {
+		if !c.m.Live() || c.s.opts.Clock.Now().Before(f.grace) || f.takeOversPaused.Load() {
 			continue
 		}
 		dirs := c.m.Directories()
@@ -681,6 +690,9 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 	for _, t := range g.Tablets {
 		groupSpans = append(groupSpans, table.RowSpan{Start: t.Start, End: t.End})
 	}
+	// The dead node's change-stream records of the tablets, from its
+	// checkpoints and log (clusterfailchanges.go).
+	rc := &recoveredChanges{spans: groupSpans}
 	// Whatever this node holds of the tablets (a copy from an old move) goes.
 	for _, t := range g.Tablets {
 		if err := eng.ExciseSpan(ctx, ref.instance, ref.table, t.Start, t.End); err != nil {
@@ -719,6 +731,9 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 				return err
 			}
 		}
+		if err := rc.fromCheckpoint(ctx, c.store, e); err != nil {
+			return err
+		}
 	}
 	pieces := tablets.RecoveryPieces(g.Tablets, cps, cat.Truncated)
 	from := uint64(1<<64 - 1)
@@ -750,8 +765,15 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 		n, err := eng.ReplayLogged(ref.instance, ref.table, spans, repr)
 		records++
 		keys += n
-		return err
+		if err != nil {
+			return err
+		}
+		return rc.fromLog(m, spans, repr)
 	})
+	if err != nil {
+		return err
+	}
+	changeRecords, err := rc.importTo(c, m, g.Table, g.Tablets)
 	if err != nil {
 		return err
 	}
@@ -779,7 +801,7 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 		return err
 	}
 	c.s.log.Info("took over a dead node's tablets", "dead", g.Dead, "table", g.Table, "tablets", len(g.Tablets),
-		"checkpoints", len(entries), "log_records", records, "keys", keys, "took", time.Since(start))
+		"checkpoints", len(entries), "log_records", records, "keys", keys, "change_records", changeRecords, "took", time.Since(start))
 	return nil
 }
 

@@ -210,11 +210,11 @@ func (c *clusterMember) moveTablet(ctx context.Context, tableName string, id uin
 		c.s.log.Warn("excise a moved tablet", "tablet", t.String(), "err", err)
 	}
 	st := x.Stats()
-	c.moveBytes.Observe(float64(len(b)))
+	c.moveBytes.Observe(float64(len(b) + ship.bytes)) // the records too
 	c.moves.WithLabelValues("moved").Inc()
 	res.Bytes, res.LocalBytes, res.LocalKeys, res.SharedSSTs = int64(len(b)), int64(st.LocalBytes), int64(st.LocalKeys), int64(st.SharedSSTs)
 	res.Took = time.Since(start)
-	c.s.log.Info("tablet moved", "table", d.Table, "tablet", id, "to", to, "bytes", len(b), "shared_ssts", st.SharedSSTs, "change_records", ship.n, "took", res.Took)
+	c.s.log.Info("tablet moved", "table", d.Table, "tablet", id, "to", to, "bytes", len(b), "shared_ssts", st.SharedSSTs, "change_records", ship.n, "change_bytes", ship.bytes, "took", res.Took)
 	return res, nil
 }
 
@@ -275,6 +275,11 @@ func (c *clusterMember) forceReassign(ctx context.Context, node string) ([]table
 				if next, err = next.WithOwner(mv.Tablet, mv.To); err != nil {
 					return done, clusterStatus(err)
 				}
+			}
+			// The dead node's change-stream records go to the new owners
+			// first (clusterfailchanges.go).
+			if err := c.forcedChanges(ctx, node, d, plan); err != nil {
+				return done, status.Errorf(codes.Unavailable, "ebbtable: %s's change-stream records: %v", node, err)
 			}
 			if _, err := c.m.UpdateDirectory(ctx, d, next); err != nil {
 				if errors.Is(err, tablets.ErrConflict) && ctx.Err() == nil {

@@ -429,6 +429,9 @@ type CatalogEntry struct {
 	// Tombstones names the object holding the span's replication
 	// tombstones (outside the cell space, so not in the export), if any.
 	Tombstones string `json:"tombstones,omitempty"`
+	// Changes names the object holding the span's change-stream records
+	// (read after After, with their positions), if any.
+	Changes string `json:"changes,omitempty"`
 	// Deleted marks the checkpoint of a table deleted within its undelete
 	// retention (kept for an undelete).
 	Deleted bool `json:"deleted,omitempty"`

@@ -531,10 +531,28 @@ func (e *Engine) DropRowRange(instance, name string, prefix []byte, all bool) er
 	if err != nil {
 		return err
 	}
+	if len(recs) == 0 {
+		finished, err := e.logBatch(b) // commitlog.go
+		if err != nil {
+			return err
+		}
+		defer finished()
+		return e.commitTable(b, m, nil, pebble.Sync, true)
+	}
+	// As commitRecorded, with the records in the batch before it goes to
+	// the commit log (a take-over rebuilds them from it).
+	ts := e.seq.begin(e.nowMicros())
+	defer e.seq.end(ts)
+	if e.beforeRecordedCommit != nil {
+		e.beforeRecordedCommit(recs)
+	}
+	if err := e.addRecords(b, m, ts, recs); err != nil {
+		return err
+	}
 	finished, err := e.logBatch(b) // commitlog.go
 	if err != nil {
 		return err
 	}
 	defer finished()
-	return e.commitRecorded(b, m, nil, recs, pebble.Sync, true)
+	return e.commitTable(b, m, nil, pebble.Sync, true)
 }
