@@ -95,18 +95,7 @@ func checkNoTable(t *testing.T, sc *scaleCluster, id string) {
 func TestScaleOutRestoreLongRunning(t *testing.T) {
 	sc := restoreCluster(t)
 	ctx := context.Background()
-	release := make(chan struct{})
-	var once sync.Once
-	testHookRestoreRows = func(node string, start, end []byte) error {
-		if node == "n3" {
-			<-release
-		}
-		return nil
-	}
-	t.Cleanup(func() {
-		once.Do(func() { close(release) })
-		testHookRestoreRows = nil
-	})
+	release := holdRestoreOn(t, "n3")
 	op := startRestore(t, sc.nodes["n2"], "r")
 	if op.Done {
 		t.Fatalf("restore done while a part is held: %v", op)
@@ -132,7 +121,7 @@ func TestScaleOutRestoreLongRunning(t *testing.T) {
 	if _, err := sc.nodes["n1"].client.Open("r").ReadRow(ctx, "a"); status.Code(err) != codes.NotFound {
 		t.Errorf("read of r during the restore: %v", err)
 	}
-	once.Do(func() { close(release) })
+	release()
 	testkit.Eventually(t, "the restore to finish", 20*time.Second, func() (bool, string) {
 		o, _ := getOp(t, sc.nodes["n2"], op.Name)
 		return o.Done, "running"
@@ -272,18 +261,7 @@ func TestScaleOutRestoreNodeRestarts(t *testing.T) {
 func TestScaleOutRestoreCoordinatorDies(t *testing.T) {
 	sc := restoreCluster(t)
 	ctx := context.Background()
-	release := make(chan struct{})
-	var once sync.Once
-	testHookRestoreRows = func(node string, start, end []byte) error {
-		if node == "n3" {
-			<-release
-		}
-		return nil
-	}
-	t.Cleanup(func() {
-		once.Do(func() { close(release) })
-		testHookRestoreRows = nil
-	})
+	release := holdRestoreOn(t, "n3")
 	op := startRestore(t, sc.nodes["n2"], "r")
 	testkit.Eventually(t, "two parts ingested", 10*time.Second, func() (bool, string) {
 		_, meta := getOp(t, sc.nodes["n2"], op.Name)
@@ -295,7 +273,7 @@ func TestScaleOutRestoreCoordinatorDies(t *testing.T) {
 		_, live := n1.srv.ClusterMember().Node("n2")
 		return !live, "n2 still listed"
 	})
-	once.Do(func() { close(release) })
+	release()
 	reservations := func(id string) int {
 		c := sc.nodes[id].srv.cluster
 		c.restoreMu.Lock()
@@ -362,4 +340,23 @@ func TestFailoverRestoreOwnerDies(t *testing.T) {
 			t.Errorf("r through %s: %s", id, keys)
 		}
 	}
+}
+
+// holdRestoreOn holds node's part of every restore until release is
+// called (at cleanup at the latest).
+func holdRestoreOn(t *testing.T, node string) (release func()) {
+	held := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(held) }) }
+	testHookRestoreRows = func(n string, start, end []byte) error {
+		if n == node {
+			<-held
+		}
+		return nil
+	}
+	t.Cleanup(func() {
+		release()
+		testHookRestoreRows = nil
+	})
+	return release
 }
