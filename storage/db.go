@@ -212,7 +212,7 @@ func Open(opts Options) (*DB, error) {
 		}
 	}
 	if opts.FullMemtable {
-		if err := skipMemtableRamp(db, uint64(po.MemTableSize)); err != nil {
+		if err := skipMemtableRamp(db, fs, opts.Dir, uint64(po.MemTableSize)); err != nil {
 			db.Close()
 			if closeHealth != nil {
 				closeHealth()

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Pebble's first memtable after an open is 256 KiB, and each next one
@@ -25,9 +26,15 @@ import (
 var rampKey = MetaKey("memtable-ramp", "")
 
 // skipMemtableRamp makes the mutable memtable full size (see above). It
-// does nothing when MemTableSize is at most 1 MiB (no ramp worth skipping).
-func skipMemtableRamp(db *pebble.DB, memTableSize uint64) error {
+// does nothing when MemTableSize is at most 1 MiB (no ramp worth skipping),
+// or when the disk holding dir has less than rampRoom times the batch free:
+// the batch goes through the WAL, and on a nearly full disk a failed WAL
+// write is fatal (a server must still start there, to be given room).
+func skipMemtableRamp(db *pebble.DB, fs vfs.FS, dir string, memTableSize uint64) error {
 	if memTableSize <= 1<<20 {
+		return nil
+	}
+	if u, err := fs.GetDiskUsage(dir); err != nil || u.AvailBytes < rampRoom*(memTableSize/4+memTableSize/16) {
 		return nil
 	}
 	// More than a quarter of MemTableSize, so the memtable grows to half
@@ -47,3 +54,7 @@ func skipMemtableRamp(db *pebble.DB, memTableSize uint64) error {
 	}
 	return db.Flush()
 }
+
+// rampRoom is how many times the ramp batch must be free on the disk for
+// skipMemtableRamp to write it.
+const rampRoom = 8
