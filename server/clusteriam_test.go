@@ -119,6 +119,35 @@ func TestScaleOutTableIAM(t *testing.T) {
 		t.Errorf("read through n3 by the member bound since: %v", err)
 	}
 
+	// An authorized view's policy and the instance's: set through one
+	// node, read through another; the view's goes with the view.
+	view := scaleTable + "/authorizedViews/v"
+	if _, err := iamOn("n1").CreateAuthorizedView(ctx, &adminpb.CreateAuthorizedViewRequest{Parent: scaleTable, AuthorizedViewId: "v",
+		AuthorizedView: &adminpb.AuthorizedView{AuthorizedView: &adminpb.AuthorizedView_SubsetView_{SubsetView: &adminpb.AuthorizedView_SubsetView{
+			RowPrefixes: [][]byte{[]byte("r")}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range []string{view, scaleInstance} {
+		if _, err := iamOn("n2").SetIamPolicy(ctx, &iampb.SetIamPolicyRequest{Resource: res, Policy: &iampb.Policy{Bindings: []*iampb.Binding{
+			{Role: "roles/bigtable.admin", Members: []string{auth.TokenMember(tokAdmin)}}}}}); err != nil {
+			t.Fatalf("set %s through n2: %v", res, err)
+		}
+		if p, err := iamOn("n3").GetIamPolicy(ctx, &iampb.GetIamPolicyRequest{Resource: res}); err != nil || len(p.GetBindings()) != 1 {
+			t.Errorf("policy of %s through n3: %v %v", res, p, err)
+		}
+	}
+	if _, err := iamOn("n3").DeleteAuthorizedView(ctx, &adminpb.DeleteAuthorizedViewRequest{Name: view}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := iamOn("n1").CreateAuthorizedView(ctx, &adminpb.CreateAuthorizedViewRequest{Parent: scaleTable, AuthorizedViewId: "v",
+		AuthorizedView: &adminpb.AuthorizedView{AuthorizedView: &adminpb.AuthorizedView_SubsetView_{SubsetView: &adminpb.AuthorizedView_SubsetView{
+			RowPrefixes: [][]byte{[]byte("r")}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := iamOn("n2").GetIamPolicy(ctx, &iampb.GetIamPolicyRequest{Resource: view}); err != nil || len(p.GetBindings()) != 0 {
+		t.Errorf("policy of a view made again under the name: %v %v", p, err)
+	}
+
 	// A table made again under the name starts without the policy, on
 	// every node.
 	if err := admin.DeleteTable(ctx, "t"); err != nil {
