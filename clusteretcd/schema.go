@@ -41,7 +41,8 @@ func (m *Member) Append(ctx context.Context, e SchemaEntry, newDir func(seq uint
 type DirOp struct {
 	// Create makes a new directory from the entry's sequence number (the
 	// table id); only if the table has none (else ErrTableExists). It
-	// forgets a directory a delete kept.
+	// forgets a directory a delete kept, and the IAM policies (iam.go) of
+	// the table's name and of the names under it.
 	Create func(seq uint64) (cluster.Directory, error)
 	// Drop removes the directory; with Keep it is kept (under deleted/)
 	// for an undelete: for KeepFor (then etcd deletes it, under a lease of
@@ -105,6 +106,9 @@ func (m *Member) AppendEntry(ctx context.Context, e SchemaEntry, op DirOp) (_ Sc
 			}
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(dk), "=", 0))
 			ops = append(ops, clientv3.OpPut(dk, string(enc)), clientv3.OpDelete(xk))
+			// A table created under the name starts without the IAM
+			// policies a former one left (its own, its authorized views').
+			ops = append(ops, clientv3.OpDelete(m.iamKey(e.Table)), clientv3.OpDelete(m.iamKey(e.Table)+"/", clientv3.WithPrefix()))
 		}
 		if op.Drop {
 			if op.Keep {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"sort"
 	"strings"
 	"time"
 
@@ -13,18 +14,29 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// IAM policies of cluster-wide resources (docs/security.md, "IAM
-// policies"; docs/scale-out.md, "Backups"): in cluster mode a backup's
-// policy is kept in etcd (iam/NAME), where every node reads, enforces and
-// changes the same one, as its record is; other resources' policies stay
-// in each node's own metadata.
+// IAM policies in cluster mode (docs/security.md, "IAM policies";
+// docs/scale-out.md, "IAM policies"): every policy (an instance's, a
+// table's, an authorized view's, a backup's) is kept in etcd (iam/NAME),
+// where every node reads, enforces and changes the same one. Outside a
+// cluster they stay in the node's metadata, stamped for replication to
+// peer clusters (metarepl.go).
 
 // iamTimeout bounds an etcd read or write of a policy.
 const iamTimeout = 10 * time.Second
 
 // clusterIAM reports whether resource's policy is kept in etcd.
 func (s *Server) clusterIAM(resource string) bool {
-	return s.cluster != nil && strings.Contains(resource, "/backups/")
+	return s.cluster != nil
+}
+
+// clusterIAMName is resource's name as etcd keys its policy: the name
+// iamPolicies builds from its instance and the rest.
+func clusterIAMName(resource string) (string, error) {
+	inst, rest, err := iamKey(resource)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(inst+"/"+rest, "/"), nil
 }
 
 // readIAM returns resource's policy and the revision to compare when it
@@ -33,6 +45,10 @@ func (s *Server) readIAM(resource string) (*iampb.Policy, int64, error) {
 	if !s.clusterIAM(resource) {
 		p, err := s.IAMPolicy(resource)
 		return p, 0, err
+	}
+	resource, err := clusterIAMName(resource)
+	if err != nil {
+		return nil, 0, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), iamTimeout)
 	defer cancel()
@@ -57,9 +73,13 @@ func (s *Server) storeIAM(resource string, v []byte, rev int64) error {
 		}
 		return s.putMeta(kindIAM, inst, rest, v) // stamped: it travels to peer clusters (metarepl.go)
 	}
+	resource, err := clusterIAMName(resource)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), iamTimeout)
 	defer cancel()
-	err := s.cluster.m.PutIAMPolicy(ctx, resource, v, rev)
+	err = s.cluster.m.PutIAMPolicy(ctx, resource, v, rev)
 	if errors.Is(err, clusteretcd.ErrRecordChanged) {
 		return status.Errorf(codes.Aborted, "ebbtable: the policy of %s changed since it was read (through another node); read it again and retry", resource)
 	}
@@ -69,14 +89,75 @@ func (s *Server) storeIAM(resource string, v []byte, rev int64) error {
 	return nil
 }
 
-// forgetClusterIAM drops a deleted cluster backup's policy.
+// forgetClusterIAM drops a deleted resource's policy in cluster mode. A
+// backup's is dropped by the node that deleted it. Tables and authorized
+// views change through the schema log, applied by every node, some of
+// them late: a node applying an old delete must not drop a policy set
+// since on a resource made again under the name. So their policies go
+// with the log entry that creates a table (clusteretcd DirOp.Create) and,
+// for a deleted authorized view, by the node that proposed the delete
+// (dropClusterIAM, clusterschema.go); here they are left alone.
 func (s *Server) forgetClusterIAM(resource string) error {
+	if !strings.Contains(resource, "/backups/") {
+		return nil
+	}
+	return s.dropClusterIAM(resource)
+}
+
+// dropClusterIAM deletes resource's policy from etcd.
+func (s *Server) dropClusterIAM(resource string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), iamTimeout)
 	defer cancel()
 	if err := s.cluster.m.DeleteIAMPolicy(ctx, resource); err != nil {
 		return status.Errorf(codes.Unavailable, "%v", err)
 	}
 	return nil
+}
+
+// clusterIAMPolicies reads the policies of inst's resources rest (one
+// etcd request); those with no bindings are left out.
+func (s *Server) clusterIAMPolicies(inst string, rest []string) (map[string]*iampb.Policy, error) {
+	names := make([]string, len(rest))
+	for i, r := range rest {
+		names[i] = strings.TrimSuffix(inst+"/"+r, "/")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), iamTimeout)
+	defer cancel()
+	got, err := s.cluster.m.GetIAMPolicies(ctx, names)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "%v", err)
+	}
+	out := map[string]*iampb.Policy{}
+	for i, n := range names {
+		v, ok := got[n]
+		if !ok {
+			continue
+		}
+		p := &iampb.Policy{}
+		if err := proto.Unmarshal(v, p); err != nil {
+			return nil, status.Errorf(codes.DataLoss, "ebbtable: the IAM policy of %s in etcd: %v", n, err)
+		}
+		if len(p.GetBindings()) > 0 {
+			out[rest[i]] = p
+		}
+	}
+	return out, nil
+}
+
+// clusterGoverned lists the resources with a stored policy in cluster mode.
+func (s *Server) clusterGoverned() ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), iamTimeout)
+	defer cancel()
+	all, err := s.cluster.m.ListIAMPolicies(ctx)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "%v", err)
+	}
+	out := make([]string, 0, len(all))
+	for n := range all {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // checkClusterBackup answers NotFound for a cluster backup with no record.

@@ -81,6 +81,10 @@ func (a *clusterAdmin) DeleteAuthorizedView(ctx context.Context, req *adminpb.De
 	if _, err := a.c.propose(ctx, "DeleteAuthorizedView", ref, req, clusteretcd.DirOp{}); err != nil {
 		return nil, err
 	}
+	// Its policy, once, by this node (forgetClusterIAM, clusteriam.go).
+	if err := a.s.dropClusterIAM(req.GetName()); err != nil {
+		return nil, err
+	}
 	return &emptypb.Empty{}, nil
 }
 

@@ -101,23 +101,18 @@ func walkResources(m protoreflect.Message, depth int, out *[]string) {
 // iamPolicies reads the policies stored for the resources of path in one
 // scan of inst's policies; those with no bindings are left out.
 func (s *Server) iamPolicies(inst string, path []iamRes) (map[string]*iampb.Policy, error) {
+	if s.cluster != nil { // kept in etcd: clusteriam.go
+		rest := make([]string, len(path))
+		for i, r := range path {
+			rest[i] = r.rest
+		}
+		return s.clusterIAMPolicies(inst, rest)
+	}
 	want := make(map[string]bool, len(path))
 	for _, r := range path {
 		want[r.rest] = true
 	}
 	out := map[string]*iampb.Policy{}
-	for _, r := range path {
-		if res := inst + "/" + r.rest; r.rest != "" && s.clusterIAM(res) { // clusteriam.go
-			p, _, err := s.readIAM(res)
-			if err != nil {
-				return nil, err
-			}
-			if len(p.GetBindings()) > 0 {
-				out[r.rest] = p
-			}
-			delete(want, r.rest)
-		}
-	}
 	err := s.engine.InstanceMeta(kindIAM, inst, func(_, name string, v []byte) error {
 		if !want[name] {
 			return nil
@@ -275,10 +270,15 @@ func (s *Server) consoleIAM(p auth.Principal, need auth.Role) error {
 		perm = "bigtable.tables.update"
 	}
 	var governed []string
-	err := s.engine.InstanceMeta(kindIAM, "", func(inst, name string, _ []byte) error {
-		governed = append(governed, strings.TrimSuffix(inst+"/"+name, "/"))
-		return nil
-	})
+	var err error
+	if s.cluster != nil {
+		governed, err = s.clusterGoverned() // clusteriam.go
+	} else {
+		err = s.engine.InstanceMeta(kindIAM, "", func(inst, name string, _ []byte) error {
+			governed = append(governed, strings.TrimSuffix(inst+"/"+name, "/"))
+			return nil
+		})
+	}
 	if err != nil {
 		return err
 	}
