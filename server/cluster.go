@@ -131,6 +131,7 @@ type clusterMember struct {
 	restores  map[uint64]*localRestore
 
 	creator uint64 // the engine's shared-storage creator id (clustercreator.go)
+	fresh   bool   // an empty data directory under a node id with old failover state (clusterfresh.go)
 
 	fail        *failover // automatic failover (clusterfail.go); nil: off
 	failMetrics failoverMetrics
@@ -187,6 +188,10 @@ func newClusterMember(so *Options) (*clusterMember, error) {
 		}
 		c.store = st
 		if err := c.checkReleased(); err != nil { // clusterfailrelease.go
+			st.Close()
+			return nil, err
+		}
+		if err := c.checkFresh(); err != nil { // clusterfresh.go: before loadCreator, which writes a file
 			st.Close()
 			return nil, err
 		}
@@ -263,6 +268,10 @@ func (c *clusterMember) start(addr string) error {
 		return err
 	}
 	c.m = m
+	if err := c.releasePrevious(ctx); err != nil { // clusterfresh.go: before the record changes
+		m.Close()
+		return err
+	}
 	if err := c.recordCreator(ctx); err != nil { // clustercreator.go
 		m.Close()
 		return err
@@ -288,6 +297,10 @@ func (c *clusterMember) start(addr string) error {
 		return err
 	}
 	if err := c.startFailover(); err != nil { // clusterfail.go
+		m.Close()
+		return err
+	}
+	if err := c.startedFresh(); err != nil { // clusterfresh.go
 		m.Close()
 		return err
 	}

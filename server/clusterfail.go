@@ -151,8 +151,12 @@ func (c *clusterMember) openFailover() error {
 	if cat, ok, err := storage.ReadCatalog(c.store, c.opts.NodeID); err == nil && ok {
 		f.round = cat.Round
 		// Checkpoints of tables deleted since stay in the catalog while
-		// the tables may be undeleted (deletedSpans).
+		// the tables may be undeleted (deletedSpans); not a previous
+		// engine's (an empty data directory: clusterfresh.go).
 		for _, e := range cat.Entries {
+			if c.fresh {
+				break
+			}
 			f.seed = append(f.seed, ownedSpan{table: e.Table, start: e.StartRow, end: e.EndRow, deleted: e.TableID})
 		}
 	}

@@ -1,0 +1,49 @@
+package clusteretcd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/ebbtable/ebbtable/cluster"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// TablesOwnedBy lists the tables whose live tablet directory in etcd (at
+// endpoints, keys under prefix; "" is the default) names node the owner
+// of a tablet, read from etcd itself, without joining: a node starting on
+// an empty data directory asks it before it opens its engine
+// (server/clusterfresh.go).
+func TablesOwnedBy(ctx context.Context, endpoints []string, prefix, node string) ([]string, error) {
+	o := Options{Endpoints: endpoints, Prefix: prefix}
+	o.ensureDefaults()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: o.Endpoints, DialTimeout: o.DialTimeout, Context: context.Background(), Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("ebbtable: etcd at %v: %w", o.Endpoints, err)
+	}
+	defer cli.Close()
+	p := o.Prefix + "tablets/"
+	resp, err := cli.Get(ctx, p, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		name := strings.TrimPrefix(string(kv.Key), p)
+		var d cluster.Directory
+		if err := json.Unmarshal(kv.Value, &d); err != nil {
+			return nil, fmt.Errorf("ebbtable: undecodable tablet directory in etcd at %s: %w", kv.Key, err)
+		}
+		for _, t := range d.Tablets {
+			if t.Owner == node {
+				out = append(out, name)
+				break
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}

@@ -1,0 +1,123 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ebbtable/ebbtable/clusteretcd"
+	"github.com/ebbtable/ebbtable/internal/durable"
+	"github.com/ebbtable/ebbtable/storage"
+)
+
+// A node id started again on an empty data directory (docs/scale-out.md,
+// "Automatic failover", "An empty data directory under an old node id").
+// With --failover the shared store may hold the node id's catalog,
+// checkpoints and commit log: its previous engine's acknowledged state,
+// which only a take-over may rebuild. The new engine holds none of it, so:
+//
+//   - while a tablet directory still names the node id the owner of a
+//     tablet (its old engine died and its tablets were not taken over
+//     yet), the node is refused before its engine opens: joining, it would
+//     serve those tablets empty, and its first checkpoint round would
+//     replace the old catalog and truncate the old log, so no take-over
+//     could rebuild them any more. Once its lease expired, the others take
+//     its tablets over; then it may start;
+//   - once none names it, the old state is its previous engine's, released
+//     as a dead node's is: the new engine does not seed its catalog from it
+//     (its first round replaces the catalog and deletes the old
+//     checkpoints and log records), and the old creator id's reference
+//     markers are deleted, with each shared object no other database
+//     references.
+//
+// The marker file says the data directory started empty and has not yet
+// finished starting (a refused or failed start opens the engine, which
+// writes a MANIFEST: the retry must still know).
+
+// clusterFreshFile marks a data directory that started empty and has not
+// yet finished its first start.
+const clusterFreshFile = ".cluster-fresh"
+
+// errOwnedElsewhere: a node id started on an empty data directory still
+// owns tablets whose state is in the shared store.
+var errOwnedElsewhere = errors.New("ebbtable: the node id's tablets are not taken over yet")
+
+// checkFresh sets c.fresh (an empty data directory, with failover, whose
+// node id has a previous engine's catalog or log in the shared store) and refuses an empty data directory whose node
+// id still owns tablets the failover state of its previous engine holds.
+// It runs before the engine opens.
+func (c *clusterMember) checkFresh() error {
+	p := filepath.Join(c.dataDir, clusterFreshFile)
+	had, err := hasEngine(c.dataDir)
+	if err != nil {
+		return err
+	}
+	fresh := false
+	if _, err := os.Stat(p); err == nil {
+		fresh = true
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	} else if !had {
+		if err := durable.ReplaceFile(p, []byte("started on an empty data directory\n")); err != nil {
+			return err
+		}
+		fresh = true
+	}
+	if !fresh || !c.opts.Failover {
+		return nil
+	}
+	old, err := storage.HasCommitState(c.store, c.opts.NodeID)
+	if err != nil || !old {
+		return err
+	}
+	c.fresh = true
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	owned, err := clusteretcd.TablesOwnedBy(ctx, c.opts.Etcd, c.opts.Prefix, c.opts.NodeID)
+	if err != nil {
+		return err
+	}
+	if len(owned) > 0 {
+		return fmt.Errorf("%w: node %s starts on an empty data directory, but the tablet directory still names it the owner of tablets of %s, "+
+			"whose acknowledged writes are in its previous engine's checkpoints and commit log in the shared store: "+
+			"start it with its old data directory, or wait until the other nodes took its tablets over (once its lease expired) and start it again",
+			errOwnedElsewhere, c.opts.NodeID, strings.Join(owned, ", "))
+	}
+	return nil
+}
+
+// releasePrevious, once a fresh data directory's node joined (its old
+// process is not live: the join would have been refused), releases the
+// shared-object references of the node id's previous engine, which is
+// gone; before recordCreator replaces its recorded creator id.
+func (c *clusterMember) releasePrevious(ctx context.Context) error {
+	if !c.fresh || c.fail == nil {
+		return nil
+	}
+	prev, err := c.creatorOf(ctx, c.opts.NodeID)
+	if err != nil || prev == c.creator {
+		return err
+	}
+	refs, objects, err := storage.ReleaseSharedRefs(c.store, prev)
+	if err != nil {
+		return err
+	}
+	if refs > 0 {
+		c.s.log.Info("released the shared objects of this node id's previous data directory", "creator", prev,
+			"ref_markers", refs, "objects_deleted", objects)
+	}
+	return nil
+}
+
+// startedFresh: the first start on the data directory is done.
+func (c *clusterMember) startedFresh() error {
+	if err := os.Remove(filepath.Join(c.dataDir, clusterFreshFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	c.fresh = false
+	return nil
+}
