@@ -162,16 +162,9 @@ func (c *clusterMember) startBackup(ctx context.Context, name backup.Name, src t
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	maker := c.opts.NodeID + "/" + randomID()
-	enc, err := backup.EncodeRecord(mf, maker)
+	maker, rev, err := c.createBackupRecord(ctx, name.String(), mf)
 	if err != nil {
-		return nil, toStatus(err)
-	}
-	runningBackups.Store(maker, true)
-	rev, err := c.m.CreateBackupRecord(ctx, name.String(), enc)
-	if err != nil {
-		runningBackups.Delete(maker)
-		return nil, recordStatus(err)
+		return nil, err
 	}
 	if err = started(mf); err == nil {
 		err = c.s.backups.Go(func(ctx context.Context) {
@@ -859,16 +852,9 @@ func (a *clusterAdmin) CopyBackup(ctx context.Context, req *adminpb.CopyBackupRe
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	maker := c.opts.NodeID + "/" + randomID()
-	enc, err := backup.EncodeRecord(mf, maker)
+	maker, rev, err := c.createBackupRecord(ctx, dst.String(), mf)
 	if err != nil {
-		return nil, toStatus(err)
-	}
-	runningBackups.Store(maker, true)
-	rev, err := c.m.CreateBackupRecord(ctx, dst.String(), enc)
-	if err != nil {
-		runningBackups.Delete(maker)
-		return nil, recordStatus(err)
+		return nil, err
 	}
 	meta := &adminpb.CopyBackupMetadata{Name: mf.Name, SourceBackupInfo: backupInfoProto(orig), Progress: &adminpb.OperationProgress{StartTime: ts(now)}}
 	op, err := a.s.ops.pending(mf.Name, meta)
@@ -1010,4 +996,22 @@ func backupUpdatePaths(req *adminpb.UpdateBackupRequest) ([]string, error) {
 // BackupRows is an owner's part of a cluster backup (backupRows).
 func (s *clusterService) BackupRows(ctx context.Context, req *clusterpb.BackupRowsRequest) (*clusterpb.BackupRowsResponse, error) {
 	return s.c.backupRows(ctx, req)
+}
+
+// createBackupRecord writes the etcd record of a backup this node makes
+// (its maker: this node and a random id, counted as running here), and
+// returns the maker and the record's revision; a gRPC status on error.
+func (c *clusterMember) createBackupRecord(ctx context.Context, name string, mf *backup.Manifest) (maker string, rev int64, err error) {
+	maker = c.opts.NodeID + "/" + randomID()
+	enc, err := backup.EncodeRecord(mf, maker)
+	if err != nil {
+		return "", 0, toStatus(err)
+	}
+	runningBackups.Store(maker, true)
+	rev, err = c.m.CreateBackupRecord(ctx, name, enc)
+	if err != nil {
+		runningBackups.Delete(maker)
+		return "", 0, recordStatus(err)
+	}
+	return maker, rev, nil
 }
