@@ -334,21 +334,28 @@ func (a *adminServer) RestoreTable(ctx context.Context, req *adminpb.RestoreTabl
 	return op.wait(a.s.opWait), nil
 }
 
-// CopyBackup copies a backup, to any cluster of any instance.
-func (a *adminServer) CopyBackup(ctx context.Context, req *adminpb.CopyBackupRequest) (*longrunningpb.Operation, error) {
+// parseCopyBackup reads a CopyBackup request: the source backup, the new
+// backup's name and its expiry; INVALID_ARGUMENT when a name is malformed.
+func parseCopyBackup(req *adminpb.CopyBackupRequest) (src, dst backup.Name, expire time.Time, err error) {
 	inst, cluster, err := parseCluster(req.GetParent())
 	if err != nil {
-		return nil, toStatus(err)
+		return src, dst, expire, toStatus(err)
 	}
-	src, err := parseBackup(req.GetSourceBackup())
-	if err != nil {
-		return nil, toStatus(err)
+	if src, err = parseBackup(req.GetSourceBackup()); err != nil {
+		return src, dst, expire, toStatus(err)
 	}
-	var expire time.Time
 	if e := req.GetExpireTime(); e != nil {
 		expire = e.AsTime()
 	}
-	dst := backup.Name{Instance: inst, Cluster: cluster, ID: req.GetBackupId()}
+	return src, backup.Name{Instance: inst, Cluster: cluster, ID: req.GetBackupId()}, expire, nil
+}
+
+// CopyBackup copies a backup, to any cluster of any instance.
+func (a *adminServer) CopyBackup(ctx context.Context, req *adminpb.CopyBackupRequest) (*longrunningpb.Operation, error) {
+	src, dst, expire, err := parseCopyBackup(req)
+	if err != nil {
+		return nil, err
+	}
 	mf, job, err := a.s.backups.Copy(src, dst, expire)
 	if err != nil {
 		return nil, toStatus(err)

@@ -222,15 +222,23 @@ func (c *clusterMember) listBackups(ctx context.Context, inst, cluster string) (
 // it removes the record and whatever files were written.
 func (c *clusterMember) makeBackup(ctx context.Context, src tableRef, mf *backup.Manifest, rev int64) (*backup.Manifest, error) {
 	parts, err := c.backupParts(ctx, src, mf.Objects)
+	if err != nil {
+		c.abandonBackup(context.WithoutCancel(ctx), mf, rev)
+		return nil, err
+	}
+	return c.recordDone(ctx, mf, mf.Complete(parts, c.s.opts.Clock.Now()), rev)
+}
+
+// recordDone replaces the record of mf (at revision rev) with done, its
+// finished form; when that fails it removes the backup as abandonBackup
+// does.
+func (c *clusterMember) recordDone(ctx context.Context, mf, done *backup.Manifest, rev int64) (*backup.Manifest, error) {
+	enc, err := backup.EncodeRecord(done, "")
 	if err == nil {
-		done := mf.Complete(parts, c.s.opts.Clock.Now())
-		var enc []byte
-		if enc, err = backup.EncodeRecord(done, ""); err == nil {
-			if _, err = c.m.UpdateBackupRecord(ctx, mf.Name, enc, rev); err == nil {
-				return done, nil
-			}
-			err = recordStatus(err)
+		if _, err = c.m.UpdateBackupRecord(ctx, mf.Name, enc, rev); err == nil {
+			return done, nil
 		}
+		err = recordStatus(err)
 	}
 	c.abandonBackup(context.WithoutCancel(ctx), mf, rev)
 	return nil, err
@@ -821,19 +829,10 @@ func (a *clusterAdmin) DeleteBackup(ctx context.Context, req *adminpb.DeleteBack
 // (of any cluster id or instance), recorded in etcd like any other.
 func (a *clusterAdmin) CopyBackup(ctx context.Context, req *adminpb.CopyBackupRequest) (*longrunningpb.Operation, error) {
 	c := a.c
-	inst, cluster, err := parseCluster(req.GetParent())
+	src, dst, expire, err := parseCopyBackup(req)
 	if err != nil {
-		return nil, toStatus(err)
+		return nil, err
 	}
-	src, err := parseBackup(req.GetSourceBackup())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	var expire time.Time
-	if e := req.GetExpireTime(); e != nil {
-		expire = e.AsTime()
-	}
-	dst := backup.Name{Instance: inst, Cluster: cluster, ID: req.GetBackupId()}
 	if err := c.needStore(); err != nil {
 		return nil, err
 	}
@@ -891,18 +890,11 @@ func (c *clusterMember) copyBackup(ctx context.Context, orig, mf *backup.Manifes
 			break
 		}
 	}
-	if err == nil {
-		done := mf.Copied(c.s.opts.Clock.Now())
-		var enc []byte
-		if enc, err = backup.EncodeRecord(done, ""); err == nil {
-			if _, err = c.m.UpdateBackupRecord(ctx, mf.Name, enc, rev); err == nil {
-				return done, nil
-			}
-			err = recordStatus(err)
-		}
+	if err != nil {
+		c.abandonBackup(context.WithoutCancel(ctx), mf, rev)
+		return nil, err
 	}
-	c.abandonBackup(context.WithoutCancel(ctx), mf, rev)
-	return nil, err
+	return c.recordDone(ctx, mf, mf.Copied(c.s.opts.Clock.Now()), rev)
 }
 
 // copyObject copies one object of the shared store to a new name.
