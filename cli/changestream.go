@@ -6,16 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 func newWatchCmd() *cobra.Command {
@@ -35,7 +31,13 @@ cell-ttl, dropped, row-deletion-policy), transaction_tag, is_system_transaction,
 source_cluster_id and mods. Byte strings that are not UTF-8 are printed in
 base64 with row_key_base64 / qualifier_base64 / value_base64 set.
 
-Without --until it follows the stream until interrupted.`,
+Without --until it follows the stream until interrupted.
+
+In a cluster, any node will do: watch reads every change-stream partition
+(one per tablet) on its tablet's owner, follows the new partitions when a
+tablet splits, merges or moves, and prints the whole table's records once
+each, in commit order, so --token with any printed token resumes right
+after it (docs/change-streams.md, "ebbtable watch in a cluster").`,
 		Example: `  ebbtable watch events                       # from now on
   ebbtable watch events --since 1h --exclude-system
   ebbtable watch events --since oldest --until 2026-01-02T00:00:00Z
@@ -59,32 +61,26 @@ Without --until it follows the stream until interrupted.`,
 				return err
 			}
 			defer conn.Close()
-			req := &ebbadminpb.WatchRequest{
-				Project: cf.project, Instance: cf.instance, Table: args[0],
-				Since: since, Until: until, Token: token, ExcludeSystem: excludeSystem,
-			}
-			st, err := ebbadminpb.NewEbbAdminClient(conn).Watch(ctx, req)
-			if err != nil {
-				return fmt.Errorf("watch %s: %w", args[0], err)
-			}
 			w := bufio.NewWriter(cmd.OutOrStdout())
 			defer w.Flush()
-			for {
-				msg, err := st.Recv()
-				if errors.Is(err, io.EOF) {
-					return nil
+			err = runWatch(ctx, conn, watchArgs{
+				project: cf.project, instance: cf.instance, table: args[0],
+				since: since, until: until, token: token, excludeSystem: excludeSystem,
+			}, func(line string) error {
+				fmt.Fprintln(w, line)
+				return w.Flush()
+			})
+			if err != nil {
+				if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {
+					return nil // interrupted
 				}
-				if err != nil {
-					if status.Code(err) == codes.Canceled && ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {
-						return nil // interrupted
-					}
-					return fmt.Errorf("watch %s: %w", args[0], err)
-				}
-				fmt.Fprintln(w, msg.GetLine())
-				if err := w.Flush(); err != nil {
+				var ue usageError
+				if errors.As(err, &ue) {
 					return err
 				}
+				return fmt.Errorf("watch %s: %w", args[0], err)
 			}
+			return nil
 		},
 	}
 	cf.register(cmd)

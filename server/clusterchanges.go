@@ -499,15 +499,31 @@ func (x *clusterData) GenerateInitialChangeStreamPartitions(req *btpb.GenerateIn
 
 // ReadChangeStream serves a partition on its tablet's owner.
 func (x *clusterData) ReadChangeStream(req *btpb.ReadChangeStreamRequest, stream btpb.Bigtable_ReadChangeStreamServer) error {
-	ctx := stream.Context()
+	handled, err := x.readPartition(stream.Context(), req, dataSink{x: x, stream: stream}, func(ctx context.Context, cc *grpc.ClientConn) error {
+		return pipeChanges(btpb.NewBigtableClient(cc).ReadChangeStream(ctx, req))(stream)
+	})
+	if !handled {
+		return x.dataServer.ReadChangeStream(req, stream)
+	}
+	return err
+}
+
+// readPartition serves a partition to out on its tablet's owner, or hands
+// the call to forward with the owner's connection and the forwarded
+// call's context. It does not handle (false) a table outside the cluster.
+func (x *clusterData) readPartition(ctx context.Context, req *btpb.ReadChangeStreamRequest, out changeSink, forward func(context.Context, *grpc.ClientConn) error) (bool, error) {
 	ref, err := parseTable(req.GetTableName())
 	if err != nil {
-		return x.dataServer.ReadChangeStream(req, stream)
+		return false, nil
 	}
 	d, ok := x.c.directory(ctx, ref)
 	if !ok {
-		return x.dataServer.ReadChangeStream(req, stream)
+		return false, nil
 	}
+	return true, x.readOwnedPartition(ctx, req, ref, d, out, forward)
+}
+
+func (x *clusterData) readOwnedPartition(ctx context.Context, req *btpb.ReadChangeStreamRequest, ref tableRef, d tablets.Directory, out changeSink, forward func(context.Context, *grpc.ClientConn) error) error {
 	m, err := x.s.streamedTable(ref)
 	if err != nil {
 		return err
@@ -559,7 +575,7 @@ func (x *clusterData) ReadChangeStream(req *btpb.ReadChangeStreamRequest, stream
 	i := d.Locate(part.Start)
 	t := d.Tablets[i]
 	if !csWithin(part, tablets.Range{Start: t.Start, End: t.End}) {
-		return sendClose(stream, d, part, st)
+		return sendClose(out, d, part, st)
 	}
 	if t.Owner != x.c.opts.NodeID {
 		if forwardedRev(ctx) >= 0 {
@@ -574,10 +590,10 @@ func (x *clusterData) ReadChangeStream(req *btpb.ReadChangeStreamRequest, stream
 			return status.Errorf(codes.Unavailable, "ebbtable: node %s at %s: %v", n.ID, n.Addr, err)
 		}
 		x.c.forwarded.WithLabelValues("ReadChangeStream").Inc()
-		return pipeChanges(btpb.NewBigtableClient(cc).ReadChangeStream(x.c.outgoing(x.dataServer, ctx, x.c.m.Revision()), req))(stream)
+		return forward(x.c.outgoing(x.dataServer, ctx, x.c.m.Revision()), cc)
 	}
 	r := &partitionReader{x: x, ref: ref, m: m, part: part, tablet: t, st: st, end: end, hb: hb}
-	return r.run(ctx, stream)
+	return r.run(ctx, out)
 }
 
 func pipeChanges(cs btpb.Bigtable_ReadChangeStreamClient, err error) func(btpb.Bigtable_ReadChangeStreamServer) error {
@@ -602,7 +618,7 @@ func pipeChanges(cs btpb.Bigtable_ReadChangeStreamClient, err error) func(btpb.B
 
 // sendClose ends a partition's stream: OK, the tablets now covering it as
 // new partitions, and for each the token of its rows in the partition.
-func sendClose(stream grpc.ServerStream, d tablets.Directory, part tablets.Range, st csState) error {
+func sendClose(out changeSink, d tablets.Directory, part tablets.Range, st csState) error {
 	cl := &btpb.ReadChangeStreamResponse_CloseStream{Status: &rpcstatus.Status{Code: int32(codes.OK)}}
 	for _, t := range d.Tablets {
 		tr := tablets.Range{Start: t.Start, End: t.End}
@@ -617,7 +633,7 @@ func sendClose(stream grpc.ServerStream, d tablets.Directory, part tablets.Range
 		cl.ContinuationTokens = append(cl.ContinuationTokens, &btpb.StreamContinuationToken{
 			Partition: streamPartition(mine), Token: st.restrict(mine).token()})
 	}
-	return stream.SendMsg(&btpb.ReadChangeStreamResponse{StreamRecord: &btpb.ReadChangeStreamResponse_CloseStream_{CloseStream: cl}})
+	return out.closeStream(cl)
 }
 
 // partitionReader serves one partition on its tablet's owner.
@@ -639,18 +655,14 @@ func (r *partitionReader) same(d tablets.Directory) bool {
 	return t.ID == r.tablet.ID && t.Owner == r.tablet.Owner && bytes.Equal(t.Start, r.tablet.Start) && bytes.Equal(t.End, r.tablet.End)
 }
 
-func (r *partitionReader) run(ctx context.Context, stream btpb.Bigtable_ReadChangeStreamServer) error {
+func (r *partitionReader) run(ctx context.Context, out changeSink) error {
 	s, c := r.x.s, r.x.c
 	clk := s.opts.Clock
 	q := r.st.min() // everything up to q has been read
 	lower := changestream.After(r.m.ID, q)
 	nextBeat := clk.Now().Add(r.hb)
 	sendEnd := func() error {
-		return stream.Send(&btpb.ReadChangeStreamResponse{StreamRecord: &btpb.ReadChangeStreamResponse_CloseStream_{
-			CloseStream: &btpb.ReadChangeStreamResponse_CloseStream{Status: &rpcstatus.Status{Code: int32(codes.OK)}}}})
-	}
-	token := func() *btpb.StreamContinuationToken {
-		return &btpb.StreamContinuationToken{Partition: streamPartition(r.part), Token: r.st.token()}
+		return out.closeStream(&btpb.ReadChangeStreamResponse_CloseStream{Status: &rpcstatus.Status{Code: int32(codes.OK)}})
 	}
 	for {
 		if err := ctx.Err(); err != nil {
@@ -693,12 +705,8 @@ func (r *partitionReader) run(ctx context.Context, stream btpb.Bigtable_ReadChan
 			if !want {
 				continue
 			}
-			dcs := r.x.dataChanges(rec)
-			dcs[len(dcs)-1].Token = r.st.token()
-			for _, dc := range dcs {
-				if err := stream.Send(&btpb.ReadChangeStreamResponse{StreamRecord: &btpb.ReadChangeStreamResponse_DataChange_{DataChange: dc}}); err != nil {
-					return err
-				}
+			if err := out.record(rec, r.part, r.st); err != nil {
+				return err
 			}
 		}
 		if b.Full {
@@ -715,13 +723,11 @@ func (r *partitionReader) run(ctx context.Context, stream btpb.Bigtable_ReadChan
 		if changed && (!capped || upTo >= capAt) {
 			// Everything of the partition's rows this node will ever
 			// hold for the old tablet has been sent.
-			return sendClose(stream, d, r.part, r.st)
+			return sendClose(out, d, r.part, r.st)
 		}
 		now := clk.Now()
 		if !now.Before(nextBeat) {
-			low := q.Commit
-			if err := stream.Send(&btpb.ReadChangeStreamResponse{StreamRecord: &btpb.ReadChangeStreamResponse_Heartbeat_{
-				Heartbeat: &btpb.ReadChangeStreamResponse_Heartbeat{ContinuationToken: token(), EstimatedLowWatermark: timestamppb.New(time.UnixMicro(low))}}}); err != nil {
+			if err := out.heartbeat(r.part, r.st, q.Commit); err != nil {
 				return err
 			}
 			nextBeat = now.Add(r.hb)
@@ -743,4 +749,45 @@ func (r *partitionReader) run(ctx context.Context, stream btpb.Bigtable_ReadChan
 		case <-clk.After(wait):
 		}
 	}
+}
+
+// changeSink is where a partition's reader sends what it reads: the Data
+// API's ReadChangeStream messages (dataSink), or EbbAdmin/Watch's JSON
+// lines (watchSink, changewatch.go).
+type changeSink interface {
+	// record sends a record of the partition; st is the reader's state
+	// after it.
+	record(rec changestream.Record, part tablets.Range, st csState) error
+	// heartbeat says every record up to st has been read, and low is the
+	// low watermark (commit micros).
+	heartbeat(part tablets.Range, st csState, low int64) error
+	closeStream(cl *btpb.ReadChangeStreamResponse_CloseStream) error
+}
+
+// dataSink sends a partition's stream as the Data API's ReadChangeStream.
+type dataSink struct {
+	x      *clusterData
+	stream btpb.Bigtable_ReadChangeStreamServer
+}
+
+func (o dataSink) record(rec changestream.Record, _ tablets.Range, st csState) error {
+	dcs := o.x.dataChanges(rec)
+	dcs[len(dcs)-1].Token = st.token()
+	for _, dc := range dcs {
+		if err := o.stream.Send(&btpb.ReadChangeStreamResponse{StreamRecord: &btpb.ReadChangeStreamResponse_DataChange_{DataChange: dc}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o dataSink) heartbeat(part tablets.Range, st csState, low int64) error {
+	return o.stream.Send(&btpb.ReadChangeStreamResponse{StreamRecord: &btpb.ReadChangeStreamResponse_Heartbeat_{
+		Heartbeat: &btpb.ReadChangeStreamResponse_Heartbeat{
+			ContinuationToken:     &btpb.StreamContinuationToken{Partition: streamPartition(part), Token: st.token()},
+			EstimatedLowWatermark: timestamppb.New(time.UnixMicro(low))}}})
+}
+
+func (o dataSink) closeStream(cl *btpb.ReadChangeStreamResponse_CloseStream) error {
+	return o.stream.Send(&btpb.ReadChangeStreamResponse{StreamRecord: &btpb.ReadChangeStreamResponse_CloseStream_{CloseStream: cl}})
 }

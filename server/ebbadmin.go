@@ -216,20 +216,21 @@ func (a *ebbAdmin) SetFamilyOptions(ctx context.Context, in *ebbadminpb.SetFamil
 // ("" = now, "oldest", RFC 3339, or a duration ago) or after token, until
 // until (RFC 3339; "" = until the client cancels), without the system
 // transactions' records when exclude_system is true.
+// With a partition it reads that change-stream partition (changewatch.go).
 func (a *ebbAdmin) Watch(in *ebbadminpb.WatchRequest, stream grpc.ServerStreamingServer[ebbadminpb.WatchResponse]) error {
+	if in.GetPartition() != nil {
+		return a.watchPartition(in, stream)
+	}
 	excludeSystem := in.GetExcludeSystem()
 	return a.tail(in, stream, func(rec changestream.Record) error {
 		if excludeSystem && rec.IsSystem {
 			return nil
 		}
-		if rec.Type == changestream.User && rec.SourceCluster == "" {
-			rec.SourceCluster = a.s.opts.ClusterID
-		}
-		line, err := rec.MarshalLine()
+		line, err := a.watchLine(rec)
 		if err != nil {
-			return status.Errorf(codes.Internal, "ebbtable: encode record: %v", err)
+			return err
 		}
-		return stream.Send(&ebbadminpb.WatchResponse{Line: string(line)})
+		return stream.Send(&ebbadminpb.WatchResponse{Line: line})
 	})
 }
 

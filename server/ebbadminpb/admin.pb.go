@@ -1356,6 +1356,15 @@ func (x *DebugClockResponse) GetNow() string {
 // Watch streams a table's change-stream records from since ("" = now,
 // "oldest", RFC 3339, or a duration ago) or after token, until until
 // (RFC 3339; "" = until the client cancels).
+//
+// Without partition it reads the records the receiving node holds (the
+// whole table on a single node). With partition it reads one change-stream
+// partition as the Data API's ReadChangeStream does: the partitions of
+// GenerateInitialChangeStreamPartitions, its continuation tokens, served
+// by the owner of the partition's tablet (any node forwards the call), with
+// heartbeats, and a close naming the new partitions and their tokens when
+// the tablet splits, merges or moves. `ebbtable watch` reads every
+// partition this way and merges them in commit order.
 type WatchRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Project       string                 `protobuf:"bytes,1,opt,name=project,proto3" json:"project,omitempty"`
@@ -1364,9 +1373,14 @@ type WatchRequest struct {
 	Since         string                 `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
 	Until         string                 `protobuf:"bytes,5,opt,name=until,proto3" json:"until,omitempty"`
 	ExcludeSystem bool                   `protobuf:"varint,6,opt,name=exclude_system,json=excludeSystem,proto3" json:"exclude_system,omitempty"`
-	Token         string                 `protobuf:"bytes,7,opt,name=token,proto3" json:"token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Token         string                 `protobuf:"bytes,7,opt,name=token,proto3" json:"token,omitempty"` // without partition: resume after this record
+	Partition     *WatchPartition        `protobuf:"bytes,8,opt,name=partition,proto3" json:"partition,omitempty"`
+	// With partition: start from these continuation tokens (covering the
+	// partition) instead of since.
+	Tokens          []*WatchToken `protobuf:"bytes,9,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	HeartbeatMillis int64         `protobuf:"varint,10,opt,name=heartbeat_millis,json=heartbeatMillis,proto3" json:"heartbeat_millis,omitempty"` // with partition; 0 = the API's 5 s
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *WatchRequest) Reset() {
@@ -1448,16 +1462,153 @@ func (x *WatchRequest) GetToken() string {
 	return ""
 }
 
-type WatchResponse struct {
+func (x *WatchRequest) GetPartition() *WatchPartition {
+	if x != nil {
+		return x.Partition
+	}
+	return nil
+}
+
+func (x *WatchRequest) GetTokens() []*WatchToken {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *WatchRequest) GetHeartbeatMillis() int64 {
+	if x != nil {
+		return x.HeartbeatMillis
+	}
+	return 0
+}
+
+// WatchPartition is a change-stream partition: rows [start_key, end_key),
+// an empty end_key meaning no end.
+type WatchPartition struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Line          string                 `protobuf:"bytes,1,opt,name=line,proto3" json:"line,omitempty"` // one record in changestream's JSON encoding
+	StartKey      []byte                 `protobuf:"bytes,1,opt,name=start_key,json=startKey,proto3" json:"start_key,omitempty"`
+	EndKey        []byte                 `protobuf:"bytes,2,opt,name=end_key,json=endKey,proto3" json:"end_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchPartition) Reset() {
+	*x = WatchPartition{}
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchPartition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchPartition) ProtoMessage() {}
+
+func (x *WatchPartition) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchPartition.ProtoReflect.Descriptor instead.
+func (*WatchPartition) Descriptor() ([]byte, []int) {
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *WatchPartition) GetStartKey() []byte {
+	if x != nil {
+		return x.StartKey
+	}
+	return nil
+}
+
+func (x *WatchPartition) GetEndKey() []byte {
+	if x != nil {
+		return x.EndKey
+	}
+	return nil
+}
+
+// WatchToken is a continuation token and the rows it is for.
+type WatchToken struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partition     *WatchPartition        `protobuf:"bytes,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	Token         string                 `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchToken) Reset() {
+	*x = WatchToken{}
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchToken) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchToken) ProtoMessage() {}
+
+func (x *WatchToken) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchToken.ProtoReflect.Descriptor instead.
+func (*WatchToken) Descriptor() ([]byte, []int) {
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *WatchToken) GetPartition() *WatchPartition {
+	if x != nil {
+		return x.Partition
+	}
+	return nil
+}
+
+func (x *WatchToken) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+type WatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Line  string                 `protobuf:"bytes,1,opt,name=line,proto3" json:"line,omitempty"` // one record in changestream's JSON encoding
+	// With partition: the partition's continuation token after this line or
+	// heartbeat, and read_to: every record of the partition at or before this
+	// position (a v1 token) has been sent or skipped.
+	Token     string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
+	ReadTo    string `protobuf:"bytes,3,opt,name=read_to,json=readTo,proto3" json:"read_to,omitempty"`
+	Heartbeat bool   `protobuf:"varint,4,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
+	// With partition: the partition's stream has ended (until passed, or its
+	// tablet changed: then new_partitions and their tokens say where to go on).
+	Close         *WatchClose `protobuf:"bytes,5,opt,name=close,proto3" json:"close,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchResponse) Reset() {
 	*x = WatchResponse{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1469,7 +1620,7 @@ func (x *WatchResponse) String() string {
 func (*WatchResponse) ProtoMessage() {}
 
 func (x *WatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[17]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1482,7 +1633,7 @@ func (x *WatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
 func (*WatchResponse) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchResponse) GetLine() string {
@@ -1490,6 +1641,86 @@ func (x *WatchResponse) GetLine() string {
 		return x.Line
 	}
 	return ""
+}
+
+func (x *WatchResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *WatchResponse) GetReadTo() string {
+	if x != nil {
+		return x.ReadTo
+	}
+	return ""
+}
+
+func (x *WatchResponse) GetHeartbeat() bool {
+	if x != nil {
+		return x.Heartbeat
+	}
+	return false
+}
+
+func (x *WatchResponse) GetClose() *WatchClose {
+	if x != nil {
+		return x.Close
+	}
+	return nil
+}
+
+type WatchClose struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NewPartitions []*WatchPartition      `protobuf:"bytes,1,rep,name=new_partitions,json=newPartitions,proto3" json:"new_partitions,omitempty"`
+	Tokens        []*WatchToken          `protobuf:"bytes,2,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchClose) Reset() {
+	*x = WatchClose{}
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchClose) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchClose) ProtoMessage() {}
+
+func (x *WatchClose) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchClose.ProtoReflect.Descriptor instead.
+func (*WatchClose) Descriptor() ([]byte, []int) {
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *WatchClose) GetNewPartitions() []*WatchPartition {
+	if x != nil {
+		return x.NewPartitions
+	}
+	return nil
+}
+
+func (x *WatchClose) GetTokens() []*WatchToken {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
 }
 
 type DdlRequest struct {
@@ -1503,7 +1734,7 @@ type DdlRequest struct {
 
 func (x *DdlRequest) Reset() {
 	*x = DdlRequest{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1746,7 @@ func (x *DdlRequest) String() string {
 func (*DdlRequest) ProtoMessage() {}
 
 func (x *DdlRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[18]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1759,7 @@ func (x *DdlRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DdlRequest.ProtoReflect.Descriptor instead.
 func (*DdlRequest) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DdlRequest) GetProject() string {
@@ -1563,7 +1794,7 @@ type DdlResponse struct {
 
 func (x *DdlResponse) Reset() {
 	*x = DdlResponse{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1806,7 @@ func (x *DdlResponse) String() string {
 func (*DdlResponse) ProtoMessage() {}
 
 func (x *DdlResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[19]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1819,7 @@ func (x *DdlResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DdlResponse.ProtoReflect.Descriptor instead.
 func (*DdlResponse) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{19}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DdlResponse) GetTable() string {
@@ -1623,7 +1854,7 @@ type TtlRunRequest struct {
 
 func (x *TtlRunRequest) Reset() {
 	*x = TtlRunRequest{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1635,7 +1866,7 @@ func (x *TtlRunRequest) String() string {
 func (*TtlRunRequest) ProtoMessage() {}
 
 func (x *TtlRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[20]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1648,7 +1879,7 @@ func (x *TtlRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TtlRunRequest.ProtoReflect.Descriptor instead.
 func (*TtlRunRequest) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{20}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TtlRunRequest) GetProject() string {
@@ -1687,7 +1918,7 @@ type TtlRunResponse struct {
 
 func (x *TtlRunResponse) Reset() {
 	*x = TtlRunResponse{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1930,7 @@ func (x *TtlRunResponse) String() string {
 func (*TtlRunResponse) ProtoMessage() {}
 
 func (x *TtlRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[21]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1943,7 @@ func (x *TtlRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TtlRunResponse.ProtoReflect.Descriptor instead.
 func (*TtlRunResponse) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{21}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TtlRunResponse) GetTables() int64 {
@@ -1774,7 +2005,7 @@ type TtlStatusRequest struct {
 
 func (x *TtlStatusRequest) Reset() {
 	*x = TtlStatusRequest{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1786,7 +2017,7 @@ func (x *TtlStatusRequest) String() string {
 func (*TtlStatusRequest) ProtoMessage() {}
 
 func (x *TtlStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[22]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1799,7 +2030,7 @@ func (x *TtlStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TtlStatusRequest.ProtoReflect.Descriptor instead.
 func (*TtlStatusRequest) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{22}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TtlStatusRequest) GetProject() string {
@@ -1827,7 +2058,7 @@ type TtlStatusResponse struct {
 
 func (x *TtlStatusResponse) Reset() {
 	*x = TtlStatusResponse{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +2070,7 @@ func (x *TtlStatusResponse) String() string {
 func (*TtlStatusResponse) ProtoMessage() {}
 
 func (x *TtlStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +2083,7 @@ func (x *TtlStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TtlStatusResponse.ProtoReflect.Descriptor instead.
 func (*TtlStatusResponse) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TtlStatusResponse) GetIntervalSeconds() float64 {
@@ -1896,7 +2127,7 @@ type TtlTableStatus struct {
 
 func (x *TtlTableStatus) Reset() {
 	*x = TtlTableStatus{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1908,7 +2139,7 @@ func (x *TtlTableStatus) String() string {
 func (*TtlTableStatus) ProtoMessage() {}
 
 func (x *TtlTableStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1921,7 +2152,7 @@ func (x *TtlTableStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TtlTableStatus.ProtoReflect.Descriptor instead.
 func (*TtlTableStatus) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TtlTableStatus) GetTable() string {
@@ -2020,7 +2251,7 @@ type TtlPlanRequest struct {
 
 func (x *TtlPlanRequest) Reset() {
 	*x = TtlPlanRequest{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2263,7 @@ func (x *TtlPlanRequest) String() string {
 func (*TtlPlanRequest) ProtoMessage() {}
 
 func (x *TtlPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2276,7 @@ func (x *TtlPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TtlPlanRequest.ProtoReflect.Descriptor instead.
 func (*TtlPlanRequest) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TtlPlanRequest) GetProject() string {
@@ -2090,7 +2321,7 @@ type TtlPlanResponse struct {
 
 func (x *TtlPlanResponse) Reset() {
 	*x = TtlPlanResponse{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2102,7 +2333,7 @@ func (x *TtlPlanResponse) String() string {
 func (*TtlPlanResponse) ProtoMessage() {}
 
 func (x *TtlPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[26]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2115,7 +2346,7 @@ func (x *TtlPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TtlPlanResponse.ProtoReflect.Descriptor instead.
 func (*TtlPlanResponse) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TtlPlanResponse) GetExpression() string {
@@ -2172,7 +2403,7 @@ type TtlResumeRequest struct {
 
 func (x *TtlResumeRequest) Reset() {
 	*x = TtlResumeRequest{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2184,7 +2415,7 @@ func (x *TtlResumeRequest) String() string {
 func (*TtlResumeRequest) ProtoMessage() {}
 
 func (x *TtlResumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2197,7 +2428,7 @@ func (x *TtlResumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TtlResumeRequest.ProtoReflect.Descriptor instead.
 func (*TtlResumeRequest) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TtlResumeRequest) GetProject() string {
@@ -2231,7 +2462,7 @@ type TtlResumeResponse struct {
 
 func (x *TtlResumeResponse) Reset() {
 	*x = TtlResumeResponse{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2474,7 @@ func (x *TtlResumeResponse) String() string {
 func (*TtlResumeResponse) ProtoMessage() {}
 
 func (x *TtlResumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2487,7 @@ func (x *TtlResumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TtlResumeResponse.ProtoReflect.Descriptor instead.
 func (*TtlResumeResponse) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TtlResumeResponse) GetTable() string {
@@ -2282,7 +2513,7 @@ type ProgressRequest struct {
 
 func (x *ProgressRequest) Reset() {
 	*x = ProgressRequest{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2525,7 @@ func (x *ProgressRequest) String() string {
 func (*ProgressRequest) ProtoMessage() {}
 
 func (x *ProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2538,7 @@ func (x *ProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProgressRequest.ProtoReflect.Descriptor instead.
 func (*ProgressRequest) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ProgressRequest) GetId() string {
@@ -2331,7 +2562,7 @@ type ProgressResponse struct {
 
 func (x *ProgressResponse) Reset() {
 	*x = ProgressResponse{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2574,7 @@ func (x *ProgressResponse) String() string {
 func (*ProgressResponse) ProtoMessage() {}
 
 func (x *ProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2587,7 @@ func (x *ProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProgressResponse.ProtoReflect.Descriptor instead.
 func (*ProgressResponse) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ProgressResponse) GetFound() bool {
@@ -2412,7 +2643,7 @@ type Stamp struct {
 
 func (x *Stamp) Reset() {
 	*x = Stamp{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +2655,7 @@ func (x *Stamp) String() string {
 func (*Stamp) ProtoMessage() {}
 
 func (x *Stamp) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +2668,7 @@ func (x *Stamp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stamp.ProtoReflect.Descriptor instead.
 func (*Stamp) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Stamp) GetCommit() int64 {
@@ -2466,7 +2697,7 @@ type Position struct {
 
 func (x *Position) Reset() {
 	*x = Position{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2478,7 +2709,7 @@ func (x *Position) String() string {
 func (*Position) ProtoMessage() {}
 
 func (x *Position) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2491,7 +2722,7 @@ func (x *Position) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Position.ProtoReflect.Descriptor instead.
 func (*Position) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Position) GetCommit() int64 {
@@ -2526,7 +2757,7 @@ type PeerInfo struct {
 
 func (x *PeerInfo) Reset() {
 	*x = PeerInfo{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2538,7 +2769,7 @@ func (x *PeerInfo) String() string {
 func (*PeerInfo) ProtoMessage() {}
 
 func (x *PeerInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[33]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2551,7 +2782,7 @@ func (x *PeerInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerInfo.ProtoReflect.Descriptor instead.
 func (*PeerInfo) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{33}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PeerInfo) GetId() string {
@@ -2592,7 +2823,7 @@ type GcRule struct {
 
 func (x *GcRule) Reset() {
 	*x = GcRule{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +2835,7 @@ func (x *GcRule) String() string {
 func (*GcRule) ProtoMessage() {}
 
 func (x *GcRule) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[34]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +2848,7 @@ func (x *GcRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcRule.ProtoReflect.Descriptor instead.
 func (*GcRule) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{34}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GcRule) GetRule() isGcRule_Rule {
@@ -2700,7 +2931,7 @@ type GcRules struct {
 
 func (x *GcRules) Reset() {
 	*x = GcRules{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2712,7 +2943,7 @@ func (x *GcRules) String() string {
 func (*GcRules) ProtoMessage() {}
 
 func (x *GcRules) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[35]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2725,7 +2956,7 @@ func (x *GcRules) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcRules.ProtoReflect.Descriptor instead.
 func (*GcRules) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{35}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GcRules) GetRules() []*GcRule {
@@ -2745,7 +2976,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2757,7 +2988,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[36]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2770,7 +3001,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{36}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *JoinRequest) GetCluster() string {
@@ -2798,7 +3029,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2810,7 +3041,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[37]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2823,7 +3054,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{37}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *JoinResponse) GetCluster() string {
@@ -2856,7 +3087,7 @@ type ReadyRequest struct {
 
 func (x *ReadyRequest) Reset() {
 	*x = ReadyRequest{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2868,7 +3099,7 @@ func (x *ReadyRequest) String() string {
 func (*ReadyRequest) ProtoMessage() {}
 
 func (x *ReadyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[38]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2881,7 +3112,7 @@ func (x *ReadyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadyRequest.ProtoReflect.Descriptor instead.
 func (*ReadyRequest) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{38}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReadyRequest) GetCluster() string {
@@ -2899,7 +3130,7 @@ type ReadyResponse struct {
 
 func (x *ReadyResponse) Reset() {
 	*x = ReadyResponse{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2911,7 +3142,7 @@ func (x *ReadyResponse) String() string {
 func (*ReadyResponse) ProtoMessage() {}
 
 func (x *ReadyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[39]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2924,7 +3155,7 @@ func (x *ReadyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadyResponse.ProtoReflect.Descriptor instead.
 func (*ReadyResponse) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{39}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{42}
 }
 
 type SnapshotRequest struct {
@@ -2935,7 +3166,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2947,7 +3178,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[40]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2960,7 +3191,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{40}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{43}
 }
 
 // SnapshotMessage is one item of a snapshot: each table's schema, runs of
@@ -2981,7 +3212,7 @@ type SnapshotMessage struct {
 
 func (x *SnapshotMessage) Reset() {
 	*x = SnapshotMessage{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2993,7 +3224,7 @@ func (x *SnapshotMessage) String() string {
 func (*SnapshotMessage) ProtoMessage() {}
 
 func (x *SnapshotMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[41]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3006,7 +3237,7 @@ func (x *SnapshotMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotMessage.ProtoReflect.Descriptor instead.
 func (*SnapshotMessage) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{41}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SnapshotMessage) GetItem() isSnapshotMessage_Item {
@@ -3106,7 +3337,7 @@ type SnapshotPairs struct {
 
 func (x *SnapshotPairs) Reset() {
 	*x = SnapshotPairs{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3118,7 +3349,7 @@ func (x *SnapshotPairs) String() string {
 func (*SnapshotPairs) ProtoMessage() {}
 
 func (x *SnapshotPairs) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[42]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3131,7 +3362,7 @@ func (x *SnapshotPairs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotPairs.ProtoReflect.Descriptor instead.
 func (*SnapshotPairs) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{42}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SnapshotPairs) GetInstance() string {
@@ -3165,7 +3396,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3177,7 +3408,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[43]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3190,7 +3421,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{43}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *KeyValue) GetKey() []byte {
@@ -3219,7 +3450,7 @@ type SnapshotCheckpoint struct {
 
 func (x *SnapshotCheckpoint) Reset() {
 	*x = SnapshotCheckpoint{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3231,7 +3462,7 @@ func (x *SnapshotCheckpoint) String() string {
 func (*SnapshotCheckpoint) ProtoMessage() {}
 
 func (x *SnapshotCheckpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[44]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3244,7 +3475,7 @@ func (x *SnapshotCheckpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotCheckpoint.ProtoReflect.Descriptor instead.
 func (*SnapshotCheckpoint) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{44}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SnapshotCheckpoint) GetInstance() string {
@@ -3284,7 +3515,7 @@ type SnapshotEnd struct {
 
 func (x *SnapshotEnd) Reset() {
 	*x = SnapshotEnd{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3296,7 +3527,7 @@ func (x *SnapshotEnd) String() string {
 func (*SnapshotEnd) ProtoMessage() {}
 
 func (x *SnapshotEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[45]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3309,7 +3540,7 @@ func (x *SnapshotEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotEnd.ProtoReflect.Descriptor instead.
 func (*SnapshotEnd) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SnapshotEnd) GetClosed() int64 {
@@ -3344,7 +3575,7 @@ type TableMeta struct {
 
 func (x *TableMeta) Reset() {
 	*x = TableMeta{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3356,7 +3587,7 @@ func (x *TableMeta) String() string {
 func (*TableMeta) ProtoMessage() {}
 
 func (x *TableMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3369,7 +3600,7 @@ func (x *TableMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableMeta.ProtoReflect.Descriptor instead.
 func (*TableMeta) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *TableMeta) GetId() uint64 {
@@ -3498,7 +3729,7 @@ type Family struct {
 
 func (x *Family) Reset() {
 	*x = Family{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3510,7 +3741,7 @@ func (x *Family) String() string {
 func (*Family) ProtoMessage() {}
 
 func (x *Family) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3523,7 +3754,7 @@ func (x *Family) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Family.ProtoReflect.Descriptor instead.
 func (*Family) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Family) GetId() uint32 {
@@ -3578,7 +3809,7 @@ type ChangeStreamConfig struct {
 
 func (x *ChangeStreamConfig) Reset() {
 	*x = ChangeStreamConfig{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3590,7 +3821,7 @@ func (x *ChangeStreamConfig) String() string {
 func (*ChangeStreamConfig) ProtoMessage() {}
 
 func (x *ChangeStreamConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3603,7 +3834,7 @@ func (x *ChangeStreamConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeStreamConfig.ProtoReflect.Descriptor instead.
 func (*ChangeStreamConfig) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ChangeStreamConfig) GetRetentionNanos() int64 {
@@ -3636,7 +3867,7 @@ type Restored struct {
 
 func (x *Restored) Reset() {
 	*x = Restored{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3648,7 +3879,7 @@ func (x *Restored) String() string {
 func (*Restored) ProtoMessage() {}
 
 func (x *Restored) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3661,7 +3892,7 @@ func (x *Restored) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Restored.ProtoReflect.Descriptor instead.
 func (*Restored) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Restored) GetBackup() string {
@@ -3732,7 +3963,7 @@ type RowPolicy struct {
 
 func (x *RowPolicy) Reset() {
 	*x = RowPolicy{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3744,7 +3975,7 @@ func (x *RowPolicy) String() string {
 func (*RowPolicy) ProtoMessage() {}
 
 func (x *RowPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3757,7 +3988,7 @@ func (x *RowPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowPolicy.ProtoReflect.Descriptor instead.
 func (*RowPolicy) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RowPolicy) GetFamily() string {
@@ -3803,7 +4034,7 @@ type PullRequest struct {
 
 func (x *PullRequest) Reset() {
 	*x = PullRequest{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3815,7 +4046,7 @@ func (x *PullRequest) String() string {
 func (*PullRequest) ProtoMessage() {}
 
 func (x *PullRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3828,7 +4059,7 @@ func (x *PullRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullRequest.ProtoReflect.Descriptor instead.
 func (*PullRequest) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PullRequest) GetCluster() string {
@@ -3882,7 +4113,7 @@ type PullResponse struct {
 
 func (x *PullResponse) Reset() {
 	*x = PullResponse{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3894,7 +4125,7 @@ func (x *PullResponse) String() string {
 func (*PullResponse) ProtoMessage() {}
 
 func (x *PullResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3907,7 +4138,7 @@ func (x *PullResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullResponse.ProtoReflect.Descriptor instead.
 func (*PullResponse) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PullResponse) GetCluster() string {
@@ -3979,7 +4210,7 @@ type PulledTable struct {
 
 func (x *PulledTable) Reset() {
 	*x = PulledTable{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3991,7 +4222,7 @@ func (x *PulledTable) String() string {
 func (*PulledTable) ProtoMessage() {}
 
 func (x *PulledTable) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4004,7 +4235,7 @@ func (x *PulledTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PulledTable.ProtoReflect.Descriptor instead.
 func (*PulledTable) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PulledTable) GetInstance() string {
@@ -4052,7 +4283,7 @@ type PulledRecord struct {
 
 func (x *PulledRecord) Reset() {
 	*x = PulledRecord{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4064,7 +4295,7 @@ func (x *PulledRecord) String() string {
 func (*PulledRecord) ProtoMessage() {}
 
 func (x *PulledRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4077,7 +4308,7 @@ func (x *PulledRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PulledRecord.ProtoReflect.Descriptor instead.
 func (*PulledRecord) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PulledRecord) GetRecord() []byte {
@@ -4107,7 +4338,7 @@ type TableSchema struct {
 
 func (x *TableSchema) Reset() {
 	*x = TableSchema{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4119,7 +4350,7 @@ func (x *TableSchema) String() string {
 func (*TableSchema) ProtoMessage() {}
 
 func (x *TableSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4132,7 +4363,7 @@ func (x *TableSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableSchema.ProtoReflect.Descriptor instead.
 func (*TableSchema) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TableSchema) GetInstance() string {
@@ -4175,7 +4406,7 @@ type FamilySchema struct {
 
 func (x *FamilySchema) Reset() {
 	*x = FamilySchema{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4187,7 +4418,7 @@ func (x *FamilySchema) String() string {
 func (*FamilySchema) ProtoMessage() {}
 
 func (x *FamilySchema) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[56]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4200,7 +4431,7 @@ func (x *FamilySchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FamilySchema.ProtoReflect.Descriptor instead.
 func (*FamilySchema) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *FamilySchema) GetName() string {
@@ -4242,7 +4473,7 @@ type DroppedTable struct {
 
 func (x *DroppedTable) Reset() {
 	*x = DroppedTable{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4254,7 +4485,7 @@ func (x *DroppedTable) String() string {
 func (*DroppedTable) ProtoMessage() {}
 
 func (x *DroppedTable) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[57]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4267,7 +4498,7 @@ func (x *DroppedTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DroppedTable.ProtoReflect.Descriptor instead.
 func (*DroppedTable) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{57}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *DroppedTable) GetInstance() string {
@@ -4304,7 +4535,7 @@ type MetaEntry struct {
 
 func (x *MetaEntry) Reset() {
 	*x = MetaEntry{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4316,7 +4547,7 @@ func (x *MetaEntry) String() string {
 func (*MetaEntry) ProtoMessage() {}
 
 func (x *MetaEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[58]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4329,7 +4560,7 @@ func (x *MetaEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetaEntry.ProtoReflect.Descriptor instead.
 func (*MetaEntry) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{58}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *MetaEntry) GetKind() string {
@@ -4372,7 +4603,7 @@ type AgeCutoff struct {
 
 func (x *AgeCutoff) Reset() {
 	*x = AgeCutoff{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4384,7 +4615,7 @@ func (x *AgeCutoff) String() string {
 func (*AgeCutoff) ProtoMessage() {}
 
 func (x *AgeCutoff) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4397,7 +4628,7 @@ func (x *AgeCutoff) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgeCutoff.ProtoReflect.Descriptor instead.
 func (*AgeCutoff) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *AgeCutoff) GetInstance() string {
@@ -4441,7 +4672,7 @@ type TableChunksRequest struct {
 
 func (x *TableChunksRequest) Reset() {
 	*x = TableChunksRequest{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4453,7 +4684,7 @@ func (x *TableChunksRequest) String() string {
 func (*TableChunksRequest) ProtoMessage() {}
 
 func (x *TableChunksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4466,7 +4697,7 @@ func (x *TableChunksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableChunksRequest.ProtoReflect.Descriptor instead.
 func (*TableChunksRequest) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{60}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *TableChunksRequest) GetProject() string {
@@ -4507,7 +4738,7 @@ type TableChunksResponse struct {
 
 func (x *TableChunksResponse) Reset() {
 	*x = TableChunksResponse{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4519,7 +4750,7 @@ func (x *TableChunksResponse) String() string {
 func (*TableChunksResponse) ProtoMessage() {}
 
 func (x *TableChunksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4532,7 +4763,7 @@ func (x *TableChunksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableChunksResponse.ProtoReflect.Descriptor instead.
 func (*TableChunksResponse) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{61}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *TableChunksResponse) GetChunks() []*Chunk {
@@ -4559,7 +4790,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4571,7 +4802,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4584,7 +4815,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{62}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *Chunk) GetHash() []byte {
@@ -4614,7 +4845,7 @@ type TableCellsRequest struct {
 
 func (x *TableCellsRequest) Reset() {
 	*x = TableCellsRequest{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4626,7 +4857,7 @@ func (x *TableCellsRequest) String() string {
 func (*TableCellsRequest) ProtoMessage() {}
 
 func (x *TableCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4639,7 +4870,7 @@ func (x *TableCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableCellsRequest.ProtoReflect.Descriptor instead.
 func (*TableCellsRequest) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{63}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *TableCellsRequest) GetProject() string {
@@ -4686,7 +4917,7 @@ type TableCellsResponse struct {
 
 func (x *TableCellsResponse) Reset() {
 	*x = TableCellsResponse{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4698,7 +4929,7 @@ func (x *TableCellsResponse) String() string {
 func (*TableCellsResponse) ProtoMessage() {}
 
 func (x *TableCellsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4711,7 +4942,7 @@ func (x *TableCellsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TableCellsResponse.ProtoReflect.Descriptor instead.
 func (*TableCellsResponse) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{64}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *TableCellsResponse) GetCells() []*RawCell {
@@ -4737,7 +4968,7 @@ type RawCell struct {
 
 func (x *RawCell) Reset() {
 	*x = RawCell{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[65]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4749,7 +4980,7 @@ func (x *RawCell) String() string {
 func (*RawCell) ProtoMessage() {}
 
 func (x *RawCell) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[65]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4762,7 +4993,7 @@ func (x *RawCell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RawCell.ProtoReflect.Descriptor instead.
 func (*RawCell) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{65}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RawCell) GetRow() []byte {
@@ -4827,7 +5058,7 @@ type RepairCellsRequest struct {
 
 func (x *RepairCellsRequest) Reset() {
 	*x = RepairCellsRequest{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[66]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4839,7 +5070,7 @@ func (x *RepairCellsRequest) String() string {
 func (*RepairCellsRequest) ProtoMessage() {}
 
 func (x *RepairCellsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[66]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4852,7 +5083,7 @@ func (x *RepairCellsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairCellsRequest.ProtoReflect.Descriptor instead.
 func (*RepairCellsRequest) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{66}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *RepairCellsRequest) GetProject() string {
@@ -4900,7 +5131,7 @@ type RepairCellsResponse struct {
 
 func (x *RepairCellsResponse) Reset() {
 	*x = RepairCellsResponse{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[67]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4912,7 +5143,7 @@ func (x *RepairCellsResponse) String() string {
 func (*RepairCellsResponse) ProtoMessage() {}
 
 func (x *RepairCellsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[67]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4925,7 +5156,7 @@ func (x *RepairCellsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairCellsResponse.ProtoReflect.Descriptor instead.
 func (*RepairCellsResponse) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{67}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RepairCellsResponse) GetPut() int64 {
@@ -4955,7 +5186,7 @@ type ReplicationStatusRequest struct {
 
 func (x *ReplicationStatusRequest) Reset() {
 	*x = ReplicationStatusRequest{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[68]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4967,7 +5198,7 @@ func (x *ReplicationStatusRequest) String() string {
 func (*ReplicationStatusRequest) ProtoMessage() {}
 
 func (x *ReplicationStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[68]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4980,7 +5211,7 @@ func (x *ReplicationStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicationStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReplicationStatusRequest) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{68}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ReplicationStatusRequest) GetProject() string {
@@ -5016,7 +5247,7 @@ type ReplicationStatusResponse struct {
 
 func (x *ReplicationStatusResponse) Reset() {
 	*x = ReplicationStatusResponse{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[69]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5028,7 +5259,7 @@ func (x *ReplicationStatusResponse) String() string {
 func (*ReplicationStatusResponse) ProtoMessage() {}
 
 func (x *ReplicationStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[69]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5041,7 +5272,7 @@ func (x *ReplicationStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicationStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReplicationStatusResponse) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{69}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ReplicationStatusResponse) GetCluster() string {
@@ -5086,7 +5317,7 @@ type PeerStatus struct {
 
 func (x *PeerStatus) Reset() {
 	*x = PeerStatus{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[70]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5098,7 +5329,7 @@ func (x *PeerStatus) String() string {
 func (*PeerStatus) ProtoMessage() {}
 
 func (x *PeerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[70]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5111,7 +5342,7 @@ func (x *PeerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PeerStatus.ProtoReflect.Descriptor instead.
 func (*PeerStatus) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{70}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *PeerStatus) GetId() string {
@@ -5169,7 +5400,7 @@ type ReplicationLinkRequest struct {
 
 func (x *ReplicationLinkRequest) Reset() {
 	*x = ReplicationLinkRequest{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[71]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5181,7 +5412,7 @@ func (x *ReplicationLinkRequest) String() string {
 func (*ReplicationLinkRequest) ProtoMessage() {}
 
 func (x *ReplicationLinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[71]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5194,7 +5425,7 @@ func (x *ReplicationLinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicationLinkRequest.ProtoReflect.Descriptor instead.
 func (*ReplicationLinkRequest) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{71}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ReplicationLinkRequest) GetProject() string {
@@ -5235,7 +5466,7 @@ type ReplicationLinkResponse struct {
 
 func (x *ReplicationLinkResponse) Reset() {
 	*x = ReplicationLinkResponse{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[72]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5247,7 +5478,7 @@ func (x *ReplicationLinkResponse) String() string {
 func (*ReplicationLinkResponse) ProtoMessage() {}
 
 func (x *ReplicationLinkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[72]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5260,7 +5491,7 @@ func (x *ReplicationLinkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicationLinkResponse.ProtoReflect.Descriptor instead.
 func (*ReplicationLinkResponse) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{72}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ReplicationLinkResponse) GetPeer() string {
@@ -5290,7 +5521,7 @@ type ReplicationDiffRequest struct {
 
 func (x *ReplicationDiffRequest) Reset() {
 	*x = ReplicationDiffRequest{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[73]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5302,7 +5533,7 @@ func (x *ReplicationDiffRequest) String() string {
 func (*ReplicationDiffRequest) ProtoMessage() {}
 
 func (x *ReplicationDiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[73]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5315,7 +5546,7 @@ func (x *ReplicationDiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicationDiffRequest.ProtoReflect.Descriptor instead.
 func (*ReplicationDiffRequest) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{73}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ReplicationDiffRequest) GetProject() string {
@@ -5364,7 +5595,7 @@ type ReplicationDiffResponse struct {
 
 func (x *ReplicationDiffResponse) Reset() {
 	*x = ReplicationDiffResponse{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[74]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5376,7 +5607,7 @@ func (x *ReplicationDiffResponse) String() string {
 func (*ReplicationDiffResponse) ProtoMessage() {}
 
 func (x *ReplicationDiffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[74]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5389,7 +5620,7 @@ func (x *ReplicationDiffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicationDiffResponse.ProtoReflect.Descriptor instead.
 func (*ReplicationDiffResponse) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{74}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ReplicationDiffResponse) GetCluster() string {
@@ -5426,7 +5657,7 @@ type DiffPeer struct {
 
 func (x *DiffPeer) Reset() {
 	*x = DiffPeer{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[75]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5438,7 +5669,7 @@ func (x *DiffPeer) String() string {
 func (*DiffPeer) ProtoMessage() {}
 
 func (x *DiffPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[75]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5451,7 +5682,7 @@ func (x *DiffPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffPeer.ProtoReflect.Descriptor instead.
 func (*DiffPeer) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{75}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *DiffPeer) GetPeer() string {
@@ -5505,7 +5736,7 @@ type DiffCell struct {
 
 func (x *DiffCell) Reset() {
 	*x = DiffCell{}
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[76]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5517,7 +5748,7 @@ func (x *DiffCell) String() string {
 func (*DiffCell) ProtoMessage() {}
 
 func (x *DiffCell) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[76]
+	mi := &file_ebbtable_admin_v1_admin_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5530,7 +5761,7 @@ func (x *DiffCell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffCell.ProtoReflect.Descriptor instead.
 func (*DiffCell) Descriptor() ([]byte, []int) {
-	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{76}
+	return file_ebbtable_admin_v1_admin_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *DiffCell) GetRow() []byte {
@@ -5704,7 +5935,7 @@ const file_ebbtable_admin_v1_admin_proto_rawDesc = "" +
 	"\x03set\x18\x01 \x01(\tR\x03set\x12\x18\n" +
 	"\aadvance\x18\x02 \x01(\tR\aadvance\"&\n" +
 	"\x12DebugClockResponse\x12\x10\n" +
-	"\x03now\x18\x01 \x01(\tR\x03now\"\xc3\x01\n" +
+	"\x03now\x18\x01 \x01(\tR\x03now\"\xe6\x02\n" +
 	"\fWatchRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12\x14\n" +
@@ -5712,9 +5943,28 @@ const file_ebbtable_admin_v1_admin_proto_rawDesc = "" +
 	"\x05since\x18\x04 \x01(\tR\x05since\x12\x14\n" +
 	"\x05until\x18\x05 \x01(\tR\x05until\x12%\n" +
 	"\x0eexclude_system\x18\x06 \x01(\bR\rexcludeSystem\x12\x14\n" +
-	"\x05token\x18\a \x01(\tR\x05token\"#\n" +
+	"\x05token\x18\a \x01(\tR\x05token\x12?\n" +
+	"\tpartition\x18\b \x01(\v2!.ebbtable.admin.v1.WatchPartitionR\tpartition\x125\n" +
+	"\x06tokens\x18\t \x03(\v2\x1d.ebbtable.admin.v1.WatchTokenR\x06tokens\x12)\n" +
+	"\x10heartbeat_millis\x18\n" +
+	" \x01(\x03R\x0fheartbeatMillis\"F\n" +
+	"\x0eWatchPartition\x12\x1b\n" +
+	"\tstart_key\x18\x01 \x01(\fR\bstartKey\x12\x17\n" +
+	"\aend_key\x18\x02 \x01(\fR\x06endKey\"c\n" +
+	"\n" +
+	"WatchToken\x12?\n" +
+	"\tpartition\x18\x01 \x01(\v2!.ebbtable.admin.v1.WatchPartitionR\tpartition\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"\xa5\x01\n" +
 	"\rWatchResponse\x12\x12\n" +
-	"\x04line\x18\x01 \x01(\tR\x04line\"`\n" +
+	"\x04line\x18\x01 \x01(\tR\x04line\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12\x17\n" +
+	"\aread_to\x18\x03 \x01(\tR\x06readTo\x12\x1c\n" +
+	"\theartbeat\x18\x04 \x01(\bR\theartbeat\x123\n" +
+	"\x05close\x18\x05 \x01(\v2\x1d.ebbtable.admin.v1.WatchCloseR\x05close\"\x8d\x01\n" +
+	"\n" +
+	"WatchClose\x12H\n" +
+	"\x0enew_partitions\x18\x01 \x03(\v2!.ebbtable.admin.v1.WatchPartitionR\rnewPartitions\x125\n" +
+	"\x06tokens\x18\x02 \x03(\v2\x1d.ebbtable.admin.v1.WatchTokenR\x06tokens\"`\n" +
 	"\n" +
 	"DdlRequest\x12\x18\n" +
 	"\aproject\x18\x01 \x01(\tR\aproject\x12\x1a\n" +
@@ -6087,7 +6337,7 @@ func file_ebbtable_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_ebbtable_admin_v1_admin_proto_rawDescData
 }
 
-var file_ebbtable_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
+var file_ebbtable_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_ebbtable_admin_v1_admin_proto_goTypes = []any{
 	(*GcRunRequest)(nil),              // 0: ebbtable.admin.v1.GcRunRequest
 	(*GcRunResponse)(nil),             // 1: ebbtable.admin.v1.GcRunResponse
@@ -6106,171 +6356,180 @@ var file_ebbtable_admin_v1_admin_proto_goTypes = []any{
 	(*DebugClockRequest)(nil),         // 14: ebbtable.admin.v1.DebugClockRequest
 	(*DebugClockResponse)(nil),        // 15: ebbtable.admin.v1.DebugClockResponse
 	(*WatchRequest)(nil),              // 16: ebbtable.admin.v1.WatchRequest
-	(*WatchResponse)(nil),             // 17: ebbtable.admin.v1.WatchResponse
-	(*DdlRequest)(nil),                // 18: ebbtable.admin.v1.DdlRequest
-	(*DdlResponse)(nil),               // 19: ebbtable.admin.v1.DdlResponse
-	(*TtlRunRequest)(nil),             // 20: ebbtable.admin.v1.TtlRunRequest
-	(*TtlRunResponse)(nil),            // 21: ebbtable.admin.v1.TtlRunResponse
-	(*TtlStatusRequest)(nil),          // 22: ebbtable.admin.v1.TtlStatusRequest
-	(*TtlStatusResponse)(nil),         // 23: ebbtable.admin.v1.TtlStatusResponse
-	(*TtlTableStatus)(nil),            // 24: ebbtable.admin.v1.TtlTableStatus
-	(*TtlPlanRequest)(nil),            // 25: ebbtable.admin.v1.TtlPlanRequest
-	(*TtlPlanResponse)(nil),           // 26: ebbtable.admin.v1.TtlPlanResponse
-	(*TtlResumeRequest)(nil),          // 27: ebbtable.admin.v1.TtlResumeRequest
-	(*TtlResumeResponse)(nil),         // 28: ebbtable.admin.v1.TtlResumeResponse
-	(*ProgressRequest)(nil),           // 29: ebbtable.admin.v1.ProgressRequest
-	(*ProgressResponse)(nil),          // 30: ebbtable.admin.v1.ProgressResponse
-	(*Stamp)(nil),                     // 31: ebbtable.admin.v1.Stamp
-	(*Position)(nil),                  // 32: ebbtable.admin.v1.Position
-	(*PeerInfo)(nil),                  // 33: ebbtable.admin.v1.PeerInfo
-	(*GcRule)(nil),                    // 34: ebbtable.admin.v1.GcRule
-	(*GcRules)(nil),                   // 35: ebbtable.admin.v1.GcRules
-	(*JoinRequest)(nil),               // 36: ebbtable.admin.v1.JoinRequest
-	(*JoinResponse)(nil),              // 37: ebbtable.admin.v1.JoinResponse
-	(*ReadyRequest)(nil),              // 38: ebbtable.admin.v1.ReadyRequest
-	(*ReadyResponse)(nil),             // 39: ebbtable.admin.v1.ReadyResponse
-	(*SnapshotRequest)(nil),           // 40: ebbtable.admin.v1.SnapshotRequest
-	(*SnapshotMessage)(nil),           // 41: ebbtable.admin.v1.SnapshotMessage
-	(*SnapshotPairs)(nil),             // 42: ebbtable.admin.v1.SnapshotPairs
-	(*KeyValue)(nil),                  // 43: ebbtable.admin.v1.KeyValue
-	(*SnapshotCheckpoint)(nil),        // 44: ebbtable.admin.v1.SnapshotCheckpoint
-	(*SnapshotEnd)(nil),               // 45: ebbtable.admin.v1.SnapshotEnd
-	(*TableMeta)(nil),                 // 46: ebbtable.admin.v1.TableMeta
-	(*Family)(nil),                    // 47: ebbtable.admin.v1.Family
-	(*ChangeStreamConfig)(nil),        // 48: ebbtable.admin.v1.ChangeStreamConfig
-	(*Restored)(nil),                  // 49: ebbtable.admin.v1.Restored
-	(*RowPolicy)(nil),                 // 50: ebbtable.admin.v1.RowPolicy
-	(*PullRequest)(nil),               // 51: ebbtable.admin.v1.PullRequest
-	(*PullResponse)(nil),              // 52: ebbtable.admin.v1.PullResponse
-	(*PulledTable)(nil),               // 53: ebbtable.admin.v1.PulledTable
-	(*PulledRecord)(nil),              // 54: ebbtable.admin.v1.PulledRecord
-	(*TableSchema)(nil),               // 55: ebbtable.admin.v1.TableSchema
-	(*FamilySchema)(nil),              // 56: ebbtable.admin.v1.FamilySchema
-	(*DroppedTable)(nil),              // 57: ebbtable.admin.v1.DroppedTable
-	(*MetaEntry)(nil),                 // 58: ebbtable.admin.v1.MetaEntry
-	(*AgeCutoff)(nil),                 // 59: ebbtable.admin.v1.AgeCutoff
-	(*TableChunksRequest)(nil),        // 60: ebbtable.admin.v1.TableChunksRequest
-	(*TableChunksResponse)(nil),       // 61: ebbtable.admin.v1.TableChunksResponse
-	(*Chunk)(nil),                     // 62: ebbtable.admin.v1.Chunk
-	(*TableCellsRequest)(nil),         // 63: ebbtable.admin.v1.TableCellsRequest
-	(*TableCellsResponse)(nil),        // 64: ebbtable.admin.v1.TableCellsResponse
-	(*RawCell)(nil),                   // 65: ebbtable.admin.v1.RawCell
-	(*RepairCellsRequest)(nil),        // 66: ebbtable.admin.v1.RepairCellsRequest
-	(*RepairCellsResponse)(nil),       // 67: ebbtable.admin.v1.RepairCellsResponse
-	(*ReplicationStatusRequest)(nil),  // 68: ebbtable.admin.v1.ReplicationStatusRequest
-	(*ReplicationStatusResponse)(nil), // 69: ebbtable.admin.v1.ReplicationStatusResponse
-	(*PeerStatus)(nil),                // 70: ebbtable.admin.v1.PeerStatus
-	(*ReplicationLinkRequest)(nil),    // 71: ebbtable.admin.v1.ReplicationLinkRequest
-	(*ReplicationLinkResponse)(nil),   // 72: ebbtable.admin.v1.ReplicationLinkResponse
-	(*ReplicationDiffRequest)(nil),    // 73: ebbtable.admin.v1.ReplicationDiffRequest
-	(*ReplicationDiffResponse)(nil),   // 74: ebbtable.admin.v1.ReplicationDiffResponse
-	(*DiffPeer)(nil),                  // 75: ebbtable.admin.v1.DiffPeer
-	(*DiffCell)(nil),                  // 76: ebbtable.admin.v1.DiffCell
-	nil,                               // 77: ebbtable.admin.v1.TableMeta.DroppedNamesEntry
-	nil,                               // 78: ebbtable.admin.v1.PullRequest.PositionsEntry
-	nil,                               // 79: ebbtable.admin.v1.TableChunksResponse.CutoffsEntry
-	nil,                               // 80: ebbtable.admin.v1.ReplicationStatusResponse.AppliedEntry
+	(*WatchPartition)(nil),            // 17: ebbtable.admin.v1.WatchPartition
+	(*WatchToken)(nil),                // 18: ebbtable.admin.v1.WatchToken
+	(*WatchResponse)(nil),             // 19: ebbtable.admin.v1.WatchResponse
+	(*WatchClose)(nil),                // 20: ebbtable.admin.v1.WatchClose
+	(*DdlRequest)(nil),                // 21: ebbtable.admin.v1.DdlRequest
+	(*DdlResponse)(nil),               // 22: ebbtable.admin.v1.DdlResponse
+	(*TtlRunRequest)(nil),             // 23: ebbtable.admin.v1.TtlRunRequest
+	(*TtlRunResponse)(nil),            // 24: ebbtable.admin.v1.TtlRunResponse
+	(*TtlStatusRequest)(nil),          // 25: ebbtable.admin.v1.TtlStatusRequest
+	(*TtlStatusResponse)(nil),         // 26: ebbtable.admin.v1.TtlStatusResponse
+	(*TtlTableStatus)(nil),            // 27: ebbtable.admin.v1.TtlTableStatus
+	(*TtlPlanRequest)(nil),            // 28: ebbtable.admin.v1.TtlPlanRequest
+	(*TtlPlanResponse)(nil),           // 29: ebbtable.admin.v1.TtlPlanResponse
+	(*TtlResumeRequest)(nil),          // 30: ebbtable.admin.v1.TtlResumeRequest
+	(*TtlResumeResponse)(nil),         // 31: ebbtable.admin.v1.TtlResumeResponse
+	(*ProgressRequest)(nil),           // 32: ebbtable.admin.v1.ProgressRequest
+	(*ProgressResponse)(nil),          // 33: ebbtable.admin.v1.ProgressResponse
+	(*Stamp)(nil),                     // 34: ebbtable.admin.v1.Stamp
+	(*Position)(nil),                  // 35: ebbtable.admin.v1.Position
+	(*PeerInfo)(nil),                  // 36: ebbtable.admin.v1.PeerInfo
+	(*GcRule)(nil),                    // 37: ebbtable.admin.v1.GcRule
+	(*GcRules)(nil),                   // 38: ebbtable.admin.v1.GcRules
+	(*JoinRequest)(nil),               // 39: ebbtable.admin.v1.JoinRequest
+	(*JoinResponse)(nil),              // 40: ebbtable.admin.v1.JoinResponse
+	(*ReadyRequest)(nil),              // 41: ebbtable.admin.v1.ReadyRequest
+	(*ReadyResponse)(nil),             // 42: ebbtable.admin.v1.ReadyResponse
+	(*SnapshotRequest)(nil),           // 43: ebbtable.admin.v1.SnapshotRequest
+	(*SnapshotMessage)(nil),           // 44: ebbtable.admin.v1.SnapshotMessage
+	(*SnapshotPairs)(nil),             // 45: ebbtable.admin.v1.SnapshotPairs
+	(*KeyValue)(nil),                  // 46: ebbtable.admin.v1.KeyValue
+	(*SnapshotCheckpoint)(nil),        // 47: ebbtable.admin.v1.SnapshotCheckpoint
+	(*SnapshotEnd)(nil),               // 48: ebbtable.admin.v1.SnapshotEnd
+	(*TableMeta)(nil),                 // 49: ebbtable.admin.v1.TableMeta
+	(*Family)(nil),                    // 50: ebbtable.admin.v1.Family
+	(*ChangeStreamConfig)(nil),        // 51: ebbtable.admin.v1.ChangeStreamConfig
+	(*Restored)(nil),                  // 52: ebbtable.admin.v1.Restored
+	(*RowPolicy)(nil),                 // 53: ebbtable.admin.v1.RowPolicy
+	(*PullRequest)(nil),               // 54: ebbtable.admin.v1.PullRequest
+	(*PullResponse)(nil),              // 55: ebbtable.admin.v1.PullResponse
+	(*PulledTable)(nil),               // 56: ebbtable.admin.v1.PulledTable
+	(*PulledRecord)(nil),              // 57: ebbtable.admin.v1.PulledRecord
+	(*TableSchema)(nil),               // 58: ebbtable.admin.v1.TableSchema
+	(*FamilySchema)(nil),              // 59: ebbtable.admin.v1.FamilySchema
+	(*DroppedTable)(nil),              // 60: ebbtable.admin.v1.DroppedTable
+	(*MetaEntry)(nil),                 // 61: ebbtable.admin.v1.MetaEntry
+	(*AgeCutoff)(nil),                 // 62: ebbtable.admin.v1.AgeCutoff
+	(*TableChunksRequest)(nil),        // 63: ebbtable.admin.v1.TableChunksRequest
+	(*TableChunksResponse)(nil),       // 64: ebbtable.admin.v1.TableChunksResponse
+	(*Chunk)(nil),                     // 65: ebbtable.admin.v1.Chunk
+	(*TableCellsRequest)(nil),         // 66: ebbtable.admin.v1.TableCellsRequest
+	(*TableCellsResponse)(nil),        // 67: ebbtable.admin.v1.TableCellsResponse
+	(*RawCell)(nil),                   // 68: ebbtable.admin.v1.RawCell
+	(*RepairCellsRequest)(nil),        // 69: ebbtable.admin.v1.RepairCellsRequest
+	(*RepairCellsResponse)(nil),       // 70: ebbtable.admin.v1.RepairCellsResponse
+	(*ReplicationStatusRequest)(nil),  // 71: ebbtable.admin.v1.ReplicationStatusRequest
+	(*ReplicationStatusResponse)(nil), // 72: ebbtable.admin.v1.ReplicationStatusResponse
+	(*PeerStatus)(nil),                // 73: ebbtable.admin.v1.PeerStatus
+	(*ReplicationLinkRequest)(nil),    // 74: ebbtable.admin.v1.ReplicationLinkRequest
+	(*ReplicationLinkResponse)(nil),   // 75: ebbtable.admin.v1.ReplicationLinkResponse
+	(*ReplicationDiffRequest)(nil),    // 76: ebbtable.admin.v1.ReplicationDiffRequest
+	(*ReplicationDiffResponse)(nil),   // 77: ebbtable.admin.v1.ReplicationDiffResponse
+	(*DiffPeer)(nil),                  // 78: ebbtable.admin.v1.DiffPeer
+	(*DiffCell)(nil),                  // 79: ebbtable.admin.v1.DiffCell
+	nil,                               // 80: ebbtable.admin.v1.TableMeta.DroppedNamesEntry
+	nil,                               // 81: ebbtable.admin.v1.PullRequest.PositionsEntry
+	nil,                               // 82: ebbtable.admin.v1.TableChunksResponse.CutoffsEntry
+	nil,                               // 83: ebbtable.admin.v1.ReplicationStatusResponse.AppliedEntry
 }
 var file_ebbtable_admin_v1_admin_proto_depIdxs = []int32{
 	6,  // 0: ebbtable.admin.v1.GcStatusResponse.tables:type_name -> ebbtable.admin.v1.GcTableStatus
 	7,  // 1: ebbtable.admin.v1.GcTableStatus.families:type_name -> ebbtable.admin.v1.GcFamilyStatus
-	24, // 2: ebbtable.admin.v1.TtlStatusResponse.tables:type_name -> ebbtable.admin.v1.TtlTableStatus
-	35, // 3: ebbtable.admin.v1.GcRule.union:type_name -> ebbtable.admin.v1.GcRules
-	35, // 4: ebbtable.admin.v1.GcRule.intersection:type_name -> ebbtable.admin.v1.GcRules
-	34, // 5: ebbtable.admin.v1.GcRules.rules:type_name -> ebbtable.admin.v1.GcRule
-	33, // 6: ebbtable.admin.v1.JoinResponse.peers:type_name -> ebbtable.admin.v1.PeerInfo
-	46, // 7: ebbtable.admin.v1.SnapshotMessage.table:type_name -> ebbtable.admin.v1.TableMeta
-	42, // 8: ebbtable.admin.v1.SnapshotMessage.cells:type_name -> ebbtable.admin.v1.SnapshotPairs
-	42, // 9: ebbtable.admin.v1.SnapshotMessage.tombstones:type_name -> ebbtable.admin.v1.SnapshotPairs
-	44, // 10: ebbtable.admin.v1.SnapshotMessage.checkpoint:type_name -> ebbtable.admin.v1.SnapshotCheckpoint
-	45, // 11: ebbtable.admin.v1.SnapshotMessage.end:type_name -> ebbtable.admin.v1.SnapshotEnd
-	43, // 12: ebbtable.admin.v1.SnapshotPairs.pairs:type_name -> ebbtable.admin.v1.KeyValue
-	32, // 13: ebbtable.admin.v1.SnapshotCheckpoint.position:type_name -> ebbtable.admin.v1.Position
-	47, // 14: ebbtable.admin.v1.TableMeta.families:type_name -> ebbtable.admin.v1.Family
-	77, // 15: ebbtable.admin.v1.TableMeta.dropped_names:type_name -> ebbtable.admin.v1.TableMeta.DroppedNamesEntry
-	48, // 16: ebbtable.admin.v1.TableMeta.change_stream:type_name -> ebbtable.admin.v1.ChangeStreamConfig
-	49, // 17: ebbtable.admin.v1.TableMeta.restored:type_name -> ebbtable.admin.v1.Restored
-	50, // 18: ebbtable.admin.v1.TableMeta.row_policy:type_name -> ebbtable.admin.v1.RowPolicy
-	31, // 19: ebbtable.admin.v1.TableMeta.stamp:type_name -> ebbtable.admin.v1.Stamp
-	34, // 20: ebbtable.admin.v1.Family.gc:type_name -> ebbtable.admin.v1.GcRule
-	78, // 21: ebbtable.admin.v1.PullRequest.positions:type_name -> ebbtable.admin.v1.PullRequest.PositionsEntry
-	53, // 22: ebbtable.admin.v1.PullResponse.tables:type_name -> ebbtable.admin.v1.PulledTable
-	55, // 23: ebbtable.admin.v1.PullResponse.catalog:type_name -> ebbtable.admin.v1.TableSchema
-	57, // 24: ebbtable.admin.v1.PullResponse.dropped:type_name -> ebbtable.admin.v1.DroppedTable
-	33, // 25: ebbtable.admin.v1.PullResponse.peers:type_name -> ebbtable.admin.v1.PeerInfo
-	58, // 26: ebbtable.admin.v1.PullResponse.instance_meta:type_name -> ebbtable.admin.v1.MetaEntry
-	59, // 27: ebbtable.admin.v1.PullResponse.age_cutoffs:type_name -> ebbtable.admin.v1.AgeCutoff
-	54, // 28: ebbtable.admin.v1.PulledTable.records:type_name -> ebbtable.admin.v1.PulledRecord
-	32, // 29: ebbtable.admin.v1.PulledTable.through:type_name -> ebbtable.admin.v1.Position
-	32, // 30: ebbtable.admin.v1.PulledRecord.position:type_name -> ebbtable.admin.v1.Position
-	56, // 31: ebbtable.admin.v1.TableSchema.families:type_name -> ebbtable.admin.v1.FamilySchema
-	31, // 32: ebbtable.admin.v1.TableSchema.stamp:type_name -> ebbtable.admin.v1.Stamp
-	34, // 33: ebbtable.admin.v1.FamilySchema.gc:type_name -> ebbtable.admin.v1.GcRule
-	31, // 34: ebbtable.admin.v1.DroppedTable.stamp:type_name -> ebbtable.admin.v1.Stamp
-	62, // 35: ebbtable.admin.v1.TableChunksResponse.chunks:type_name -> ebbtable.admin.v1.Chunk
-	79, // 36: ebbtable.admin.v1.TableChunksResponse.cutoffs:type_name -> ebbtable.admin.v1.TableChunksResponse.CutoffsEntry
-	65, // 37: ebbtable.admin.v1.TableCellsResponse.cells:type_name -> ebbtable.admin.v1.RawCell
-	31, // 38: ebbtable.admin.v1.RawCell.stamp:type_name -> ebbtable.admin.v1.Stamp
-	65, // 39: ebbtable.admin.v1.RepairCellsRequest.put:type_name -> ebbtable.admin.v1.RawCell
-	65, // 40: ebbtable.admin.v1.RepairCellsRequest.delete:type_name -> ebbtable.admin.v1.RawCell
-	80, // 41: ebbtable.admin.v1.ReplicationStatusResponse.applied:type_name -> ebbtable.admin.v1.ReplicationStatusResponse.AppliedEntry
-	70, // 42: ebbtable.admin.v1.ReplicationStatusResponse.peers:type_name -> ebbtable.admin.v1.PeerStatus
-	75, // 43: ebbtable.admin.v1.ReplicationDiffResponse.peers:type_name -> ebbtable.admin.v1.DiffPeer
-	76, // 44: ebbtable.admin.v1.DiffPeer.cells:type_name -> ebbtable.admin.v1.DiffCell
-	32, // 45: ebbtable.admin.v1.PullRequest.PositionsEntry.value:type_name -> ebbtable.admin.v1.Position
-	0,  // 46: ebbtable.admin.v1.EbbAdmin.GcRun:input_type -> ebbtable.admin.v1.GcRunRequest
-	2,  // 47: ebbtable.admin.v1.EbbAdmin.GcPlan:input_type -> ebbtable.admin.v1.GcPlanRequest
-	4,  // 48: ebbtable.admin.v1.EbbAdmin.GcStatus:input_type -> ebbtable.admin.v1.GcStatusRequest
-	8,  // 49: ebbtable.admin.v1.EbbAdmin.GcRaise:input_type -> ebbtable.admin.v1.GcRaiseRequest
-	10, // 50: ebbtable.admin.v1.EbbAdmin.GcHold:input_type -> ebbtable.admin.v1.GcHoldRequest
-	12, // 51: ebbtable.admin.v1.EbbAdmin.SetFamilyOptions:input_type -> ebbtable.admin.v1.SetFamilyOptionsRequest
-	14, // 52: ebbtable.admin.v1.EbbAdmin.DebugClock:input_type -> ebbtable.admin.v1.DebugClockRequest
-	16, // 53: ebbtable.admin.v1.EbbAdmin.Watch:input_type -> ebbtable.admin.v1.WatchRequest
-	18, // 54: ebbtable.admin.v1.EbbAdmin.Ddl:input_type -> ebbtable.admin.v1.DdlRequest
-	20, // 55: ebbtable.admin.v1.EbbAdmin.TtlRun:input_type -> ebbtable.admin.v1.TtlRunRequest
-	22, // 56: ebbtable.admin.v1.EbbAdmin.TtlStatus:input_type -> ebbtable.admin.v1.TtlStatusRequest
-	25, // 57: ebbtable.admin.v1.EbbAdmin.TtlPlan:input_type -> ebbtable.admin.v1.TtlPlanRequest
-	27, // 58: ebbtable.admin.v1.EbbAdmin.TtlResume:input_type -> ebbtable.admin.v1.TtlResumeRequest
-	29, // 59: ebbtable.admin.v1.EbbAdmin.Progress:input_type -> ebbtable.admin.v1.ProgressRequest
-	36, // 60: ebbtable.admin.v1.EbbAdmin.Join:input_type -> ebbtable.admin.v1.JoinRequest
-	38, // 61: ebbtable.admin.v1.EbbAdmin.Ready:input_type -> ebbtable.admin.v1.ReadyRequest
-	51, // 62: ebbtable.admin.v1.EbbAdmin.Pull:input_type -> ebbtable.admin.v1.PullRequest
-	40, // 63: ebbtable.admin.v1.EbbAdmin.Snapshot:input_type -> ebbtable.admin.v1.SnapshotRequest
-	60, // 64: ebbtable.admin.v1.EbbAdmin.TableChunks:input_type -> ebbtable.admin.v1.TableChunksRequest
-	63, // 65: ebbtable.admin.v1.EbbAdmin.TableCells:input_type -> ebbtable.admin.v1.TableCellsRequest
-	66, // 66: ebbtable.admin.v1.EbbAdmin.RepairCells:input_type -> ebbtable.admin.v1.RepairCellsRequest
-	68, // 67: ebbtable.admin.v1.EbbAdmin.ReplicationStatus:input_type -> ebbtable.admin.v1.ReplicationStatusRequest
-	71, // 68: ebbtable.admin.v1.EbbAdmin.ReplicationLink:input_type -> ebbtable.admin.v1.ReplicationLinkRequest
-	73, // 69: ebbtable.admin.v1.EbbAdmin.ReplicationDiff:input_type -> ebbtable.admin.v1.ReplicationDiffRequest
-	1,  // 70: ebbtable.admin.v1.EbbAdmin.GcRun:output_type -> ebbtable.admin.v1.GcRunResponse
-	3,  // 71: ebbtable.admin.v1.EbbAdmin.GcPlan:output_type -> ebbtable.admin.v1.GcPlanResponse
-	5,  // 72: ebbtable.admin.v1.EbbAdmin.GcStatus:output_type -> ebbtable.admin.v1.GcStatusResponse
-	9,  // 73: ebbtable.admin.v1.EbbAdmin.GcRaise:output_type -> ebbtable.admin.v1.GcRaiseResponse
-	11, // 74: ebbtable.admin.v1.EbbAdmin.GcHold:output_type -> ebbtable.admin.v1.GcHoldResponse
-	13, // 75: ebbtable.admin.v1.EbbAdmin.SetFamilyOptions:output_type -> ebbtable.admin.v1.SetFamilyOptionsResponse
-	15, // 76: ebbtable.admin.v1.EbbAdmin.DebugClock:output_type -> ebbtable.admin.v1.DebugClockResponse
-	17, // 77: ebbtable.admin.v1.EbbAdmin.Watch:output_type -> ebbtable.admin.v1.WatchResponse
-	19, // 78: ebbtable.admin.v1.EbbAdmin.Ddl:output_type -> ebbtable.admin.v1.DdlResponse
-	21, // 79: ebbtable.admin.v1.EbbAdmin.TtlRun:output_type -> ebbtable.admin.v1.TtlRunResponse
-	23, // 80: ebbtable.admin.v1.EbbAdmin.TtlStatus:output_type -> ebbtable.admin.v1.TtlStatusResponse
-	26, // 81: ebbtable.admin.v1.EbbAdmin.TtlPlan:output_type -> ebbtable.admin.v1.TtlPlanResponse
-	28, // 82: ebbtable.admin.v1.EbbAdmin.TtlResume:output_type -> ebbtable.admin.v1.TtlResumeResponse
-	30, // 83: ebbtable.admin.v1.EbbAdmin.Progress:output_type -> ebbtable.admin.v1.ProgressResponse
-	37, // 84: ebbtable.admin.v1.EbbAdmin.Join:output_type -> ebbtable.admin.v1.JoinResponse
-	39, // 85: ebbtable.admin.v1.EbbAdmin.Ready:output_type -> ebbtable.admin.v1.ReadyResponse
-	52, // 86: ebbtable.admin.v1.EbbAdmin.Pull:output_type -> ebbtable.admin.v1.PullResponse
-	41, // 87: ebbtable.admin.v1.EbbAdmin.Snapshot:output_type -> ebbtable.admin.v1.SnapshotMessage
-	61, // 88: ebbtable.admin.v1.EbbAdmin.TableChunks:output_type -> ebbtable.admin.v1.TableChunksResponse
-	64, // 89: ebbtable.admin.v1.EbbAdmin.TableCells:output_type -> ebbtable.admin.v1.TableCellsResponse
-	67, // 90: ebbtable.admin.v1.EbbAdmin.RepairCells:output_type -> ebbtable.admin.v1.RepairCellsResponse
-	69, // 91: ebbtable.admin.v1.EbbAdmin.ReplicationStatus:output_type -> ebbtable.admin.v1.ReplicationStatusResponse
-	72, // 92: ebbtable.admin.v1.EbbAdmin.ReplicationLink:output_type -> ebbtable.admin.v1.ReplicationLinkResponse
-	74, // 93: ebbtable.admin.v1.EbbAdmin.ReplicationDiff:output_type -> ebbtable.admin.v1.ReplicationDiffResponse
-	70, // [70:94] is the sub-list for method output_type
-	46, // [46:70] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	17, // 2: ebbtable.admin.v1.WatchRequest.partition:type_name -> ebbtable.admin.v1.WatchPartition
+	18, // 3: ebbtable.admin.v1.WatchRequest.tokens:type_name -> ebbtable.admin.v1.WatchToken
+	17, // 4: ebbtable.admin.v1.WatchToken.partition:type_name -> ebbtable.admin.v1.WatchPartition
+	20, // 5: ebbtable.admin.v1.WatchResponse.close:type_name -> ebbtable.admin.v1.WatchClose
+	17, // 6: ebbtable.admin.v1.WatchClose.new_partitions:type_name -> ebbtable.admin.v1.WatchPartition
+	18, // 7: ebbtable.admin.v1.WatchClose.tokens:type_name -> ebbtable.admin.v1.WatchToken
+	27, // 8: ebbtable.admin.v1.TtlStatusResponse.tables:type_name -> ebbtable.admin.v1.TtlTableStatus
+	38, // 9: ebbtable.admin.v1.GcRule.union:type_name -> ebbtable.admin.v1.GcRules
+	38, // 10: ebbtable.admin.v1.GcRule.intersection:type_name -> ebbtable.admin.v1.GcRules
+	37, // 11: ebbtable.admin.v1.GcRules.rules:type_name -> ebbtable.admin.v1.GcRule
+	36, // 12: ebbtable.admin.v1.JoinResponse.peers:type_name -> ebbtable.admin.v1.PeerInfo
+	49, // 13: ebbtable.admin.v1.SnapshotMessage.table:type_name -> ebbtable.admin.v1.TableMeta
+	45, // 14: ebbtable.admin.v1.SnapshotMessage.cells:type_name -> ebbtable.admin.v1.SnapshotPairs
+	45, // 15: ebbtable.admin.v1.SnapshotMessage.tombstones:type_name -> ebbtable.admin.v1.SnapshotPairs
+	47, // 16: ebbtable.admin.v1.SnapshotMessage.checkpoint:type_name -> ebbtable.admin.v1.SnapshotCheckpoint
+	48, // 17: ebbtable.admin.v1.SnapshotMessage.end:type_name -> ebbtable.admin.v1.SnapshotEnd
+	46, // 18: ebbtable.admin.v1.SnapshotPairs.pairs:type_name -> ebbtable.admin.v1.KeyValue
+	35, // 19: ebbtable.admin.v1.SnapshotCheckpoint.position:type_name -> ebbtable.admin.v1.Position
+	50, // 20: ebbtable.admin.v1.TableMeta.families:type_name -> ebbtable.admin.v1.Family
+	80, // 21: ebbtable.admin.v1.TableMeta.dropped_names:type_name -> ebbtable.admin.v1.TableMeta.DroppedNamesEntry
+	51, // 22: ebbtable.admin.v1.TableMeta.change_stream:type_name -> ebbtable.admin.v1.ChangeStreamConfig
+	52, // 23: ebbtable.admin.v1.TableMeta.restored:type_name -> ebbtable.admin.v1.Restored
+	53, // 24: ebbtable.admin.v1.TableMeta.row_policy:type_name -> ebbtable.admin.v1.RowPolicy
+	34, // 25: ebbtable.admin.v1.TableMeta.stamp:type_name -> ebbtable.admin.v1.Stamp
+	37, // 26: ebbtable.admin.v1.Family.gc:type_name -> ebbtable.admin.v1.GcRule
+	81, // 27: ebbtable.admin.v1.PullRequest.positions:type_name -> ebbtable.admin.v1.PullRequest.PositionsEntry
+	56, // 28: ebbtable.admin.v1.PullResponse.tables:type_name -> ebbtable.admin.v1.PulledTable
+	58, // 29: ebbtable.admin.v1.PullResponse.catalog:type_name -> ebbtable.admin.v1.TableSchema
+	60, // 30: ebbtable.admin.v1.PullResponse.dropped:type_name -> ebbtable.admin.v1.DroppedTable
+	36, // 31: ebbtable.admin.v1.PullResponse.peers:type_name -> ebbtable.admin.v1.PeerInfo
+	61, // 32: ebbtable.admin.v1.PullResponse.instance_meta:type_name -> ebbtable.admin.v1.MetaEntry
+	62, // 33: ebbtable.admin.v1.PullResponse.age_cutoffs:type_name -> ebbtable.admin.v1.AgeCutoff
+	57, // 34: ebbtable.admin.v1.PulledTable.records:type_name -> ebbtable.admin.v1.PulledRecord
+	35, // 35: ebbtable.admin.v1.PulledTable.through:type_name -> ebbtable.admin.v1.Position
+	35, // 36: ebbtable.admin.v1.PulledRecord.position:type_name -> ebbtable.admin.v1.Position
+	59, // 37: ebbtable.admin.v1.TableSchema.families:type_name -> ebbtable.admin.v1.FamilySchema
+	34, // 38: ebbtable.admin.v1.TableSchema.stamp:type_name -> ebbtable.admin.v1.Stamp
+	37, // 39: ebbtable.admin.v1.FamilySchema.gc:type_name -> ebbtable.admin.v1.GcRule
+	34, // 40: ebbtable.admin.v1.DroppedTable.stamp:type_name -> ebbtable.admin.v1.Stamp
+	65, // 41: ebbtable.admin.v1.TableChunksResponse.chunks:type_name -> ebbtable.admin.v1.Chunk
+	82, // 42: ebbtable.admin.v1.TableChunksResponse.cutoffs:type_name -> ebbtable.admin.v1.TableChunksResponse.CutoffsEntry
+	68, // 43: ebbtable.admin.v1.TableCellsResponse.cells:type_name -> ebbtable.admin.v1.RawCell
+	34, // 44: ebbtable.admin.v1.RawCell.stamp:type_name -> ebbtable.admin.v1.Stamp
+	68, // 45: ebbtable.admin.v1.RepairCellsRequest.put:type_name -> ebbtable.admin.v1.RawCell
+	68, // 46: ebbtable.admin.v1.RepairCellsRequest.delete:type_name -> ebbtable.admin.v1.RawCell
+	83, // 47: ebbtable.admin.v1.ReplicationStatusResponse.applied:type_name -> ebbtable.admin.v1.ReplicationStatusResponse.AppliedEntry
+	73, // 48: ebbtable.admin.v1.ReplicationStatusResponse.peers:type_name -> ebbtable.admin.v1.PeerStatus
+	78, // 49: ebbtable.admin.v1.ReplicationDiffResponse.peers:type_name -> ebbtable.admin.v1.DiffPeer
+	79, // 50: ebbtable.admin.v1.DiffPeer.cells:type_name -> ebbtable.admin.v1.DiffCell
+	35, // 51: ebbtable.admin.v1.PullRequest.PositionsEntry.value:type_name -> ebbtable.admin.v1.Position
+	0,  // 52: ebbtable.admin.v1.EbbAdmin.GcRun:input_type -> ebbtable.admin.v1.GcRunRequest
+	2,  // 53: ebbtable.admin.v1.EbbAdmin.GcPlan:input_type -> ebbtable.admin.v1.GcPlanRequest
+	4,  // 54: ebbtable.admin.v1.EbbAdmin.GcStatus:input_type -> ebbtable.admin.v1.GcStatusRequest
+	8,  // 55: ebbtable.admin.v1.EbbAdmin.GcRaise:input_type -> ebbtable.admin.v1.GcRaiseRequest
+	10, // 56: ebbtable.admin.v1.EbbAdmin.GcHold:input_type -> ebbtable.admin.v1.GcHoldRequest
+	12, // 57: ebbtable.admin.v1.EbbAdmin.SetFamilyOptions:input_type -> ebbtable.admin.v1.SetFamilyOptionsRequest
+	14, // 58: ebbtable.admin.v1.EbbAdmin.DebugClock:input_type -> ebbtable.admin.v1.DebugClockRequest
+	16, // 59: ebbtable.admin.v1.EbbAdmin.Watch:input_type -> ebbtable.admin.v1.WatchRequest
+	21, // 60: ebbtable.admin.v1.EbbAdmin.Ddl:input_type -> ebbtable.admin.v1.DdlRequest
+	23, // 61: ebbtable.admin.v1.EbbAdmin.TtlRun:input_type -> ebbtable.admin.v1.TtlRunRequest
+	25, // 62: ebbtable.admin.v1.EbbAdmin.TtlStatus:input_type -> ebbtable.admin.v1.TtlStatusRequest
+	28, // 63: ebbtable.admin.v1.EbbAdmin.TtlPlan:input_type -> ebbtable.admin.v1.TtlPlanRequest
+	30, // 64: ebbtable.admin.v1.EbbAdmin.TtlResume:input_type -> ebbtable.admin.v1.TtlResumeRequest
+	32, // 65: ebbtable.admin.v1.EbbAdmin.Progress:input_type -> ebbtable.admin.v1.ProgressRequest
+	39, // 66: ebbtable.admin.v1.EbbAdmin.Join:input_type -> ebbtable.admin.v1.JoinRequest
+	41, // 67: ebbtable.admin.v1.EbbAdmin.Ready:input_type -> ebbtable.admin.v1.ReadyRequest
+	54, // 68: ebbtable.admin.v1.EbbAdmin.Pull:input_type -> ebbtable.admin.v1.PullRequest
+	43, // 69: ebbtable.admin.v1.EbbAdmin.Snapshot:input_type -> ebbtable.admin.v1.SnapshotRequest
+	63, // 70: ebbtable.admin.v1.EbbAdmin.TableChunks:input_type -> ebbtable.admin.v1.TableChunksRequest
+	66, // 71: ebbtable.admin.v1.EbbAdmin.TableCells:input_type -> ebbtable.admin.v1.TableCellsRequest
+	69, // 72: ebbtable.admin.v1.EbbAdmin.RepairCells:input_type -> ebbtable.admin.v1.RepairCellsRequest
+	71, // 73: ebbtable.admin.v1.EbbAdmin.ReplicationStatus:input_type -> ebbtable.admin.v1.ReplicationStatusRequest
+	74, // 74: ebbtable.admin.v1.EbbAdmin.ReplicationLink:input_type -> ebbtable.admin.v1.ReplicationLinkRequest
+	76, // 75: ebbtable.admin.v1.EbbAdmin.ReplicationDiff:input_type -> ebbtable.admin.v1.ReplicationDiffRequest
+	1,  // 76: ebbtable.admin.v1.EbbAdmin.GcRun:output_type -> ebbtable.admin.v1.GcRunResponse
+	3,  // 77: ebbtable.admin.v1.EbbAdmin.GcPlan:output_type -> ebbtable.admin.v1.GcPlanResponse
+	5,  // 78: ebbtable.admin.v1.EbbAdmin.GcStatus:output_type -> ebbtable.admin.v1.GcStatusResponse
+	9,  // 79: ebbtable.admin.v1.EbbAdmin.GcRaise:output_type -> ebbtable.admin.v1.GcRaiseResponse
+	11, // 80: ebbtable.admin.v1.EbbAdmin.GcHold:output_type -> ebbtable.admin.v1.GcHoldResponse
+	13, // 81: ebbtable.admin.v1.EbbAdmin.SetFamilyOptions:output_type -> ebbtable.admin.v1.SetFamilyOptionsResponse
+	15, // 82: ebbtable.admin.v1.EbbAdmin.DebugClock:output_type -> ebbtable.admin.v1.DebugClockResponse
+	19, // 83: ebbtable.admin.v1.EbbAdmin.Watch:output_type -> ebbtable.admin.v1.WatchResponse
+	22, // 84: ebbtable.admin.v1.EbbAdmin.Ddl:output_type -> ebbtable.admin.v1.DdlResponse
+	24, // 85: ebbtable.admin.v1.EbbAdmin.TtlRun:output_type -> ebbtable.admin.v1.TtlRunResponse
+	26, // 86: ebbtable.admin.v1.EbbAdmin.TtlStatus:output_type -> ebbtable.admin.v1.TtlStatusResponse
+	29, // 87: ebbtable.admin.v1.EbbAdmin.TtlPlan:output_type -> ebbtable.admin.v1.TtlPlanResponse
+	31, // 88: ebbtable.admin.v1.EbbAdmin.TtlResume:output_type -> ebbtable.admin.v1.TtlResumeResponse
+	33, // 89: ebbtable.admin.v1.EbbAdmin.Progress:output_type -> ebbtable.admin.v1.ProgressResponse
+	40, // 90: ebbtable.admin.v1.EbbAdmin.Join:output_type -> ebbtable.admin.v1.JoinResponse
+	42, // 91: ebbtable.admin.v1.EbbAdmin.Ready:output_type -> ebbtable.admin.v1.ReadyResponse
+	55, // 92: ebbtable.admin.v1.EbbAdmin.Pull:output_type -> ebbtable.admin.v1.PullResponse
+	44, // 93: ebbtable.admin.v1.EbbAdmin.Snapshot:output_type -> ebbtable.admin.v1.SnapshotMessage
+	64, // 94: ebbtable.admin.v1.EbbAdmin.TableChunks:output_type -> ebbtable.admin.v1.TableChunksResponse
+	67, // 95: ebbtable.admin.v1.EbbAdmin.TableCells:output_type -> ebbtable.admin.v1.TableCellsResponse
+	70, // 96: ebbtable.admin.v1.EbbAdmin.RepairCells:output_type -> ebbtable.admin.v1.RepairCellsResponse
+	72, // 97: ebbtable.admin.v1.EbbAdmin.ReplicationStatus:output_type -> ebbtable.admin.v1.ReplicationStatusResponse
+	75, // 98: ebbtable.admin.v1.EbbAdmin.ReplicationLink:output_type -> ebbtable.admin.v1.ReplicationLinkResponse
+	77, // 99: ebbtable.admin.v1.EbbAdmin.ReplicationDiff:output_type -> ebbtable.admin.v1.ReplicationDiffResponse
+	76, // [76:100] is the sub-list for method output_type
+	52, // [52:76] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_ebbtable_admin_v1_admin_proto_init() }
@@ -6282,29 +6541,29 @@ func file_ebbtable_admin_v1_admin_proto_init() {
 	file_ebbtable_admin_v1_admin_proto_msgTypes[10].OneofWrappers = []any{}
 	file_ebbtable_admin_v1_admin_proto_msgTypes[11].OneofWrappers = []any{}
 	file_ebbtable_admin_v1_admin_proto_msgTypes[12].OneofWrappers = []any{}
-	file_ebbtable_admin_v1_admin_proto_msgTypes[34].OneofWrappers = []any{
+	file_ebbtable_admin_v1_admin_proto_msgTypes[37].OneofWrappers = []any{
 		(*GcRule_MaxAgeNanos)(nil),
 		(*GcRule_MaxVersions)(nil),
 		(*GcRule_Union)(nil),
 		(*GcRule_Intersection)(nil),
 	}
-	file_ebbtable_admin_v1_admin_proto_msgTypes[41].OneofWrappers = []any{
+	file_ebbtable_admin_v1_admin_proto_msgTypes[44].OneofWrappers = []any{
 		(*SnapshotMessage_Table)(nil),
 		(*SnapshotMessage_Cells)(nil),
 		(*SnapshotMessage_Tombstones)(nil),
 		(*SnapshotMessage_Checkpoint)(nil),
 		(*SnapshotMessage_End)(nil),
 	}
-	file_ebbtable_admin_v1_admin_proto_msgTypes[63].OneofWrappers = []any{}
-	file_ebbtable_admin_v1_admin_proto_msgTypes[70].OneofWrappers = []any{}
-	file_ebbtable_admin_v1_admin_proto_msgTypes[75].OneofWrappers = []any{}
+	file_ebbtable_admin_v1_admin_proto_msgTypes[66].OneofWrappers = []any{}
+	file_ebbtable_admin_v1_admin_proto_msgTypes[73].OneofWrappers = []any{}
+	file_ebbtable_admin_v1_admin_proto_msgTypes[78].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ebbtable_admin_v1_admin_proto_rawDesc), len(file_ebbtable_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   81,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
