@@ -50,6 +50,7 @@ type serveFlags struct {
 	ballastSize     string
 
 	console, consoleWrites bool
+	viewRules              string // --materialized-view-rules
 	// sec: TLS, tokens, peers, resource bounds (serve_security.go).
 	sec        securityFlags
 	cpuProfile string
@@ -153,6 +154,7 @@ SIGHUP re-reads the certificate, its key and the token file.`,
 	fl.StringVar(&f.ballastSize, "ballast-size", "1%", `size of the emergency ballast file DATA/`+storage.BallastName+` that gives a full disk a way back: bytes with a unit (64MiB), a percentage of the filesystem (at most 1 GiB), or 0 for none`)
 	fl.BoolVar(&f.console, "console", true, "serve the web console at / on --http-addr (docs/console.md)")
 	fl.BoolVar(&f.consoleWrites, "console-writes", false, "let the web console run actions that change data (a GC pass, a row deletion run); off, it only reads")
+	fl.StringVar(&f.viewRules, "materialized-view-rules", "bigtable", "which materialized view queries CreateMaterializedView accepts: bigtable (Cloud Bigtable's rules) or any (also whole-table aggregates, DISTINCT, ARRAY_AGG…, which Cloud Bigtable refuses; docs/sql.md)")
 	f.sec.register(fl)
 	f.cluster.register(fl)
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write the server's CPU profile to `FILE` until it stops; SIGUSR1 starts the next in FILE.1, FILE.2, …")
@@ -242,6 +244,9 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 		}
 		clk = clock.NewShifted(start)
 	}
+	if f.viewRules != "bigtable" && f.viewRules != "any" {
+		return server.Options{}, usagef("--materialized-view-rules %q: want bigtable or any", f.viewRules)
+	}
 	cl, err := f.cluster.options(cmd)
 	if err != nil {
 		return server.Options{}, err
@@ -264,6 +269,7 @@ func (f *serveFlags) options(cmd *cobra.Command) (server.Options, error) {
 		Ballast:         ballast,
 		ConsoleOff:      !f.console,
 		ConsoleWrites:   f.consoleWrites,
+		AnyViewQuery:    f.viewRules == "any",
 
 		UndeleteRetention: undelete,
 		Security:          sec,

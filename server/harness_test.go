@@ -33,8 +33,8 @@ type testEnv struct {
 type envOption func(*Options)
 
 // withAnyViewQuery accepts materialized view queries beyond Cloud
-// Bigtable's rules (Options.anyViewQuery).
-func withAnyViewQuery(o *Options) { o.anyViewQuery = true }
+// Bigtable's rules (Options.AnyViewQuery, serve --materialized-view-rules any).
+func withAnyViewQuery(o *Options) { o.AnyViewQuery = true }
 
 func withVisibility(v table.Visibility) envOption {
 	return func(o *Options) { o.Visibility = v }

@@ -36,7 +36,8 @@ type viewRowKey struct {
 }
 
 // materializedKey works out a view's row key. A view created before
-// Cloud Bigtable's rules were enforced (or beyond them, in tests) whose
+// Cloud Bigtable's rules were enforced (or beyond them, with serve
+// --materialized-view-rules any) whose
 // query they refuse is keyed by its BYTES or STRING _key column, as
 // before; ok is false when it has none.
 func materializedKey(plan *sqlquery.Plan, query string) (k viewRowKey, ok bool) {

@@ -94,10 +94,12 @@ type Options struct {
 	// Cluster, when set, joins a cluster of nodes through etcd
 	// (cluster.go, docs/scale-out.md); nil runs one node alone.
 	Cluster *ClusterOptions
-	// anyViewQuery, set only by tests, accepts materialized view queries
-	// beyond Cloud Bigtable's rules (mvrules.go), so the maintenance of
-	// aggregates Bigtable refuses (DISTINCT, ARRAY_AGG, ...) stays tested.
-	anyViewQuery bool
+	// AnyViewQuery accepts materialized view queries beyond the rules
+	// Cloud Bigtable sets (sqlquery's mvrules.go): aggregates without
+	// GROUP BY, DISTINCT, ARRAY_AGG, LOGICAL_*, SELECT *, ... (serve
+	// --materialized-view-rules any, docs/sql.md). Off, such a query is
+	// INVALID_ARGUMENT, as in Cloud Bigtable.
+	AnyViewQuery bool
 }
 
 // EnsureDefaults fills unset options.

@@ -118,7 +118,7 @@ func (s *Server) checkViewQuery(kind, inst, q string) error {
 	}
 	if kind == kindMaterializedView {
 		err := plan.CheckMaterialized()
-		if err == nil && !s.opts.anyViewQuery {
+		if err == nil && !s.opts.AnyViewQuery {
 			_, err = plan.MaterializedKey(q)
 		}
 		if err != nil {
