@@ -520,10 +520,12 @@ func (x *clusterData) readPartition(ctx context.Context, req *btpb.ReadChangeStr
 	if !ok {
 		return false, nil
 	}
-	return true, x.readOwnedPartition(ctx, req, ref, d, out, forward)
+	return true, x.servePartition(ctx, req, ref, d, out, forward)
 }
 
-func (x *clusterData) readOwnedPartition(ctx context.Context, req *btpb.ReadChangeStreamRequest, ref tableRef, d tablets.Directory, out changeSink, forward func(context.Context, *grpc.ClientConn) error) error {
+// servePartition reads a partition of a table in the cluster here, or
+// forwards the call to its tablet's owner.
+func (x *clusterData) servePartition(ctx context.Context, req *btpb.ReadChangeStreamRequest, ref tableRef, d tablets.Directory, out changeSink, forward func(context.Context, *grpc.ClientConn) error) error {
 	m, err := x.s.streamedTable(ref)
 	if err != nil {
 		return err
