@@ -99,6 +99,9 @@ type pending struct {
 	r      *ebbadminpb.WatchPartition
 	tokens []*ebbadminpb.WatchToken
 	low    changestream.Position // the lowest bound of the closed streams it came from
+	// parents are the streams open when it was named that hold some of
+	// its rows: the ones whose closes may bring the tokens it lacks.
+	parents []*watchPart
 }
 
 func partKey(p *ebbadminpb.WatchPartition) string {
@@ -261,6 +264,11 @@ func runWatch(ctx context.Context, conn *grpc.ClientConn, a watchArgs, emit func
 				w := waiting[k]
 				if w == nil {
 					w = &pending{r: np, low: p.low}
+					for _, q := range active {
+						if overlaps(q.r, np) {
+							w.parents = append(w.parents, q)
+						}
+					}
 					waiting[k] = w
 				}
 				if p.low.Less(w.low) {
@@ -272,6 +280,21 @@ func runWatch(ctx context.Context, conn *grpc.ClientConn, a watchArgs, emit func
 				if covered(w.r, w.tokens) {
 					delete(waiting, k)
 					launch(&watchPart{r: w.r, tokens: w.tokens, low: w.low})
+				}
+			}
+			// A new partition whose parents have all closed without
+			// covering it waits in vain: the tablets changed again before
+			// they closed, and their tokens went to other new partitions.
+			// Read each of its tokens' rows on their own (a partition
+			// inside one tablet is served as it is; one that is not is
+			// closed at once with the tablets now covering it).
+			for k, w := range waiting {
+				if !stuck(w, active) {
+					continue
+				}
+				delete(waiting, k)
+				for _, t := range w.tokens {
+					launch(&watchPart{r: t.GetPartition(), tokens: []*ebbadminpb.WatchToken{t}, low: w.low})
 				}
 			}
 		}
@@ -297,10 +320,33 @@ func runWatch(ctx context.Context, conn *grpc.ClientConn, a watchArgs, emit func
 	return flush(true)
 }
 
+// stuck says whether every parent of w has closed.
+func stuck(w *pending, active map[int]*watchPart) bool {
+	for _, p := range active {
+		for _, q := range w.parents {
+			if p == q {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func overlaps(a, b *ebbadminpb.WatchPartition) bool {
+	return (len(b.GetEndKey()) == 0 || bytes.Compare(a.GetStartKey(), b.GetEndKey()) < 0) &&
+		(len(a.GetEndKey()) == 0 || bytes.Compare(b.GetStartKey(), a.GetEndKey()) < 0)
+}
+
+// within says whether r lies inside p.
+func within(r, p *ebbadminpb.WatchPartition) bool {
+	return bytes.Compare(r.GetStartKey(), p.GetStartKey()) >= 0 &&
+		(len(p.GetEndKey()) == 0 || (len(r.GetEndKey()) > 0 && bytes.Compare(r.GetEndKey(), p.GetEndKey()) <= 0))
+}
+
 // newPartitionOf is the new partition holding a token's rows.
 func newPartitionOf(nps []*ebbadminpb.WatchPartition, r *ebbadminpb.WatchPartition) *ebbadminpb.WatchPartition {
 	for _, np := range nps {
-		if bytes.Compare(r.GetStartKey(), np.GetStartKey()) >= 0 && (len(np.GetEndKey()) == 0 || (len(r.GetEndKey()) > 0 && bytes.Compare(r.GetEndKey(), np.GetEndKey()) <= 0)) {
+		if within(r, np) {
 			return np
 		}
 	}
