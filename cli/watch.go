@@ -55,6 +55,7 @@ type watchArgs struct {
 	project, instance, table string
 	since, until, token      string
 	excludeSystem            bool
+	ahead                    int // watchAhead if 0 (tests set less)
 }
 
 // watchEvent is what a partition's reader passes to the merge.
@@ -185,6 +186,10 @@ func runWatch(ctx context.Context, conn *grpc.ClientConn, a watchArgs, emit func
 	for _, r := range initial {
 		launch(&watchPart{r: r, low: start})
 	}
+	ahead := a.ahead
+	if ahead <= 0 {
+		ahead = watchAhead
+	}
 	var buf recHeap
 	var last changestream.Position
 	printed := false
@@ -305,7 +310,7 @@ func runWatch(ctx context.Context, conn *grpc.ClientConn, a watchArgs, emit func
 		// partition waits for tokens: those come from readers that must
 		// go on to their close.
 		for _, q := range active {
-			pause := q.held >= watchAhead && len(waiting) == 0
+			pause := q.held >= ahead && len(waiting) == 0
 			if q.paused.Swap(pause) && !pause {
 				select {
 				case q.wake <- struct{}{}:

@@ -115,7 +115,7 @@ func (f *fakeStreams) Watch(in *ebbadminpb.WatchRequest, st grpc.ServerStreaming
 }
 
 // runFake runs the watch client against f and returns the rows printed.
-func runFake(t *testing.T, f *fakeStreams) string {
+func runFake(t *testing.T, f *fakeStreams, ahead int) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -134,7 +134,7 @@ func runFake(t *testing.T, f *fakeStreams) string {
 	var rows []string
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err = runWatch(ctx, conn, watchArgs{project: "p", instance: "i", table: "t", until: "2030-01-01T00:00:00Z"}, func(line string) error {
+	err = runWatch(ctx, conn, watchArgs{project: "p", instance: "i", table: "t", until: "2030-01-01T00:00:00Z", ahead: ahead}, func(line string) error {
 		rows = append(rows, line[strings.Index(line, `"row_key":`)+11:len(line)-2])
 		return nil
 	})
@@ -151,8 +151,13 @@ func runFake(t *testing.T, f *fakeStreams) string {
 func TestRunWatchMergesPartitions(t *testing.T) {
 	t.Parallel()
 	f := &fakeStreams{}
-	if got, want := runFake(t, f), "a n b o c z"; got != want {
+	if got, want := runFake(t, f, 0), "a n b o c z"; got != want {
 		t.Errorf("printed rows %q, want %q", got, want)
+	}
+	// Reading a partition no further than one record ahead of the others
+	// holds nothing up.
+	if got, want := runFake(t, &fakeStreams{}, 1), "a n b o c z"; got != want {
+		t.Errorf("one record ahead at most: printed rows %q, want %q", got, want)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -168,8 +173,11 @@ func TestRunWatchMergesPartitions(t *testing.T) {
 func TestRunWatchTabletsChangedAgain(t *testing.T) {
 	t.Parallel()
 	f := &fakeStreams{resplit: true}
-	if got, want := runFake(t, f), "a n b o p c z"; got != want {
+	if got, want := runFake(t, f, 0), "a n b o p c z"; got != want {
 		t.Errorf("printed rows %q, want %q", got, want)
+	}
+	if got, want := runFake(t, &fakeStreams{resplit: true}, 1), "a n b o p c z"; got != want {
+		t.Errorf("one record ahead at most: printed rows %q, want %q", got, want)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
