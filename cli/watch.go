@@ -372,6 +372,10 @@ func linePosition(line string) (changestream.Position, error) {
 // readWatchPartition reads one partition's stream into events, resuming
 // from its last token when the stream breaks with Unavailable.
 func readWatchPartition(ctx context.Context, admin ebbadminpb.EbbAdminClient, id int, req *ebbadminpb.WatchRequest, p *watchPart, events chan<- watchEvent) {
+	// Its own context: a stream left after its close is released when
+	// the reader returns, not when the whole watch ends.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	send := func(ev watchEvent) bool {
 		select {
 		case events <- ev:
