@@ -194,7 +194,7 @@ func runWatch(ctx context.Context, conn *grpc.ClientConn, a watchArgs, emit func
 	var last changestream.Position
 	printed := false
 	flush := func(all bool) error {
-		w, any := changestream.Position{}, all
+		w, bounded := changestream.Position{}, all
 		if !all {
 			first := true
 			for _, p := range active {
@@ -207,9 +207,9 @@ func runWatch(ctx context.Context, conn *grpc.ClientConn, a watchArgs, emit func
 					w, first = p.low, false
 				}
 			}
-			any = !first
+			bounded = !first
 		}
-		for buf.Len() > 0 && (all || (any && !w.Less(buf[0].pos))) {
+		for buf.Len() > 0 && (all || (bounded && !w.Less(buf[0].pos))) {
 			r := heap.Pop(&buf).(watchRec)
 			if printed && r.pos == last {
 				r.from.held--
