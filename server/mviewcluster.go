@@ -349,7 +349,7 @@ func (s *Server) viewsBeforeIngest(inst, name string, start, end []byte) error {
 // mergeViewPlan plans inst's view id for reads that merge the owners'
 // states; nil when it is not such a view.
 func (s *Server) mergeViewPlan(inst, id string) *maintView {
-	if s.cluster == nil {
+	if s.cluster == nil || s.mviews.mergeOff.Load() {
 		return nil
 	}
 	if _, err := s.maintIndex(); err != nil {

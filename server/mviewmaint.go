@@ -82,6 +82,8 @@ type mviews struct {
 	// mergedReads and mergeFallbacks count reads of views merged from
 	// the owners' states and those computed instead (mviewpartial.go).
 	mergedReads, mergeFallbacks atomic.Int64
+	// mergeOff, set by a benchmark, computes such views on read instead.
+	mergeOff atomic.Bool
 
 	stop, done chan struct{}
 	stopOnce   sync.Once
