@@ -3,11 +3,13 @@ package server
 import (
 	"context"
 	"encoding/binary"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/bigtable"
 	"github.com/ebbtable/ebbtable/internal/testkit"
@@ -29,6 +31,12 @@ var clusterViewQueries = map[string]string{
 	"rows":     "SELECT _key, COUNT(f['v']) AS n, MAX(f['h']) AS h FROM t GROUP BY _key",
 	"distinct": "SELECT f['g'] AS _key, COUNT(DISTINCT f['v']) AS d, SUM(DISTINCT TO_INT64(f['v'])) AS sd FROM t GROUP BY f['g']",
 }
+
+// clusterViewSeed and clusterViewSteps tune TestClusterMaterializedViewRandom.
+var (
+	clusterViewSeed  = flag.Uint64("mview.clusterseed", 5, "TestClusterMaterializedViewRandom: random seed")
+	clusterViewSteps = flag.Int("mview.clustersteps", 60, "TestClusterMaterializedViewRandom: random steps")
+)
 
 // TestClusterMaterializedViewRandom writes and deletes rows through the
 // three nodes of a cluster, splits, merges and moves tablets and drops row
@@ -86,7 +94,7 @@ func TestClusterMaterializedViewRandom(t *testing.T) {
 			}
 		}
 	}
-	rng := rand.New(rand.NewPCG(5, 13))
+	rng := rand.New(rand.NewPCG(*clusterViewSeed, 13))
 	row := func() string { return fmt.Sprintf("%c%d", 'a'+rng.IntN(26), rng.IntN(3)) }
 	val := func() []byte { return binary.BigEndian.AppendUint64(nil, uint64(rng.IntN(20))) }
 	node := func() *scaleNode { return sc.nodes[ids[rng.IntN(len(ids))]] }
@@ -99,7 +107,7 @@ func TestClusterMaterializedViewRandom(t *testing.T) {
 		return tabs.Tablets
 	}
 	check("empty", ids...)
-	steps := 60
+	steps := *clusterViewSteps
 	moves := 0
 	for step := 0; step < steps; step++ {
 		var desc string
@@ -245,5 +253,61 @@ func TestClusterMaterializedViewMovedBack(t *testing.T) {
 	count("moved away and back", sc.nodes["n3"], 29)
 	if n := n1.srv.mviews.mergeFallbacks.Load(); n != 0 {
 		t.Errorf("%d reads computed on read, want 0", n)
+	}
+}
+
+// A node killed: once a survivor took its tablet over (from its
+// checkpoint and commit log), the survivor's state of the view takes the
+// tablet's rows in, and the view read through either survivor counts every
+// acknowledged row, those written before and after the take-over.
+func TestClusterMaterializedViewFailover(t *testing.T) {
+	t.Parallel()
+	sc := startFailoverCluster(t)
+	sc.createTable(t, "n1", "g", "p")
+	ctx := context.Background()
+	n1, n2 := sc.nodes["n1"], sc.nodes["n2"]
+	if got := owners(t, n1); got != "[,g)n1 [g,p)n2 [p,)n3" {
+		t.Fatalf("tablets: %s", got)
+	}
+	rows := 0
+	write := func(keys ...string) {
+		t.Helper()
+		for _, k := range keys {
+			if err := writeScale(t, n1.client.Open("t"), k, "v"+k); err != nil {
+				t.Fatalf("write %s: %v", k, err)
+			}
+			rows++
+		}
+	}
+	write(letters()...)
+	iac := testkit.InstanceAdmin(t, n1.srv.Addr(), testProject)
+	if err := iac.CreateMaterializedView(ctx, testInstance, &bigtable.MaterializedViewInfo{MaterializedViewID: "mv", Query: "SELECT '*' AS _key, COUNT(*) AS n, MAX(f['c']) AS mx FROM t GROUP BY _key"}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		want := fmt.Sprintf("*|%d|vz", rows)
+		for _, n := range []*scaleNode{n1, n2} {
+			if got, err := sqlRows(t, n.client, "SELECT _key, n, mx FROM mv"); err != nil || !slices.Equal(got, []string{want}) {
+				t.Errorf("%s: through %s: %q, %v; want %s", when, n.id, got, err, want)
+			}
+		}
+	}
+	check("three nodes")
+	write("q1", "r1") // in n3's tablet, only in its commit log
+	sc.nodes["n3"].crash()
+	testkit.Eventually(t, "n3's tablet to be taken over", 30*time.Second, func() (bool, string) {
+		got := owners(t, n1)
+		return !strings.Contains(got, "n3"), got
+	})
+	check("after the take-over")
+	write("s1", "s2", "a1")
+	check("writes after the take-over")
+	var fallbacks int64
+	for _, n := range []*scaleNode{n1, n2} {
+		fallbacks += n.srv.mviews.mergeFallbacks.Load()
+	}
+	if fallbacks != 0 {
+		t.Errorf("%d reads computed on read, want 0", fallbacks)
 	}
 }
