@@ -113,6 +113,10 @@ type maintView struct {
 	// parts of it this node owns, which the state covers (mviewcluster.go).
 	clustered bool
 	spans     []table.RowRange
+	// keyByGroup: the view's _key is one of its GROUP BY keys, so a group
+	// has one output key on every node (a read of some keys asks the
+	// owners for just those groups; mviewpartial.go).
+	keyByGroup bool
 }
 
 // whole reports whether this node's state covers the whole table.
@@ -236,6 +240,9 @@ func (s *Server) planMaintCover(inst, id, query string) (mv *maintView, local bo
 	}
 	spans, clustered := s.viewSpans(inst, m.Name)
 	mv = &maintView{inst: inst, id: id, query: query, meta: m, plan: plan, ic: ic, keyAt: keyAt, space: table.ViewSpace(inst + "/" + id), clustered: clustered, spans: spans}
+	if key, err := plan.MaterializedKey(query); err == nil && slices.Contains(key, keyAt) {
+		mv.keyByGroup = true
+	}
 	return mv, mv.whole() || len(spans) > 0 && ic.Mergeable()
 }
 

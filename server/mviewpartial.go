@@ -145,8 +145,7 @@ func (s *Server) viewPartial(ctx context.Context, req *clusterpb.ViewPartialRequ
 	}
 	out := &clusterpb.ViewPartialResponse{}
 	size := 0
-	err = st.Scan([]byte{'G'}, []byte{'H'}, false, func(k, v []byte) (bool, error) {
-		gid := bytes.Clone(k[1:])
+	each := func(gid []byte) (bool, error) {
 		g, err := sqlquery.LoadGroup(st, gid)
 		if err != nil || g == nil {
 			return false, err
@@ -164,12 +163,66 @@ func (s *Server) viewPartial(ctx context.Context, req *clusterpb.ViewPartialRequ
 			out, size = &clusterpb.ViewPartialResponse{}, 0
 		}
 		return true, nil
-	})
+	}
+	if len(req.GetRanges()) > 0 && mv.keyByGroup {
+		err = groupsIn(st, req.GetRanges(), each)
+	} else {
+		err = st.Scan([]byte{'G'}, []byte{'H'}, false, func(k, _ []byte) (bool, error) { return each(bytes.Clone(k[1:])) })
+	}
 	if err != nil {
 		return toStatus(err)
 	}
 	if len(out.Groups) > 0 {
 		return send(out)
+	}
+	return nil
+}
+
+// groupsIn calls each with the groups whose output entry's key falls in
+// ranges, and those whose output failed (kept under the empty key), each
+// group once.
+func groupsIn(st snapStore, ranges []*clusterpb.ViewKeyRange, each func(gid []byte) (bool, error)) error {
+	seen := map[string]bool{}
+	visit := func(lo, hi []byte) error {
+		return st.Scan(lo, hi, false, func(k, _ []byte) (bool, error) {
+			gid := outGroup(k)
+			if gid == nil || seen[string(gid)] {
+				return true, nil
+			}
+			seen[string(gid)] = true
+			return each(gid)
+		})
+	}
+	if err := visit([]byte{'O', 0, 1}, []byte{'O', 0, 2}); err != nil {
+		return err
+	}
+	for _, r := range ranges {
+		lo := append([]byte{'O'}, escKey(r.GetStart())...)
+		hi := []byte{'P'}
+		if !r.GetToEnd() {
+			hi = append([]byte{'O'}, escKey(r.GetEnd())...)
+		}
+		if bytes.Compare(lo, hi) >= 0 {
+			continue
+		}
+		if err := visit(lo, hi); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// outGroup is the group id of an output entry's key, 'O' · esc(_key) ·
+// 0x00 0x01 · group; nil when it is not one.
+func outGroup(k []byte) []byte {
+	for i := 1; i+1 < len(k); i++ {
+		if k[i] != 0 {
+			continue
+		}
+		if k[i+1] == 1 {
+			return bytes.Clone(k[i+2:])
+		}
+		i++ // 0x00 0xFF: an escaped zero
 	}
 	return nil
 }
@@ -229,7 +282,7 @@ func (s *Server) scanMerged(ctx context.Context, inst, id string, ranges []table
 	}
 	var rows []mergedRow
 	for try := 0; ; try++ {
-		rows, err = s.mergeParts(ctx, mv)
+		rows, err = s.mergeParts(ctx, mv, ranges)
 		if err == nil {
 			break
 		}
@@ -284,7 +337,7 @@ func (s *Server) scanMerged(ctx context.Context, inst, id string, ranges []table
 
 // mergeParts asks every owner of the view's table for its part, merges
 // them and returns the merged groups' rows.
-func (s *Server) mergeParts(ctx context.Context, mv *maintView) ([]mergedRow, error) {
+func (s *Server) mergeParts(ctx context.Context, mv *maintView, ranges []table.RowRange) ([]mergedRow, error) {
 	c := s.cluster
 	ref := tableRef{instance: mv.inst, table: mv.meta.Name}
 	d, ok := c.m.Directory(ref.name())
@@ -299,6 +352,12 @@ func (s *Server) mergeParts(ctx context.Context, mv *maintView) ([]mergedRow, er
 			owners = append(owners, t.Owner)
 		}
 		byOwner[t.Owner] = append(byOwner[t.Owner], &clusterpb.Tablet{Id: t.ID, Start: t.Start, End: t.End})
+	}
+	var keyRanges []*clusterpb.ViewKeyRange
+	if mv.keyByGroup {
+		for _, r := range ranges {
+			keyRanges = append(keyRanges, &clusterpb.ViewKeyRange{Start: r.Start, End: r.End, ToEnd: r.End == nil})
+		}
 	}
 	merge := mv.ic.NewMerge()
 	var mu sync.Mutex
@@ -315,7 +374,7 @@ func (s *Server) mergeParts(ctx context.Context, mv *maintView) ([]mergedRow, er
 	errs := make([]error, len(owners))
 	var wg sync.WaitGroup
 	for i, owner := range owners {
-		req := &clusterpb.ViewPartialRequest{Table: ref.name(), View: mv.id, Tablets: byOwner[owner], Revision: rev}
+		req := &clusterpb.ViewPartialRequest{Table: ref.name(), View: mv.id, Tablets: byOwner[owner], Revision: rev, Ranges: keyRanges}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -15,6 +15,7 @@ import (
 	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"github.com/ebbtable/ebbtable/sqlquery"
+	"github.com/ebbtable/ebbtable/table"
 )
 
 // clusterViewQueries are views over table t (family f) for
@@ -59,6 +60,7 @@ func TestClusterMaterializedViewRandom(t *testing.T) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
+	rng := rand.New(rand.NewPCG(*clusterViewSeed, 13))
 	format := func(rows [][]sqlquery.Value) string {
 		out := make([]string, len(rows))
 		for i, r := range rows {
@@ -66,10 +68,10 @@ func TestClusterMaterializedViewRandom(t *testing.T) {
 		}
 		return strings.Join(out, "\n  ")
 	}
-	read := func(n *scaleNode, name string) string {
+	read := func(n *scaleNode, name string, ranges []table.RowRange) string {
 		t.Helper()
 		var rows [][]sqlquery.Value
-		ok, err := n.srv.scanKept(ctx, inst, name, nil, nil, func(_ []byte, v []sqlquery.Value) error {
+		ok, err := n.srv.scanKept(ctx, inst, name, ranges, nil, func(_ []byte, v []sqlquery.Value) error {
 			rows = append(rows, v)
 			return nil
 		})
@@ -78,7 +80,7 @@ func TestClusterMaterializedViewRandom(t *testing.T) {
 		}
 		if !ok {
 			// Computed on read, as a view's read does then.
-			return scratchView(t, n, name)
+			return format(inRanges(scratchView(t, n, name), ranges))
 		}
 		return format(rows)
 	}
@@ -87,14 +89,28 @@ func TestClusterMaterializedViewRandom(t *testing.T) {
 		for _, id := range nodes {
 			n := sc.nodes[id]
 			for _, name := range names {
-				got, want := read(n, name), scratchView(t, n, name)
+				all := scratchView(t, n, name)
+				got, want := read(n, name, nil), format(all)
 				if got != want {
 					t.Fatalf("%s, view %s through %s:\nread:\n  %s\nfrom scratch:\n  %s", step, name, id, got, want)
+				}
+				// Some keys: from one key of the view to another (or to
+				// the end).
+				if len(all) == 0 {
+					continue
+				}
+				lo := all[rng.IntN(len(all))][0].([]byte)
+				r := table.RowRange{Start: lo}
+				if hi := all[rng.IntN(len(all))][0].([]byte); string(hi) > string(lo) {
+					r.End = hi
+				}
+				got, want = read(n, name, []table.RowRange{r}), format(inRanges(all, []table.RowRange{r}))
+				if got != want {
+					t.Fatalf("%s, view %s through %s, keys [%q, %q):\nread:\n  %s\nfrom scratch:\n  %s", step, name, id, r.Start, r.End, got, want)
 				}
 			}
 		}
 	}
-	rng := rand.New(rand.NewPCG(*clusterViewSeed, 13))
 	row := func() string { return fmt.Sprintf("%c%d", 'a'+rng.IntN(26), rng.IntN(3)) }
 	val := func() []byte { return binary.BigEndian.AppendUint64(nil, uint64(rng.IntN(20))) }
 	node := func() *scaleNode { return sc.nodes[ids[rng.IntN(len(ids))]] }
@@ -180,9 +196,28 @@ func TestClusterMaterializedViewRandom(t *testing.T) {
 	}
 }
 
+// inRanges keeps the rows whose key (first column) falls in ranges (none:
+// every row).
+func inRanges(rows [][]sqlquery.Value, ranges []table.RowRange) [][]sqlquery.Value {
+	if len(ranges) == 0 {
+		return rows
+	}
+	var out [][]sqlquery.Value
+	for _, r := range rows {
+		k := r[0].([]byte)
+		for _, rg := range ranges {
+			if string(k) >= string(rg.Start) && (rg.End == nil || string(k) < string(rg.End)) {
+				out = append(out, r)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // scratchView runs a view's query over the table through node n (every
 // tablet, wherever it lives), rows in _key order as a view's read has them.
-func scratchView(t *testing.T, n *scaleNode, name string) string {
+func scratchView(t *testing.T, n *scaleNode, name string) [][]sqlquery.Value {
 	t.Helper()
 	inst := "projects/" + testProject + "/instances/" + testInstance
 	cat := n.srv.tableCatalog(inst)
@@ -201,11 +236,7 @@ func scratchView(t *testing.T, n *scaleNode, name string) string {
 		t.Fatal(err)
 	}
 	slices.SortStableFunc(rows, func(a, b []sqlquery.Value) int { return strings.Compare(string(a[0].([]byte)), string(b[0].([]byte))) })
-	out := make([]string, len(rows))
-	for i, r := range rows {
-		out[i] = sqlquery.Format(sqlquery.Array(r))
-	}
-	return strings.Join(out, "\n  ")
+	return rows
 }
 
 // A tablet that moves away and comes back before its old owner's
