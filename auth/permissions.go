@@ -235,6 +235,7 @@ func init() {
 	perm(cl, "bigtable.tables.update", "SplitTablet", "MergeTablet", "MoveTablet", "IngestSpan", "IngestChanges")
 	perm(cl, "bigtable.backups.create", "BackupRows")
 	perm(cl, "bigtable.backups.restore", "RestoreRows")
+	perm(cl, "bigtable.tables.readRows", "ViewPartial")
 
 }
 

@@ -459,11 +459,11 @@ func (f *failover) checkpointLoop() {
 // this node's log), and no take-over runs meanwhile.
 func (c *clusterMember) ingestMoved(ctx context.Context, x *table.SpanExport) error {
 	if c.fail == nil {
-		return c.s.engine.IngestSpan(ctx, x)
+		return c.s.ingestSpan(ctx, x) // mviewcluster.go
 	}
 	c.fail.takeMu.Lock()
 	defer c.fail.takeMu.Unlock()
-	if err := c.s.engine.IngestSpan(ctx, x); err != nil {
+	if err := c.s.ingestSpan(ctx, x); err != nil {
 		return err
 	}
 	ref := tableRef{instance: x.Instance, table: x.Table}
@@ -718,7 +718,7 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 		// Families dropped since the checkpoint: their cells come in
 		// invisible, and the collector is told to sweep them again.
 		dropped := droppedSince(m, x.Families)
-		if err := eng.IngestSpan(ctx, x); err != nil {
+		if err := c.s.ingestSpan(ctx, x); err != nil {
 			return err
 		}
 		if len(dropped) > 0 {

@@ -70,12 +70,20 @@ type mviews struct {
 	indexGen int64
 	indexed  bool
 	// skipped are the tables of views not maintained because this node
-	// does not hold the whole table (mviewcluster.go).
+	// holds no tablet of them (mviewcluster.go).
 	skipped []tableRef
+	// merged are, in a cluster, the views a read merges the owners'
+	// states of, by instance/id (mviewpartial.go).
+	merged map[string]*maintView
 
 	// baseRows counts base-table rows the view code read (queries and raw
 	// cells): tests see that a read of a maintained view reads none.
 	baseRows atomic.Int64
+	// mergedReads and mergeFallbacks count reads of views merged from
+	// the owners' states and those computed instead (mviewpartial.go).
+	mergedReads, mergeFallbacks atomic.Int64
+	// mergeOff, set by a benchmark, computes such views on read instead.
+	mergeOff atomic.Bool
 
 	stop, done chan struct{}
 	stopOnce   sync.Once
@@ -101,18 +109,34 @@ type maintView struct {
 	ic              *sqlquery.Incremental
 	keyAt           int
 	space           []byte
-	// coverage is the cluster directory state the view's table is wholly
-	// on this node at ("" outside a cluster; mviewcluster.go).
-	coverage string
+	// clustered: the view's table is a cluster table; spans are then the
+	// parts of it this node owns, which the state covers (mviewcluster.go).
+	clustered bool
+	spans     []table.RowRange
+	// keyByGroup: the view's _key is one of its GROUP BY keys, so a group
+	// has one output key on every node (a read of some keys asks the
+	// owners for just those groups; mviewpartial.go).
+	keyByGroup bool
 }
+
+// whole reports whether this node's state covers the whole table.
+func (mv *maintView) whole() bool { return !mv.clustered || spansWhole(mv.spans) }
+
+// covers reports whether row is in the spans the state covers.
+func (mv *maintView) covers(row []byte) bool { return !mv.clustered || spansCover(mv.spans, row) }
+
+// coverageSpans is a clustered state's header's Coverage.
+const coverageSpans = "spans"
 
 type viewHeader struct {
 	Version int    `json:"version"`
 	Query   string `json:"query"`
 	TableID uint64 `json:"table_id"`
 	Schema  string `json:"schema"`
-	// Coverage: in a cluster, the directory state the state was built at.
-	Coverage string `json:"coverage,omitempty"`
+	// Coverage: in a cluster, coverageSpans, and Spans the spans of the
+	// table the state covers.
+	Coverage string      `json:"coverage,omitempty"`
+	Spans    [][2][]byte `json:"spans,omitempty"`
 }
 
 // countingCatalog counts the rows the view's queries read.
@@ -193,9 +217,11 @@ func (s *Server) planMaint(inst, id, query string) *maintView {
 	return mv
 }
 
-// planMaintCover is planMaint; partial is set when the view would be
-// maintained but this node does not hold its whole table (a cluster).
-func (s *Server) planMaintCover(inst, id, query string) (mv *maintView, partial bool) {
+// planMaintCover plans a view for maintenance (nil: it is not
+// maintainable); local is whether this node maintains it: outside a
+// cluster, or in one while it owns the whole table, or some of it and the
+// view's state merges (mviewcluster.go).
+func (s *Server) planMaintCover(inst, id, query string) (mv *maintView, local bool) {
 	plan, err := sqlquery.Prepare(s.tableCatalog(inst), query, nil)
 	if err != nil || len(plan.Tables) != 1 {
 		return nil, false
@@ -212,11 +238,12 @@ func (s *Server) planMaintCover(inst, id, query string) (mv *maintView, partial 
 	if keyAt < 0 {
 		return nil, false
 	}
-	cov, whole := s.viewCoverage(inst, m.Name)
-	if !whole {
-		return nil, true
+	spans, clustered := s.viewSpans(inst, m.Name)
+	mv = &maintView{inst: inst, id: id, query: query, meta: m, plan: plan, ic: ic, keyAt: keyAt, space: table.ViewSpace(inst + "/" + id), clustered: clustered, spans: spans}
+	if key, err := plan.MaterializedKey(query); err == nil && slices.Contains(key, keyAt) {
+		mv.keyByGroup = true
 	}
-	return &maintView{inst: inst, id: id, query: query, meta: m, plan: plan, ic: ic, keyAt: keyAt, space: table.ViewSpace(inst + "/" + id), coverage: cov}, false
+	return mv, mv.whole() || len(spans) > 0 && ic.Mergeable()
 }
 
 // views returns the maintained views by table, planned against the tables
@@ -244,25 +271,29 @@ func (s *Server) maintIndex() (map[uint64][]*maintView, error) {
 	}
 	index := map[uint64][]*maintView{}
 	var skipped []tableRef
+	merged := map[string]*maintView{}
 	err := s.engine.InstanceMeta(kindMaterializedView, "", func(inst, name string, b []byte) error {
 		mv := &adminpb.MaterializedView{}
 		if err := protojson.Unmarshal(b, mv); err != nil {
 			return err
 		}
-		p, partial := s.planMaintCover(inst, name, mv.GetQuery())
-		if p != nil {
+		p, local := s.planMaintCover(inst, name, mv.GetQuery())
+		switch {
+		case p == nil:
+		case local:
 			index[p.meta.ID] = append(index[p.meta.ID], p)
-		} else if partial {
-			if plan, err := sqlquery.Prepare(s.tableCatalog(inst), mv.GetQuery(), nil); err == nil && len(plan.Tables) == 1 {
-				skipped = append(skipped, tableRef{instance: inst, table: plan.Tables[0]})
-			}
+		default:
+			skipped = append(skipped, tableRef{instance: inst, table: p.meta.Name})
+		}
+		if p != nil && p.clustered && p.ic.Mergeable() {
+			merged[inst+"/"+name] = p
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	v.index, v.indexGen, v.indexed, v.skipped = index, gen, true, skipped
+	v.index, v.indexGen, v.indexed, v.skipped, v.merged = index, gen, true, skipped, merged
 	return index, nil
 }
 
@@ -304,14 +335,18 @@ func (s *Server) maintainTable(ctx context.Context, tableID uint64, views []*mai
 		}
 	}
 	for _, mv := range views {
-		ok, err := s.viewCurrent(mv)
+		ok, have, err := s.viewCurrent(mv)
 		if err != nil {
 			return err
 		}
-		if !ok {
-			if err := s.rebuildView(ctx, mv); err != nil {
-				return err
-			}
+		switch {
+		case !ok:
+			err = s.rebuildView(ctx, mv)
+		case mv.clustered && !spansEqual(have, mv.spans):
+			err = s.reconcileView(ctx, mv, have)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	for {
@@ -394,15 +429,19 @@ func prefixEndOf(tag byte, p []byte) []byte {
 
 func (mv *maintView) header() (viewHeader, error) {
 	schema, err := json.Marshal(mv.meta)
-	return viewHeader{Version: viewStateVersion, Query: mv.query, TableID: mv.meta.ID, Schema: string(schema), Coverage: mv.coverage}, err
+	h := viewHeader{Version: viewStateVersion, Query: mv.query, TableID: mv.meta.ID, Schema: string(schema)}
+	if mv.clustered {
+		h.Coverage, h.Spans = coverageSpans, encodeSpans(mv.spans)
+	}
+	return h, err
 }
 
 // viewCurrent reports whether the view's stored state was built for its
-// query over the table as it is.
-func (s *Server) viewCurrent(mv *maintView) (bool, error) {
+// query over the table as it is, and the spans it covers (in a cluster).
+func (s *Server) viewCurrent(mv *maintView) (ok bool, spans []table.RowRange, err error) {
 	want, err := mv.header()
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	var got []byte
 	err = s.engine.ScanViewState(mv.space, []byte{'V'}, []byte{'W'}, false, func(_, v []byte) (bool, error) {
@@ -410,13 +449,14 @@ func (s *Server) viewCurrent(mv *maintView) (bool, error) {
 		return false, nil
 	})
 	if err != nil || got == nil {
-		return false, err
+		return false, nil, err
 	}
 	var h viewHeader
 	if json.Unmarshal(got, &h) != nil {
-		return false, nil
+		return false, nil, nil
 	}
-	return h == want, nil
+	spans = decodeSpans(h.Spans)
+	return h.Version == want.Version && h.Query == want.Query && h.TableID == want.TableID && h.Schema == want.Schema && h.Coverage == want.Coverage, spans, nil
 }
 
 // rebuildView computes a view's state from one scan of its table: the
@@ -454,22 +494,28 @@ func (s *Server) rebuildView(ctx context.Context, mv *maintView) error {
 		}
 		return nil
 	}
-	err := s.engine.RawCells(mv.meta, nil, nil, func(c table.RawCell) error {
-		s.mviews.baseRows.Add(1)
-		if !bytes.Equal(c.Row, row) {
-			if err := put(); err != nil {
-				return err
+	spans := []table.RowRange{{}}
+	if mv.clustered {
+		spans = mv.spans
+	}
+	for _, sp := range spans {
+		err := s.engine.RawCells(mv.meta, sp.Start, sp.End, func(c table.RawCell) error {
+			s.mviews.baseRows.Add(1)
+			if !bytes.Equal(c.Row, row) {
+				if err := put(); err != nil {
+					return err
+				}
+				if err := flush(); err != nil {
+					return err
+				}
+				row, d = bytes.Clone(c.Row), 0
 			}
-			if err := flush(); err != nil {
-				return err
-			}
-			row, d = bytes.Clone(c.Row), 0
+			d = dl.consider(d, c)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		d = dl.consider(d, c)
-		return nil
-	})
-	if err != nil {
-		return err
 	}
 	if err := put(); err != nil {
 		return err
@@ -484,7 +530,7 @@ func (s *Server) rebuildView(ctx context.Context, mv *maintView) error {
 		pending = pending[:0]
 		return flush()
 	}
-	err = mv.ic.Contributions(ctx, cat, now, nil, func(r []byte, c *sqlquery.Contribution) error {
+	each := func(r []byte, c *sqlquery.Contribution) error {
 		if c == nil {
 			return nil
 		}
@@ -493,7 +539,13 @@ func (s *Server) rebuildView(ctx context.Context, mv *maintView) error {
 			return apply()
 		}
 		return nil
-	})
+	}
+	var err error
+	if mv.clustered {
+		err = mv.ic.ContributionsIn(ctx, cat, now, mv.spans, each)
+	} else {
+		err = mv.ic.Contributions(ctx, cat, now, nil, each)
+	}
 	if err != nil {
 		return err
 	}
@@ -507,15 +559,7 @@ func (s *Server) rebuildView(ctx context.Context, mv *maintView) error {
 			return err
 		}
 	}
-	h, err := mv.header()
-	if err != nil {
-		return err
-	}
-	hb, err := json.Marshal(h)
-	if err != nil {
-		return err
-	}
-	if err := vb.Set(mv.space, []byte{'V'}, hb); err != nil {
+	if err := s.putHeader(vb, mv); err != nil {
 		return err
 	}
 	return vb.Commit()
@@ -538,8 +582,22 @@ func (s *Server) updateRows(ctx context.Context, mv *maintView, m *table.Meta, s
 	rows = slices.CompactFunc(rows, bytes.Equal)
 	nowMicros := clock.Micros(now)
 	dl := newDeadlines(mv.meta, nowMicros)
+	// Rows outside the spans the state covers (a cluster) contribute
+	// nothing: their deadlines and contributions go.
+	var covered [][]byte
 	for _, r := range rows {
 		var d int64
+		if !mv.covers(r) {
+			old, err := st.deadline(r)
+			if err != nil {
+				return err
+			}
+			if err := st.setDeadline(r, old, 0); err != nil {
+				return err
+			}
+			continue
+		}
+		covered = append(covered, r)
 		if err := s.engine.RawCells(mv.meta, r, append(bytes.Clone(r), 0), func(c table.RawCell) error {
 			s.mviews.baseRows.Add(1)
 			d = dl.consider(d, c)
@@ -557,11 +615,13 @@ func (s *Server) updateRows(ctx context.Context, mv *maintView, m *table.Meta, s
 	}
 	news := map[string]*sqlquery.Contribution{}
 	cat := countingCatalog{s.tableCatalog(mv.inst), &s.mviews.baseRows}
-	if err := mv.ic.Contributions(ctx, cat, now, rows, func(r []byte, c *sqlquery.Contribution) error {
-		news[string(r)] = c
-		return nil
-	}); err != nil {
-		return err
+	if len(covered) > 0 {
+		if err := mv.ic.Contributions(ctx, cat, now, covered, func(r []byte, c *sqlquery.Contribution) error {
+			news[string(r)] = c
+			return nil
+		}); err != nil {
+			return err
+		}
 	}
 	changes := make([]*rowChange, 0, len(rows))
 	for _, r := range rows {

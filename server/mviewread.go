@@ -19,7 +19,8 @@ import (
 // lock: the rows it streams are the view at one maintenance frontier,
 // whatever the maintainer commits while they stream.
 
-// keptView finds a maintained view; nil when the view is not maintained.
+// keptView finds a view maintained over its whole table here; nil when
+// the view is not.
 func (s *Server) keptView(inst, id string) (*maintView, []*maintView, error) {
 	index, err := s.maintIndex()
 	if err != nil {
@@ -27,7 +28,7 @@ func (s *Server) keptView(inst, id string) (*maintView, []*maintView, error) {
 	}
 	for _, vs := range index {
 		for _, v := range vs {
-			if v.inst == inst && v.id == id {
+			if v.inst == inst && v.id == id && v.whole() {
 				return v, vs, nil
 			}
 		}
@@ -35,10 +36,12 @@ func (s *Server) keptView(inst, id string) (*maintView, []*maintView, error) {
 	return nil, nil, nil
 }
 
-// viewKept reports whether inst's materialized view name is maintained.
+// viewKept reports whether inst's materialized view name is maintained:
+// here over its whole table, or in a cluster by the owners of its
+// tablets (mviewpartial.go).
 func (s *Server) viewKept(inst, name string) bool {
 	mv, _, err := s.keptView(inst, name)
-	return err == nil && mv != nil
+	return err == nil && (mv != nil || s.mergeViewPlan(inst, name) != nil)
 }
 
 // escKey is the escaped form of a view _key in its output entries' keys.
@@ -61,8 +64,11 @@ func escKey(k []byte) []byte {
 // when the view is not maintained.
 func (s *Server) scanKept(ctx context.Context, inst, id string, ranges []table.RowRange, after []byte, fn func(pos []byte, row []sqlquery.Value) error) (kept bool, err error) {
 	mv, views, err := s.keptView(inst, id)
-	if err != nil || mv == nil {
+	if err != nil {
 		return false, err
+	}
+	if mv == nil {
+		return s.scanMerged(ctx, inst, id, ranges, after, fn)
 	}
 	if err := s.maintainTable(ctx, mv.meta.ID, views); err != nil {
 		return false, err

@@ -129,7 +129,6 @@ func DecodeContribution(b []byte) (*Contribution, error) {
 // contributes (nil when WHERE drops it or it has no group). Rows not found
 // are not reported.
 func (ic *Incremental) Contributions(ctx context.Context, cat Catalog, now time.Time, rows [][]byte, fn func(row []byte, c *Contribution) error) error {
-	x := &execCtx{ctx: ctx, cat: cat, now: now.UTC()}
 	var keys []keyRange
 	if rows != nil {
 		if len(rows) == 0 {
@@ -141,6 +140,12 @@ func (ic *Incremental) Contributions(ctx context.Context, cat Catalog, now time.
 		}
 		keys = normalize(keys)
 	}
+	return ic.contributions(ctx, cat, now, keys, fn)
+}
+
+// contributions is Contributions over keys (nil: every row).
+func (ic *Incremental) contributions(ctx context.Context, cat Catalog, now time.Time, keys []keyRange, fn func(row []byte, c *Contribution) error) error {
+	x := &execCtx{ctx: ctx, cat: cat, now: now.UTC()}
 	q := ic.q
 	return q.src.scan(x, keys, func(e *rowEnv) error {
 		if err := ctx.Err(); err != nil {

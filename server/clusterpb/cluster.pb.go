@@ -1334,6 +1334,248 @@ func (x *RestoreRowsResponse) GetNode() string {
 	return ""
 }
 
+type ViewPartialRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The view's table.
+	Table string `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	// The view's id in the table's instance.
+	View string `protobuf:"bytes,2,opt,name=view,proto3" json:"view,omitempty"`
+	// The tablets of the table this node owns, as the caller's directory
+	// (at revision) has them: id, start, end.
+	Tablets  []*Tablet `protobuf:"bytes,3,rep,name=tablets,proto3" json:"tablets,omitempty"`
+	Revision int64     `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The view keys the read wants, when the view's _key is one of its
+	// GROUP BY keys (the same for a group on every node): only the groups
+	// whose output key falls in them, and those whose output failed here,
+	// are sent. None: every group.
+	Ranges        []*ViewKeyRange `protobuf:"bytes,5,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ViewPartialRequest) Reset() {
+	*x = ViewPartialRequest{}
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ViewPartialRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ViewPartialRequest) ProtoMessage() {}
+
+func (x *ViewPartialRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ViewPartialRequest.ProtoReflect.Descriptor instead.
+func (*ViewPartialRequest) Descriptor() ([]byte, []int) {
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ViewPartialRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *ViewPartialRequest) GetView() string {
+	if x != nil {
+		return x.View
+	}
+	return ""
+}
+
+func (x *ViewPartialRequest) GetTablets() []*Tablet {
+	if x != nil {
+		return x.Tablets
+	}
+	return nil
+}
+
+func (x *ViewPartialRequest) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ViewPartialRequest) GetRanges() []*ViewKeyRange {
+	if x != nil {
+		return x.Ranges
+	}
+	return nil
+}
+
+// ViewKeyRange is a range [start, end) of view keys; to_end: no end.
+type ViewKeyRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         []byte                 `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	End           []byte                 `protobuf:"bytes,2,opt,name=end,proto3" json:"end,omitempty"`
+	ToEnd         bool                   `protobuf:"varint,3,opt,name=to_end,json=toEnd,proto3" json:"to_end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ViewKeyRange) Reset() {
+	*x = ViewKeyRange{}
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ViewKeyRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ViewKeyRange) ProtoMessage() {}
+
+func (x *ViewKeyRange) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ViewKeyRange.ProtoReflect.Descriptor instead.
+func (*ViewKeyRange) Descriptor() ([]byte, []int) {
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ViewKeyRange) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *ViewKeyRange) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *ViewKeyRange) GetToEnd() bool {
+	if x != nil {
+		return x.ToEnd
+	}
+	return false
+}
+
+type ViewPartialResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Groups' partial states (sqlquery.Incremental.Partial), by group id.
+	Groups        []*ViewGroup `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ViewPartialResponse) Reset() {
+	*x = ViewPartialResponse{}
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ViewPartialResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ViewPartialResponse) ProtoMessage() {}
+
+func (x *ViewPartialResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ViewPartialResponse.ProtoReflect.Descriptor instead.
+func (*ViewPartialResponse) Descriptor() ([]byte, []int) {
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ViewPartialResponse) GetGroups() []*ViewGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+type ViewGroup struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	State         []byte                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ViewGroup) Reset() {
+	*x = ViewGroup{}
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ViewGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ViewGroup) ProtoMessage() {}
+
+func (x *ViewGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ViewGroup.ProtoReflect.Descriptor instead.
+func (*ViewGroup) Descriptor() ([]byte, []int) {
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ViewGroup) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *ViewGroup) GetState() []byte {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
 var File_ebbtable_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
@@ -1428,7 +1670,22 @@ const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x13RestoreRowsResponse\x12\x14\n" +
 	"\x05cells\x18\x01 \x01(\x03R\x05cells\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x12\n" +
-	"\x04node\x18\x03 \x01(\tR\x04node2\xce\a\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\"\xcc\x01\n" +
+	"\x12ViewPartialRequest\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
+	"\x04view\x18\x02 \x01(\tR\x04view\x125\n" +
+	"\atablets\x18\x03 \x03(\v2\x1b.ebbtable.cluster.v1.TabletR\atablets\x12\x1a\n" +
+	"\brevision\x18\x04 \x01(\x03R\brevision\x129\n" +
+	"\x06ranges\x18\x05 \x03(\v2!.ebbtable.cluster.v1.ViewKeyRangeR\x06ranges\"M\n" +
+	"\fViewKeyRange\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\fR\x03end\x12\x15\n" +
+	"\x06to_end\x18\x03 \x01(\bR\x05toEnd\"M\n" +
+	"\x13ViewPartialResponse\x126\n" +
+	"\x06groups\x18\x01 \x03(\v2\x1e.ebbtable.cluster.v1.ViewGroupR\x06groups\"1\n" +
+	"\tViewGroup\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\fR\x05state2\xb2\b\n" +
 	"\aCluster\x12Z\n" +
 	"\tListNodes\x12%.ebbtable.cluster.v1.ListNodesRequest\x1a&.ebbtable.cluster.v1.ListNodesResponse\x12Z\n" +
 	"\tDrainNode\x12%.ebbtable.cluster.v1.DrainNodeRequest\x1a&.ebbtable.cluster.v1.DrainNodeResponse\x12`\n" +
@@ -1442,7 +1699,8 @@ const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"BackupRows\x12&.ebbtable.cluster.v1.BackupRowsRequest\x1a'.ebbtable.cluster.v1.BackupRowsResponse\x12f\n" +
 	"\rIngestChanges\x12).ebbtable.cluster.v1.IngestChangesRequest\x1a*.ebbtable.cluster.v1.IngestChangesResponse\x12`\n" +
-	"\vRestoreRows\x12'.ebbtable.cluster.v1.RestoreRowsRequest\x1a(.ebbtable.cluster.v1.RestoreRowsResponseB/Z-github.com/ebbtable/ebbtable/server/clusterpbb\x06proto3"
+	"\vRestoreRows\x12'.ebbtable.cluster.v1.RestoreRowsRequest\x1a(.ebbtable.cluster.v1.RestoreRowsResponse\x12b\n" +
+	"\vViewPartial\x12'.ebbtable.cluster.v1.ViewPartialRequest\x1a(.ebbtable.cluster.v1.ViewPartialResponse0\x01B/Z-github.com/ebbtable/ebbtable/server/clusterpbb\x06proto3"
 
 var (
 	file_ebbtable_cluster_v1_cluster_proto_rawDescOnce sync.Once
@@ -1456,7 +1714,7 @@ func file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_ebbtable_cluster_v1_cluster_proto_rawDescData
 }
 
-var file_ebbtable_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_ebbtable_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_ebbtable_cluster_v1_cluster_proto_goTypes = []any{
 	(*Node)(nil),                  // 0: ebbtable.cluster.v1.Node
 	(*ListNodesRequest)(nil),      // 1: ebbtable.cluster.v1.ListNodesRequest
@@ -1479,36 +1737,45 @@ var file_ebbtable_cluster_v1_cluster_proto_goTypes = []any{
 	(*IngestChangesResponse)(nil), // 18: ebbtable.cluster.v1.IngestChangesResponse
 	(*RestoreRowsRequest)(nil),    // 19: ebbtable.cluster.v1.RestoreRowsRequest
 	(*RestoreRowsResponse)(nil),   // 20: ebbtable.cluster.v1.RestoreRowsResponse
+	(*ViewPartialRequest)(nil),    // 21: ebbtable.cluster.v1.ViewPartialRequest
+	(*ViewKeyRange)(nil),          // 22: ebbtable.cluster.v1.ViewKeyRange
+	(*ViewPartialResponse)(nil),   // 23: ebbtable.cluster.v1.ViewPartialResponse
+	(*ViewGroup)(nil),             // 24: ebbtable.cluster.v1.ViewGroup
 }
 var file_ebbtable_cluster_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: ebbtable.cluster.v1.ListNodesResponse.nodes:type_name -> ebbtable.cluster.v1.Node
 	5,  // 1: ebbtable.cluster.v1.ListTabletsResponse.tablets:type_name -> ebbtable.cluster.v1.Tablet
 	16, // 2: ebbtable.cluster.v1.IngestChangesRequest.records:type_name -> ebbtable.cluster.v1.ChangeRecord
-	1,  // 3: ebbtable.cluster.v1.Cluster.ListNodes:input_type -> ebbtable.cluster.v1.ListNodesRequest
-	3,  // 4: ebbtable.cluster.v1.Cluster.DrainNode:input_type -> ebbtable.cluster.v1.DrainNodeRequest
-	6,  // 5: ebbtable.cluster.v1.Cluster.ListTablets:input_type -> ebbtable.cluster.v1.ListTabletsRequest
-	8,  // 6: ebbtable.cluster.v1.Cluster.SplitTablet:input_type -> ebbtable.cluster.v1.SplitTabletRequest
-	9,  // 7: ebbtable.cluster.v1.Cluster.MergeTablet:input_type -> ebbtable.cluster.v1.MergeTabletRequest
-	10, // 8: ebbtable.cluster.v1.Cluster.MoveTablet:input_type -> ebbtable.cluster.v1.MoveTabletRequest
-	12, // 9: ebbtable.cluster.v1.Cluster.IngestSpan:input_type -> ebbtable.cluster.v1.IngestSpanRequest
-	14, // 10: ebbtable.cluster.v1.Cluster.BackupRows:input_type -> ebbtable.cluster.v1.BackupRowsRequest
-	17, // 11: ebbtable.cluster.v1.Cluster.IngestChanges:input_type -> ebbtable.cluster.v1.IngestChangesRequest
-	19, // 12: ebbtable.cluster.v1.Cluster.RestoreRows:input_type -> ebbtable.cluster.v1.RestoreRowsRequest
-	2,  // 13: ebbtable.cluster.v1.Cluster.ListNodes:output_type -> ebbtable.cluster.v1.ListNodesResponse
-	4,  // 14: ebbtable.cluster.v1.Cluster.DrainNode:output_type -> ebbtable.cluster.v1.DrainNodeResponse
-	7,  // 15: ebbtable.cluster.v1.Cluster.ListTablets:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	7,  // 16: ebbtable.cluster.v1.Cluster.SplitTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	7,  // 17: ebbtable.cluster.v1.Cluster.MergeTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	11, // 18: ebbtable.cluster.v1.Cluster.MoveTablet:output_type -> ebbtable.cluster.v1.MoveTabletResponse
-	13, // 19: ebbtable.cluster.v1.Cluster.IngestSpan:output_type -> ebbtable.cluster.v1.IngestSpanResponse
-	15, // 20: ebbtable.cluster.v1.Cluster.BackupRows:output_type -> ebbtable.cluster.v1.BackupRowsResponse
-	18, // 21: ebbtable.cluster.v1.Cluster.IngestChanges:output_type -> ebbtable.cluster.v1.IngestChangesResponse
-	20, // 22: ebbtable.cluster.v1.Cluster.RestoreRows:output_type -> ebbtable.cluster.v1.RestoreRowsResponse
-	13, // [13:23] is the sub-list for method output_type
-	3,  // [3:13] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	5,  // 3: ebbtable.cluster.v1.ViewPartialRequest.tablets:type_name -> ebbtable.cluster.v1.Tablet
+	22, // 4: ebbtable.cluster.v1.ViewPartialRequest.ranges:type_name -> ebbtable.cluster.v1.ViewKeyRange
+	24, // 5: ebbtable.cluster.v1.ViewPartialResponse.groups:type_name -> ebbtable.cluster.v1.ViewGroup
+	1,  // 6: ebbtable.cluster.v1.Cluster.ListNodes:input_type -> ebbtable.cluster.v1.ListNodesRequest
+	3,  // 7: ebbtable.cluster.v1.Cluster.DrainNode:input_type -> ebbtable.cluster.v1.DrainNodeRequest
+	6,  // 8: ebbtable.cluster.v1.Cluster.ListTablets:input_type -> ebbtable.cluster.v1.ListTabletsRequest
+	8,  // 9: ebbtable.cluster.v1.Cluster.SplitTablet:input_type -> ebbtable.cluster.v1.SplitTabletRequest
+	9,  // 10: ebbtable.cluster.v1.Cluster.MergeTablet:input_type -> ebbtable.cluster.v1.MergeTabletRequest
+	10, // 11: ebbtable.cluster.v1.Cluster.MoveTablet:input_type -> ebbtable.cluster.v1.MoveTabletRequest
+	12, // 12: ebbtable.cluster.v1.Cluster.IngestSpan:input_type -> ebbtable.cluster.v1.IngestSpanRequest
+	14, // 13: ebbtable.cluster.v1.Cluster.BackupRows:input_type -> ebbtable.cluster.v1.BackupRowsRequest
+	17, // 14: ebbtable.cluster.v1.Cluster.IngestChanges:input_type -> ebbtable.cluster.v1.IngestChangesRequest
+	19, // 15: ebbtable.cluster.v1.Cluster.RestoreRows:input_type -> ebbtable.cluster.v1.RestoreRowsRequest
+	21, // 16: ebbtable.cluster.v1.Cluster.ViewPartial:input_type -> ebbtable.cluster.v1.ViewPartialRequest
+	2,  // 17: ebbtable.cluster.v1.Cluster.ListNodes:output_type -> ebbtable.cluster.v1.ListNodesResponse
+	4,  // 18: ebbtable.cluster.v1.Cluster.DrainNode:output_type -> ebbtable.cluster.v1.DrainNodeResponse
+	7,  // 19: ebbtable.cluster.v1.Cluster.ListTablets:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	7,  // 20: ebbtable.cluster.v1.Cluster.SplitTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	7,  // 21: ebbtable.cluster.v1.Cluster.MergeTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	11, // 22: ebbtable.cluster.v1.Cluster.MoveTablet:output_type -> ebbtable.cluster.v1.MoveTabletResponse
+	13, // 23: ebbtable.cluster.v1.Cluster.IngestSpan:output_type -> ebbtable.cluster.v1.IngestSpanResponse
+	15, // 24: ebbtable.cluster.v1.Cluster.BackupRows:output_type -> ebbtable.cluster.v1.BackupRowsResponse
+	18, // 25: ebbtable.cluster.v1.Cluster.IngestChanges:output_type -> ebbtable.cluster.v1.IngestChangesResponse
+	20, // 26: ebbtable.cluster.v1.Cluster.RestoreRows:output_type -> ebbtable.cluster.v1.RestoreRowsResponse
+	23, // 27: ebbtable.cluster.v1.Cluster.ViewPartial:output_type -> ebbtable.cluster.v1.ViewPartialResponse
+	17, // [17:28] is the sub-list for method output_type
+	6,  // [6:17] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_ebbtable_cluster_v1_cluster_proto_init() }
@@ -1522,7 +1789,7 @@ func file_ebbtable_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ebbtable_cluster_v1_cluster_proto_rawDesc), len(file_ebbtable_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -45,6 +45,7 @@ const (
 	Cluster_BackupRows_FullMethodName    = "/ebbtable.cluster.v1.Cluster/BackupRows"
 	Cluster_IngestChanges_FullMethodName = "/ebbtable.cluster.v1.Cluster/IngestChanges"
 	Cluster_RestoreRows_FullMethodName   = "/ebbtable.cluster.v1.Cluster/RestoreRows"
+	Cluster_ViewPartial_FullMethodName   = "/ebbtable.cluster.v1.Cluster/ViewPartial"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -86,6 +87,13 @@ type ClusterClient interface {
 	// the restore's commit entry). A node the restore's coordinator calls;
 	// UNAVAILABLE when this node does not own them all.
 	RestoreRows(ctx context.Context, in *RestoreRowsRequest, opts ...grpc.CallOption) (*RestoreRowsResponse, error)
+	// ViewPartial is an owner's part of a read of a materialized view whose
+	// table's tablets are on several nodes (server/mviewpartial.go): the
+	// view's state, group by group, over the rows of the tablets this node
+	// owns. The caller lists them; UNAVAILABLE when this node does not own
+	// exactly those (a move or split since), FAILED_PRECONDITION when the
+	// view's state cannot be merged (it is computed on read).
+	ViewPartial(ctx context.Context, in *ViewPartialRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ViewPartialResponse], error)
 }
 
 type clusterClient struct {
@@ -196,6 +204,25 @@ func (c *clusterClient) RestoreRows(ctx context.Context, in *RestoreRowsRequest,
 	return out, nil
 }
 
+func (c *clusterClient) ViewPartial(ctx context.Context, in *ViewPartialRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ViewPartialResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Cluster_ServiceDesc.Streams[0], Cluster_ViewPartial_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ViewPartialRequest, ViewPartialResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Cluster_ViewPartialClient = grpc.ServerStreamingClient[ViewPartialResponse]
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -235,6 +262,13 @@ type ClusterServer interface {
 	// the restore's commit entry). A node the restore's coordinator calls;
 	// UNAVAILABLE when this node does not own them all.
 	RestoreRows(context.Context, *RestoreRowsRequest) (*RestoreRowsResponse, error)
+	// ViewPartial is an owner's part of a read of a materialized view whose
+	// table's tablets are on several nodes (server/mviewpartial.go): the
+	// view's state, group by group, over the rows of the tablets this node
+	// owns. The caller lists them; UNAVAILABLE when this node does not own
+	// exactly those (a move or split since), FAILED_PRECONDITION when the
+	// view's state cannot be merged (it is computed on read).
+	ViewPartial(*ViewPartialRequest, grpc.ServerStreamingServer[ViewPartialResponse]) error
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -274,6 +308,9 @@ func (UnimplementedClusterServer) IngestChanges(context.Context, *IngestChangesR
 }
 func (UnimplementedClusterServer) RestoreRows(context.Context, *RestoreRowsRequest) (*RestoreRowsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RestoreRows not implemented")
+}
+func (UnimplementedClusterServer) ViewPartial(*ViewPartialRequest, grpc.ServerStreamingServer[ViewPartialResponse]) error {
+	return status.Error(codes.Unimplemented, "method ViewPartial not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -476,6 +513,17 @@ func _Cluster_RestoreRows_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_ViewPartial_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ViewPartialRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ClusterServer).ViewPartial(m, &grpc.GenericServerStream[ViewPartialRequest, ViewPartialResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Cluster_ViewPartialServer = grpc.ServerStreamingServer[ViewPartialResponse]
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -524,6 +572,12 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Cluster_RestoreRows_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ViewPartial",
+			Handler:       _Cluster_ViewPartial_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "ebbtable/cluster/v1/cluster.proto",
 }
