@@ -238,3 +238,52 @@ func (m *Member) requestProgress(wctx context.Context) {
 		}
 	}
 }
+
+// tableIAMOps returns the compares and puts that carry table's IAM
+// policies (its own and its authorized views') along with a change of its
+// directory, in the same transaction: each put again with opts (a kept
+// directory's lease, or none: a put with no lease detaches a key from
+// one). With onlyLeased, only keys under a lease are put. The compares
+// fail the transaction if any of them changed, or one was added, since
+// they were read.
+func (m *Member) tableIAMOps(ctx context.Context, table string, onlyLeased bool, opts ...clientv3.OpOption) ([]clientv3.Cmp, []clientv3.Op, error) {
+	k := m.iamKey(table)
+	resp, err := m.cli.Txn(ctx).Then(clientv3.OpGet(k), clientv3.OpGet(k+"/", clientv3.WithPrefix())).Commit()
+	if err != nil {
+		return nil, nil, fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	rev := resp.Header.Revision
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(k), "<", rev+1),
+		clientv3.Compare(clientv3.ModRevision(k+"/"), "<", rev+1).WithPrefix(),
+	}
+	var ops []clientv3.Op
+	for _, r := range resp.Responses {
+		for _, kv := range r.GetResponseRange().GetKvs() {
+			if onlyLeased && kv.Lease == 0 {
+				continue
+			}
+			ops = append(ops, clientv3.OpPut(string(kv.Key), string(kv.Value), opts...))
+		}
+	}
+	return cmps, ops, nil
+}
+
+// DeleteInstanceIAM drops the IAM policy of instance inst, only if the
+// cluster has no table of it (no directory, none kept for an undelete):
+// a deleted instance's policy must not govern a new instance of the
+// name, and must not stop governing tables the cluster still serves.
+// It reports whether it did.
+func (m *Member) DeleteInstanceIAM(ctx context.Context, inst string) (bool, error) {
+	resp, err := m.cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(m.dirKey(inst+"/")), "=", 0).WithPrefix(),
+		clientv3.Compare(clientv3.CreateRevision(m.deletedKey(inst+"/")), "=", 0).WithPrefix(),
+	).Then(clientv3.OpDelete(m.iamKey(inst))).Commit()
+	if err != nil {
+		return false, fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	if resp.Succeeded {
+		m.ownIAMWrite(inst, nil, resp.Header.Revision, true)
+	}
+	return resp.Succeeded, nil
+}

@@ -104,6 +104,27 @@ func (s *Server) forgetClusterIAM(resource string) error {
 	return s.dropClusterIAM(resource)
 }
 
+// forgetInstanceIAM drops a deleted instance's policy from etcd in
+// cluster mode, so an instance made again under the name starts without
+// it; only if the cluster has no table of the instance (none served, none
+// kept for an undelete), whose access it still governs: DeleteInstance is
+// a node's own (it deletes the node's declaration).
+func (s *Server) forgetInstanceIAM(inst string) error {
+	if s.cluster == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), iamTimeout)
+	defer cancel()
+	dropped, err := s.cluster.m.DeleteInstanceIAM(ctx, inst)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "%v", err)
+	}
+	if !dropped {
+		s.log.Warn("the deleted instance's IAM policy is kept in etcd: the cluster still has tables of it", "instance", inst)
+	}
+	return nil
+}
+
 // dropClusterIAM deletes resource's policy from etcd.
 func (s *Server) dropClusterIAM(resource string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), iamTimeout)

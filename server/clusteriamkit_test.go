@@ -24,6 +24,7 @@ type iamCluster struct {
 	secure       bool
 	etcd, shared string
 	stopEtcd     func()
+	tune         func(*Options) // set before start: adjusts each node's options
 	tokens, peer string
 	cred, dir    string
 	nodes        map[string]*Server
@@ -34,8 +35,14 @@ type iamCluster struct {
 
 func newIAMCluster(t testing.TB, secure bool, ids ...string) *iamCluster {
 	t.Helper()
+	return newIAMClusterTuned(t, secure, nil, ids...)
+}
+
+func newIAMClusterTuned(t testing.TB, secure bool, tune func(*Options), ids ...string) *iamCluster {
+	t.Helper()
 	c := &iamCluster{t: t, secure: secure, shared: t.TempDir(), dir: t.TempDir(), nodes: map[string]*Server{}, dirs: map[string]string{}}
 	c.etcd, c.stopEtcd = etcdtest.StartStoppable(t)
+	c.tune = tune
 	if secure {
 		c.tokens, c.peer, c.cred = filepath.Join(c.dir, "tokens"), filepath.Join(c.dir, "peer"), filepath.Join(c.dir, "node")
 		body := "# test tokens\n" + tokViewer + " viewer\n" + tokReader + " reader\n" + tokUser + " user\n" + tokAdmin + " admin\n" + tokOther + " user other\n"
@@ -62,6 +69,9 @@ func (c *iamCluster) start(id, dir string) *Server {
 	c.t.Helper()
 	o := Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: dir,
 		Cluster: &ClusterOptions{Etcd: []string{c.etcd}, NodeID: id, LeaseTTL: 2 * time.Second, SharedStorage: "file://" + c.shared}}
+	if c.tune != nil {
+		c.tune(&o)
+	}
 	if c.secure {
 		o.Security = SecurityOptions{TokenFile: c.tokens, PeerCredentialFile: c.peer, NodeCredentialFile: c.cred}
 	}
@@ -122,6 +132,18 @@ func (c *iamCluster) data(id, tok string) *bigtable.Table {
 	}
 	c.closers = append(c.closers, cl.Close)
 	return cl.Open("t")
+}
+
+// instanceAdmin is the official instance admin client through node id
+// with tok.
+func (c *iamCluster) instanceAdmin(id, tok string) *bigtable.InstanceAdminClient {
+	c.t.Helper()
+	a, err := bigtable.NewInstanceAdminClient(context.Background(), testProject, option.WithGRPCConn(c.dial(id, tok)), option.WithoutAuthentication())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.closers = append(c.closers, a.Close)
+	return a
 }
 
 // admin is the official admin client through node id with tok.
