@@ -89,15 +89,17 @@ func (m *Member) UpdateBackupRecord(ctx context.Context, name string, value []by
 }
 
 // DeleteBackupRecord removes a record read at revision rev
-// (ErrRecordChanged if it changed or went since).
+// (ErrRecordChanged if it changed or went since), and the backup's IAM
+// policy (iam.go) in the same transaction.
 func (m *Member) DeleteBackupRecord(ctx context.Context, name string, rev int64) error {
 	k := m.backupKey(name)
-	resp, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).Then(clientv3.OpDelete(k)).Commit()
+	resp, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).Then(clientv3.OpDelete(k), clientv3.OpDelete(m.iamKey(name))).Commit()
 	if err != nil {
 		return fmt.Errorf("ebbtable: etcd: %w", err)
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("%w: %s", ErrRecordChanged, name)
 	}
+	m.ownIAMWrite(name, nil, resp.Header.Revision, true)
 	return nil
 }

@@ -34,8 +34,15 @@ func TestBackupRecords(t *testing.T) {
 	if _, err := a.UpdateBackupRecord(ctx, name, []byte("stale"), rev); !errors.Is(err, ErrRecordChanged) {
 		t.Fatalf("update from a stale revision: %v", err)
 	}
+	// The backup's IAM policy goes with its record, not before.
+	if err := b.PutIAMPolicy(ctx, name, []byte("policy"), 0); err != nil {
+		t.Fatal(err)
+	}
 	if err := a.DeleteBackupRecord(ctx, name, rev); !errors.Is(err, ErrRecordChanged) {
 		t.Fatalf("delete from a stale revision: %v", err)
+	}
+	if v, _, err := a.GetIAMPolicy(ctx, name); err != nil || string(v) != "policy" {
+		t.Fatalf("policy after a delete refused: %q %v", v, err)
 	}
 	if _, err := a.CreateBackupRecord(ctx, "projects/p/instances/j/clusters/c/backups/y", []byte("other instance")); err != nil {
 		t.Fatal(err)
@@ -49,5 +56,8 @@ func TestBackupRecords(t *testing.T) {
 	}
 	if _, err := b.GetBackupRecord(ctx, name); !errors.Is(err, ErrRecordNotFound) {
 		t.Fatalf("read after delete: %v", err)
+	}
+	if v, _, err := b.GetIAMPolicy(ctx, name); err != nil || v != nil {
+		t.Fatalf("policy after the delete: %q %v", v, err)
 	}
 }

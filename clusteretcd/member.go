@@ -103,6 +103,7 @@ type Member struct {
 	applied  map[string]uint64
 	schema   uint64 // the last schema log sequence seen
 	changed  chan struct{}
+	iamCache // iam.go: the IAM policies, and how current the watch is
 
 	hold atomic.Pointer[chan struct{}] // HoldWatch
 }
@@ -293,10 +294,13 @@ func (m *Member) load(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.nodes, m.draining, m.dirs, m.applied = map[string]cluster.Node{}, map[string]bool{}, map[string]cluster.Directory{}, map[string]uint64{}
+	old := m.iam
+	m.iam = map[string]iamEntry{}
 	for _, kv := range resp.Kvs {
 		m.applyLocked(mvccpb.PUT, kv)
 	}
 	m.rev = resp.Header.Revision
+	m.loadedIAMLocked(old)
 	m.notifyLocked()
 	return nil
 }
@@ -307,11 +311,16 @@ func (m *Member) watch() {
 	defer m.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-m.stop; cancel() }()
+	// Every watch and progress request on one stream (the client keys
+	// streams by the context's metadata).
+	wctx := clientv3.WithRequireLeader(ctx)
+	m.wg.Add(1)
+	go m.requestProgress(wctx)
 	for {
 		m.mu.RLock()
 		from := m.rev + 1
 		m.mu.RUnlock()
-		for resp := range m.cli.Watch(clientv3.WithRequireLeader(ctx), m.opts.Prefix, clientv3.WithPrefix(), clientv3.WithRev(from)) {
+		for resp := range m.cli.Watch(wctx, m.opts.Prefix, clientv3.WithPrefix(), clientv3.WithRev(from)) {
 			if resp.Err() != nil {
 				m.log.Warn("etcd watch", "err", resp.Err())
 				break
@@ -323,7 +332,14 @@ func (m *Member) watch() {
 					return
 				}
 			}
+			if resp.IsProgressNotify() { // iam.go: the cache is current as of now
+				m.mu.Lock()
+				m.heardLocked()
+				m.mu.Unlock()
+				continue
+			}
 			m.mu.Lock()
+			m.heardLocked()
 			for _, ev := range resp.Events {
 				m.applyLocked(ev.Type, ev.Kv)
 			}
@@ -333,6 +349,9 @@ func (m *Member) watch() {
 			m.notifyLocked()
 			m.mu.Unlock()
 		}
+		m.mu.Lock()
+		m.lostWatchLocked() // iam.go: read etcd until loaded again
+		m.mu.Unlock()
 		select {
 		case <-m.stop:
 			return
@@ -395,6 +414,8 @@ func (m *Member) applyLocked(t mvccpb.Event_EventType, kv *mvccpb.KeyValue) {
 		}
 		d.Revision = kv.ModRevision
 		m.dirs[name] = d
+	case "iam":
+		m.applyIAMLocked(name, kv, del)
 	case "schema":
 		if name == "seq" && !del {
 			if v, err := strconv.ParseUint(string(kv.Value), 10, 64); err == nil && v > m.schema {

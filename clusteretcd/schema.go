@@ -46,12 +46,14 @@ type DirOp struct {
 	Create func(seq uint64) (cluster.Directory, error)
 	// Drop removes the directory; with Keep it is kept (under deleted/)
 	// for an undelete: for KeepFor (then etcd deletes it, under a lease of
-	// that TTL), or until undeleted or a table of the name is created if
-	// KeepFor is 0.
+	// that TTL, and the table's IAM policies with it, put under the same
+	// lease), or until undeleted or a table of the name is created if
+	// KeepFor is 0. Without Keep the table's IAM policies go at once.
 	Drop, Keep bool
 	KeepFor    time.Duration
 	// Undrop brings back the directory a Drop with Keep kept, only if the
-	// table has none (ErrTableExists) and one was kept (ErrNotDeleted).
+	// table has none (ErrTableExists) and one was kept (ErrNotDeleted);
+	// the table's IAM policies are taken off the kept directory's lease.
 	Undrop bool
 }
 
@@ -122,6 +124,18 @@ func (m *Member) AppendEntry(ctx context.Context, e SchemaEntry, op DirOp) (_ Sc
 				} else {
 					cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(dk), "=", 0))
 				}
+				if len(keep) > 0 {
+					// The table's IAM policies are kept as long as its
+					// directory, under the same lease (iam.go).
+					c, o, err := m.tableIAMOps(ctx, e.Table, false, keep...)
+					if err != nil {
+						return e, err
+					}
+					cmps, ops = append(cmps, c...), append(ops, o...)
+				}
+			} else {
+				// Gone for good: its IAM policies with it.
+				ops = append(ops, clientv3.OpDelete(m.iamKey(e.Table)), clientv3.OpDelete(m.iamKey(e.Table)+"/", clientv3.WithPrefix()))
 			}
 			ops = append(ops, clientv3.OpDelete(dk))
 		}
@@ -141,6 +155,13 @@ func (m *Member) AppendEntry(ctx context.Context, e SchemaEntry, op DirOp) (_ Sc
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(xk), "=", g.Kvs[0].ModRevision),
 				clientv3.Compare(clientv3.CreateRevision(dk), "=", 0))
 			ops = append(ops, clientv3.OpPut(dk, string(g.Kvs[0].Value)), clientv3.OpDelete(xk))
+			// Its IAM policies, kept under the directory's lease, kept
+			// for good again.
+			c, o, err := m.tableIAMOps(ctx, e.Table, true)
+			if err != nil {
+				return e, err
+			}
+			cmps, ops = append(cmps, c...), append(ops, o...)
 		}
 		enc, err := json.Marshal(e)
 		if err != nil {

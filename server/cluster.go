@@ -288,6 +288,10 @@ func (c *clusterMember) start(addr string) error {
 		m.Close()
 		return err
 	}
+	if err := c.moveLocalIAM(ctx); err != nil { // clusteriammove.go: before the log applies, while its tables are the ones it held
+		m.Close()
+		return err
+	}
 	if err := c.catchUp(ctx); err != nil {
 		m.Close()
 		return err

@@ -104,6 +104,27 @@ func (s *Server) forgetClusterIAM(resource string) error {
 	return s.dropClusterIAM(resource)
 }
 
+// forgetInstanceIAM drops a deleted instance's policy from etcd in
+// cluster mode, so an instance made again under the name starts without
+// it; only if the cluster has no table of the instance (none served, none
+// kept for an undelete), whose access it still governs: DeleteInstance is
+// a node's own (it deletes the node's declaration).
+func (s *Server) forgetInstanceIAM(inst string) error {
+	if s.cluster == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), iamTimeout)
+	defer cancel()
+	dropped, err := s.cluster.m.DeleteInstanceIAM(ctx, inst)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "%v", err)
+	}
+	if !dropped {
+		s.log.Warn("the deleted instance's IAM policy is kept in etcd: the cluster still has tables of it", "instance", inst)
+	}
+	return nil
+}
+
 // dropClusterIAM deletes resource's policy from etcd.
 func (s *Server) dropClusterIAM(resource string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), iamTimeout)
@@ -114,18 +135,23 @@ func (s *Server) dropClusterIAM(resource string) error {
 	return nil
 }
 
-// clusterIAMPolicies reads the policies of inst's resources rest (one
-// etcd request); those with no bindings are left out.
+// clusterIAMPolicies reads the policies of inst's resources rest from
+// the member's watch-fed cache (clusteretcd/iam.go) while it is known
+// current, else from etcd (one request); those with no bindings are left
+// out.
 func (s *Server) clusterIAMPolicies(inst string, rest []string) (map[string]*iampb.Policy, error) {
 	names := make([]string, len(rest))
 	for i, r := range rest {
 		names[i] = strings.TrimSuffix(inst+"/"+r, "/")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), iamTimeout)
-	defer cancel()
-	got, err := s.cluster.m.GetIAMPolicies(ctx, names)
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "%v", err)
+	got, ok := s.cluster.m.CachedIAMPolicies(names) // the watch-fed cache, while it is current
+	if !ok {
+		ctx, cancel := context.WithTimeout(context.Background(), iamTimeout)
+		defer cancel()
+		var err error
+		if got, err = s.cluster.m.GetIAMPolicies(ctx, names); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "%v", err)
+		}
 	}
 	out := map[string]*iampb.Policy{}
 	for i, n := range names {
@@ -146,11 +172,14 @@ func (s *Server) clusterIAMPolicies(inst string, rest []string) (map[string]*iam
 
 // clusterGoverned lists the resources with a stored policy in cluster mode.
 func (s *Server) clusterGoverned() ([]string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), iamTimeout)
-	defer cancel()
-	all, err := s.cluster.m.ListIAMPolicies(ctx)
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "%v", err)
+	all, ok := s.cluster.m.CachedIAMList()
+	if !ok {
+		ctx, cancel := context.WithTimeout(context.Background(), iamTimeout)
+		defer cancel()
+		var err error
+		if all, err = s.cluster.m.ListIAMPolicies(ctx); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "%v", err)
+		}
 	}
 	out := make([]string, 0, len(all))
 	for n := range all {

@@ -249,6 +249,9 @@ func (a *instanceServer) DeleteInstance(ctx context.Context, req *adminpb.Delete
 			}
 		}
 	}
+	if err := a.s.forgetInstanceIAM(inst); err != nil { // clusteriam.go: etcd's, in cluster mode
+		return nil, toStatus(err)
+	}
 	a.forgetProfiles()
 	return &emptypb.Empty{}, nil
 }

@@ -5,6 +5,7 @@ package etcdtest
 
 import (
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,14 @@ import (
 // Start runs a one-member etcd on 127.0.0.1 with its data in a test
 // directory and returns its client endpoint; it stops when the test ends.
 func Start(t testing.TB) string {
+	t.Helper()
+	ep, _ := StartStoppable(t)
+	return ep
+}
+
+// StartStoppable is Start that also returns a stop, to cut the nodes of
+// a test off from etcd before the test ends (stop twice is fine).
+func StartStoppable(t testing.TB) (endpoint string, stop func()) {
 	t.Helper()
 	cfg := embed.NewConfig()
 	cfg.Dir = t.TempDir()
@@ -34,12 +43,14 @@ func Start(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("start etcd: %v", err)
 	}
-	t.Cleanup(e.Close)
+	var once sync.Once
+	stop = func() { once.Do(e.Close) }
+	t.Cleanup(stop)
 	select {
 	case <-e.Server.ReadyNotify():
 	case <-time.After(30 * time.Second):
 		e.Server.Stop()
 		t.Fatal("etcd did not become ready")
 	}
-	return e.Clients[0].Addr().String()
+	return e.Clients[0].Addr().String(), stop
 }
