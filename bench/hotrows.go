@@ -228,7 +228,8 @@ func HotRowsSummary(res []Result) string {
 		if cr <= 1 {
 			cpuMet++
 		}
-		fmt.Fprintf(&b, "round %d: throughput %.2fx the emulator's, CPU/op %.1f vs %.1f µs (%.2f)\n", rd, ratio, cpu(p.eb), cpu(p.em), cr)
+		fmt.Fprintf(&b, "round %d: ebbtable %.0f ops/s, emulator %.0f ops/s (%.2fx); CPU/op %.1f vs %.1f µs (%.2f)\n",
+			rd, p.eb.OpsPerSec, p.em.OpsPerSec, ratio, cpu(p.eb), cpu(p.em), cr)
 	}
 	if n > 0 {
 		fmt.Fprintf(&b, "throughput >= the emulator's in %d of %d rounds; CPU/op <= the emulator's in %d of %d\n", tput, n, cpuMet, n)

@@ -101,9 +101,13 @@ func main() {
 		if opts.CPUProfile != "" {
 			ho.CPUProfile = opts.CPUProfile + ".hot-rows"
 		}
+		// Each run's line goes to stderr as it ends (Progress); stdout
+		// gets the per-round comparison.
 		res, err := bench.RunHotRows(ctx, ho)
-		for _, r := range res {
-			fmt.Println(bench.FormatHotRows(r))
+		if only != "" {
+			for _, r := range res {
+				fmt.Println(bench.FormatHotRows(r))
+			}
 		}
 		fmt.Print(bench.HotRowsSummary(res))
 		if err != nil {
