@@ -290,6 +290,14 @@ func (a *Authenticator) Reload() error {
 	return nil
 }
 
+// ReadsHeaders says whether Check looks at a call's credentials (Call's
+// Bearer, Peer and Node) at all: only when a token file, a peer or a node
+// credential is set. Without them every call's answer follows from its
+// method, and the server need not look for the headers.
+func (a *Authenticator) ReadsHeaders() bool {
+	return a != nil && (a.tokensOn || a.peerOn || a.nodeOn)
+}
+
 // TokensOn says whether client calls need a token.
 func (a *Authenticator) TokensOn() bool { return a != nil && a.tokensOn }
 

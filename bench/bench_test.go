@@ -226,7 +226,7 @@ func BenchmarkPointReads(b *testing.B) {
 func TestHotRows(t *testing.T) {
 	hc := DefaultHotRows(150 * time.Millisecond)
 	hc.Workers, hc.Rows, hc.ValueSize = 4, 10, 64
-	res, err := RunHotRows(context.Background(), hc, []string{TargetEbbtable, TargetEmulator}, "")
+	res, err := RunHotRows(context.Background(), HotRowsOptions{HotRowsConfig: hc, Targets: []string{TargetEbbtable, TargetEmulator}, InProcess: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,13 +2,18 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"github.com/ebbtable/ebbtable/cli"
 )
 
 // WorkloadHotRows is the hot-row workload's name in results.
@@ -39,6 +44,12 @@ func DefaultHotRows(d time.Duration) HotRowsConfig {
 // workload. Ops counts ReadRow and SetCell calls; Rows counts the same (one
 // row each), so CPUMicrosPerRow is process CPU per operation.
 func HotRows(ctx context.Context, client *bigtable.Client, admin *bigtable.AdminClient, hc HotRowsConfig) (Result, error) {
+	return hotRows(ctx, client, admin, hc, hooks{})
+}
+
+// hotRows is HotRows with Run's hooks: around wraps the timed part (after
+// the setup and prefill), serverCPU measures the server's process over it.
+func hotRows(ctx context.Context, client *bigtable.Client, admin *bigtable.AdminClient, hc HotRowsConfig, h hooks) (Result, error) {
 	cfg := Config{Table: hc.Table, Family: "f", Column: "c", Seed: hc.Seed, ValueSize: hc.ValueSize}.withDefaults()
 	if err := Setup(ctx, admin, cfg); err != nil {
 		return Result{}, err
@@ -58,85 +69,243 @@ func HotRows(ctx context.Context, client *bigtable.Client, admin *bigtable.Admin
 			return Result{}, fmt.Errorf("bench: hot-rows: prefill: %w", err)
 		}
 	}
-	end := time.Now().Add(hc.Duration)
-	return runWorkers(ctx, WorkloadHotRows, hc.Workers, func(ctx context.Context, w int, rec *recorder) error {
-		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(w)+1))
-		for n := 0; time.Now().Before(end); n++ {
-			i := rng.IntN(hc.Rows)
-			t0 := time.Now()
-			if rng.IntN(2) == 0 {
-				row, err := tbl.ReadRow(ctx, cfg.Key(i))
-				if err != nil {
-					return fmt.Errorf("ReadRow: %w", err)
-				}
-				// The emulator collects versions in the background, so
-				// a read may see more than one there.
-				if len(row[cfg.Family]) == 0 {
-					return fmt.Errorf("ReadRow %q: no cells", cfg.Key(i))
-				}
-			} else if err := set(ctx, i, w<<20+n); err != nil {
-				return fmt.Errorf("SetCell: %w", err)
-			}
-			rec.record(time.Since(t0), 1)
+	around := h.around
+	if around == nil {
+		around = func(_ string, run func() error) error { return run() }
+	}
+	var res Result
+	err := around(WorkloadHotRows, func() (err error) {
+		var srv0 time.Duration
+		if h.serverCPU != nil {
+			srv0 = h.serverCPU()
 		}
-		return nil
+		end := time.Now().Add(hc.Duration)
+		res, err = runWorkers(ctx, WorkloadHotRows, hc.Workers, func(ctx context.Context, w int, rec *recorder) error {
+			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(w)+1))
+			for n := 0; time.Now().Before(end); n++ {
+				i := rng.IntN(hc.Rows)
+				t0 := time.Now()
+				if rng.IntN(2) == 0 {
+					row, err := tbl.ReadRow(ctx, cfg.Key(i))
+					if err != nil {
+						return fmt.Errorf("ReadRow: %w", err)
+					}
+					// The emulator collects versions in the background, so
+					// a read may see more than one there.
+					if len(row[cfg.Family]) == 0 {
+						return fmt.Errorf("ReadRow %q: no cells", cfg.Key(i))
+					}
+				} else if err := set(ctx, i, w<<20+n); err != nil {
+					return fmt.Errorf("SetCell: %w", err)
+				}
+				rec.record(time.Since(t0), 1)
+			}
+			return nil
+		})
+		if h.serverCPU != nil && err == nil {
+			res.setServerCPU(h.serverCPU() - srv0)
+		}
+		return err
 	})
+	return res, err
 }
 
-// RunHotRows runs the hot-row workload against each target in turn
-// (default: the emulator, then ebbtable), each on a fresh endpoint.
-func RunHotRows(ctx context.Context, hc HotRowsConfig, targets []string, dataDir string) ([]Result, error) {
+// HotRowsOptions configures RunHotRows.
+type HotRowsOptions struct {
+	HotRowsConfig
+	// Targets to run, in order, each round; nil means the emulator, then
+	// ebbtable.
+	Targets []string
+	// Rounds is how many times the targets are run in turn (zero: once).
+	Rounds int
+	// InProcess runs the servers inside this process (ebbtable at serve's
+	// Go GC percent while it runs) instead of one child process each.
+	InProcess bool
+	// Binaries start the targets in process mode; empty fields are built.
+	Binaries Binaries
+	// DataDir holds ebbtable's database; empty means a temporary directory
+	// per run, removed afterwards.
+	DataDir string
+	// CPUProfile, if set, is where ebbtable's CPU profile of the first
+	// round's timed run goes: the server process's (serve --cpuprofile), or
+	// in-process this whole process's.
+	CPUProfile string
+	// Progress, if not nil, receives a line per finished run.
+	Progress io.Writer
+}
+
+// RunHotRows runs the hot-row workload against each target in turn, Rounds
+// times, each on a fresh server. By default each server is its own process,
+// started as users start it (ebbtable's serve, with its Go GC percent), and
+// each result carries the server process's CPU (ServerCPUMicrosPerRow)
+// beside this process's, the client's.
+func RunHotRows(ctx context.Context, o HotRowsOptions) ([]Result, error) {
+	targets := o.Targets
 	if len(targets) == 0 {
 		targets = []string{TargetEmulator, TargetEbbtable}
 	}
-	var out []Result
 	for _, t := range targets {
-		var (
-			e   *Endpoint
-			err error
-		)
-		switch t {
-		case TargetEmulator:
-			e, err = StartEmulator(ctx)
-		case TargetEbbtable:
-			e, err = startEbbtableIn(ctx, dataDir)
-		default:
-			return out, fmt.Errorf("bench: hot-rows: target %q (want %s or %s)", t, TargetEbbtable, TargetEmulator)
+		if t != TargetEbbtable && t != TargetEmulator {
+			return nil, fmt.Errorf("bench: hot-rows: target %q (want %s or %s)", t, TargetEbbtable, TargetEmulator)
 		}
+	}
+	if !o.InProcess {
+		cleanup, err := o.Binaries.Build(ctx, o.Progress)
 		if err != nil {
-			return out, err
+			return nil, err
 		}
-		load := loadAvg()
-		res, err := HotRows(ctx, e.Client, e.Admin, hc)
-		e.Close()
-		if err != nil {
-			return out, fmt.Errorf("%s: %w", t, err)
+		defer cleanup()
+	}
+	var out []Result
+	for round := 1; round <= max(o.Rounds, 1); round++ {
+		for _, t := range targets {
+			res, err := runHotTarget(ctx, o, t, round == 1 && t == TargetEbbtable && o.CPUProfile != "")
+			if err != nil {
+				return out, fmt.Errorf("%s: %w", t, err)
+			}
+			res.Round = round
+			out = append(out, res)
+			if o.Progress != nil {
+				fmt.Fprintln(o.Progress, FormatHotRows(res))
+			}
+			runtime.GC()
 		}
-		res.Target, res.Load1 = t, load
-		out = append(out, res)
 	}
 	return out, nil
 }
 
-// startEbbtableIn starts ebbtable on dir, or on a temporary directory
-// removed when the endpoint closes.
-func startEbbtableIn(ctx context.Context, dir string) (*Endpoint, error) {
-	if dir != "" {
-		return StartEbbtable(ctx, dir, nil)
+// FormatHotRows is one hot-rows result as a line of text.
+func FormatHotRows(r Result) string {
+	srv := ""
+	if r.ServerCPUSec > 0 {
+		srv = fmt.Sprintf("  server %.2f cores %.1fµs/op", r.ServerCPUCores, r.ServerCPUMicrosPerRow)
 	}
-	tmp, err := os.MkdirTemp("", "ebbbench-hot-")
-	if err != nil {
-		return nil, err
+	return fmt.Sprintf("round %d %-9s %s %.1fs: %8d ops %9.0f ops/s  p50 %-8v p99 %-8v client %.2f cores %.1fµs/op%s  load %.1f",
+		r.Round, r.Target, r.Workload, r.ElapsedSec, r.Ops, r.OpsPerSec, fmtDur(r.P50()), fmtDur(r.P99()),
+		r.CPUCores, r.CPUMicrosPerRow, srv, r.Load1)
+}
+
+// HotRowsSummary sets ebbtable against the emulator round by round: the
+// throughput ratio and the server CPU per operation ratio (process mode;
+// in-process, the whole process's), with how many rounds met issue 16's
+// targets (ratio ≥ 1, CPU ratio ≤ 1).
+func HotRowsSummary(res []Result) string {
+	type pair struct{ eb, em Result }
+	byRound := map[int]*pair{}
+	var rounds []int
+	for _, r := range res {
+		p := byRound[r.Round]
+		if p == nil {
+			p = &pair{}
+			byRound[r.Round] = p
+			rounds = append(rounds, r.Round)
+		}
+		switch r.Target {
+		case TargetEbbtable:
+			p.eb = r
+		case TargetEmulator:
+			p.em = r
+		}
 	}
-	e, err := StartEbbtable(ctx, tmp, nil)
-	if err != nil {
-		os.RemoveAll(tmp)
-		return nil, err
+	cpu := func(r Result) float64 {
+		if r.ServerCPUMicrosPerRow > 0 {
+			return r.ServerCPUMicrosPerRow
+		}
+		return r.CPUMicrosPerRow
 	}
-	stop := e.stop
-	e.stop = func() error {
-		err := stop()
-		return errors.Join(err, os.RemoveAll(tmp))
+	var b strings.Builder
+	var n, tput, cpuMet int
+	for _, rd := range rounds {
+		p := byRound[rd]
+		if p.eb.OpsPerSec <= 0 || p.em.OpsPerSec <= 0 || cpu(p.em) <= 0 {
+			continue
+		}
+		ratio, cr := p.eb.OpsPerSec/p.em.OpsPerSec, cpu(p.eb)/cpu(p.em)
+		n++
+		if ratio >= 1 {
+			tput++
+		}
+		if cr <= 1 {
+			cpuMet++
+		}
+		fmt.Fprintf(&b, "round %d: ebbtable %.0f ops/s, emulator %.0f ops/s (%.2fx); CPU/op %.1f vs %.1f µs (%.2f)\n",
+			rd, p.eb.OpsPerSec, p.em.OpsPerSec, ratio, cpu(p.eb), cpu(p.em), cr)
 	}
-	return e, nil
+	if n > 0 {
+		fmt.Fprintf(&b, "throughput >= the emulator's in %d of %d rounds; CPU/op <= the emulator's in %d of %d\n", tput, n, cpuMet, n)
+	}
+	return b.String()
+}
+
+// runHotTarget starts target, runs the workload once and stops it.
+func runHotTarget(ctx context.Context, o HotRowsOptions, target string, profiling bool) (_ Result, err error) {
+	dir := o.DataDir
+	if target == TargetEbbtable && dir == "" {
+		if dir, err = os.MkdirTemp("", "ebbbench-hot-"); err != nil {
+			return Result{}, err
+		}
+		defer os.RemoveAll(dir)
+	}
+	var (
+		h hooks
+		e *Endpoint
+	)
+	if o.InProcess {
+		switch target {
+		case TargetEmulator:
+			e, err = StartEmulator(ctx)
+		case TargetEbbtable:
+			// As serve runs it (the client in this process shares it).
+			defer debug.SetGCPercent(debug.SetGCPercent(cli.DefaultGoGCPercent))
+			e, err = StartEbbtable(ctx, dir, nil)
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		if profiling {
+			h.around = func(_ string, run func() error) error { return profile(o.CPUProfile, run) }
+		}
+	} else {
+		var profDir, prof string
+		if profiling {
+			if profDir, err = os.MkdirTemp("", "ebbbench-prof-"); err != nil {
+				return Result{}, err
+			}
+			defer os.RemoveAll(profDir)
+			prof = filepath.Join(profDir, "server")
+		}
+		var ch *child
+		if e, ch, err = startProcess(ctx, &o.Binaries, target, dir, prof); err != nil {
+			return Result{}, err
+		}
+		h.serverCPU = ch.cpu
+		if profiling {
+			// serve --cpuprofile profiles from the start; SIGUSR1 starts
+			// prof.1 with the timed run, moved into place once the server
+			// has stopped (it writes the profile's end as it stops).
+			h.around = func(_ string, run func() error) error {
+				if err := nextProfile(ch.cmd.Process); err != nil {
+					return err
+				}
+				if err := waitForFile(ctx, prof+".1"); err != nil {
+					return err
+				}
+				return run()
+			}
+			defer func() {
+				if rerr := os.Rename(prof+".1", o.CPUProfile); rerr != nil && err == nil {
+					err = rerr
+				}
+			}()
+		}
+	}
+	defer func() {
+		if cerr := e.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	load := loadAvg()
+	res, err := hotRows(ctx, e.Client, e.Admin, o.HotRowsConfig, h)
+	res.Target, res.Load1 = target, load
+	return res, err
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ebbtable/ebbtable/internal/testkit"
 )
@@ -111,5 +112,45 @@ func TestEbbtableAsAProcess(t *testing.T) {
 		if len(b) < 20 || b[0] != 0x1f || b[1] != 0x8b {
 			t.Errorf("server profile of %s: %d bytes, not a gzipped profile", w, len(b))
 		}
+	}
+}
+
+// TestHotRowsAsAProcess runs the hot-row workload briefly with each server
+// its own process, two rounds: every result has the server's own CPU per
+// operation, the summary counts both rounds, and the ebbtable server's
+// profile is written.
+func TestHotRowsAsAProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds two binaries")
+	}
+	ebb, err := testkit.Build("github.com/ebbtable/ebbtable/cmd/ebbtable", "ebbtable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	emu, err := testkit.Build("cloud.google.com/go/bigtable/cmd/emulator", "emulator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := DefaultHotRows(150 * time.Millisecond)
+	hc.Workers, hc.Rows, hc.ValueSize = 4, 10, 64
+	prof := filepath.Join(t.TempDir(), "prof.hot-rows")
+	res, err := RunHotRows(context.Background(), HotRowsOptions{HotRowsConfig: hc, Rounds: 2, CPUProfile: prof,
+		Binaries: Binaries{Ebbtable: ebb, Emulator: emu}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 4 {
+		t.Fatalf("%d results, want 4", len(res))
+	}
+	for _, r := range res {
+		if r.Workload != WorkloadHotRows || r.Ops < 10 || r.ServerCPUMicrosPerRow <= 0 || r.CPUMicrosPerRow <= 0 || r.Round < 1 {
+			t.Errorf("%s: implausible %+v", r.Target, r)
+		}
+	}
+	if sum := HotRowsSummary(res); !strings.Contains(sum, "of 2 rounds") {
+		t.Errorf("summary:\n%s", sum)
+	}
+	if b, err := os.ReadFile(prof); err != nil || len(b) < 20 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("server profile: %d bytes, %v; want a gzipped profile", len(b), err)
 	}
 }

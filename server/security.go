@@ -469,10 +469,14 @@ func (sec *security) authError(err error) error {
 }
 
 // credentialsOf reads the bearer token and the peer credential from the
-// call's metadata.
-func credentialsOf(ctx context.Context, method string) auth.Call {
+// call's metadata, when the authenticator looks at them: a lookup of a
+// header the call lacks walks all of the call's headers.
+func (sec *security) credentialsOf(ctx context.Context, method string) auth.Call {
 	// Read by key: FromIncomingContext would copy the whole header map.
 	c := auth.Call{Method: method}
+	if !sec.auth.ReadsHeaders() {
+		return c
+	}
 	for _, v := range metadata.ValueFromIncomingContext(ctx, "authorization") {
 		if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
 			c.Bearer = strings.TrimSpace(v[7:])
@@ -491,7 +495,7 @@ func (sec *security) unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		n, tooMuch := sec.admit(req)
 		defer sec.inflight.Add(-n)
-		p, err := sec.auth.Check(credentialsOf(ctx, info.FullMethod))
+		p, err := sec.auth.Check(sec.credentialsOf(ctx, info.FullMethod))
 		if err != nil {
 			return nil, sec.authError(err)
 		}
@@ -514,7 +518,7 @@ func (sec *security) unary() grpc.UnaryServerInterceptor {
 
 func (sec *security) stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		p, err := sec.auth.Check(credentialsOf(ss.Context(), info.FullMethod))
+		p, err := sec.auth.Check(sec.credentialsOf(ss.Context(), info.FullMethod))
 		if err != nil {
 			return sec.authError(err)
 		}

@@ -135,7 +135,12 @@ func (o *Options) EnsureDefaults() {
 
 // streamWorkers is how many gRPC stream workers a server keeps (more
 // concurrent streams each start a goroutine of their own, as without them).
-func streamWorkers() uint32 { return uint32(max(16, 4*runtime.GOMAXPROCS(0))) }
+// Calls that wait for a WAL sync hold their worker meanwhile, so there are
+// enough for many clients' calls in flight at once: with 16, fifty clients
+// of the hot-row workload sent most calls to fresh goroutines, whose stacks
+// grew on every call (a tenth of the server's CPU). An idle worker costs
+// its stack.
+func streamWorkers() uint32 { return uint32(max(128, 16*runtime.GOMAXPROCS(0))) }
 
 // Server is a running ebbtable: the engine, its background jobs and the gRPC
 // and HTTP endpoints.

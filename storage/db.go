@@ -35,6 +35,7 @@ var Comparer = func() *pebble.Comparer {
 	c.Separator = func(dst, a, b []byte) []byte { return append(dst, a...) }
 	c.Successor = func(dst, a []byte) []byte { return append(dst, a...) }
 	c.AbbreviatedKey = pebble.DefaultComparer.AbbreviatedKey
+	c.ImmediateSuccessor = columnSuccessor // NextPrefix leaves a column (succ.go)
 	return &c
 }()
 

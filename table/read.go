@@ -349,8 +349,9 @@ func (s *scanner) copyValue(v []byte) []byte {
 		if len(v) > 2<<10 {
 			return bytes.Clone(v)
 		}
-		// Chunks start small (a point read of a few cells) and double.
-		s.arena = make([]byte, 0, min(max(2*cap(s.arena), 4*len(v), 256), 8<<10))
+		// Chunks start small (a point read of a few cells: the first
+		// holds this value and a little more, not four of it) and double.
+		s.arena = make([]byte, 0, min(max(2*cap(s.arena), len(v)+len(v)/4, 256), 8<<10))
 	}
 	start := len(s.arena)
 	s.arena = append(s.arena, v...)
@@ -443,6 +444,17 @@ func (s *scanner) skipColumn(col []byte) bool {
 		s.seen++
 	}
 	s.sought = true
+	// NextPrefix (the comparer's Split ends a cell key's prefix at its
+	// column, and its ImmediateSuccessor is the column's end) moves only the
+	// levels still inside the column, where a seek would reposition every
+	// memtable and level of the LSM. Should it stop inside the column (a
+	// comparer without that successor), the seek finishes the skip.
+	if !s.it.NextPrefix() {
+		return false
+	}
+	if !bytes.HasPrefix(s.it.Key(), col) {
+		return true
+	}
 	return s.seekPast(col)
 }
 

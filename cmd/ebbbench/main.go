@@ -24,10 +24,15 @@
 // With --hot-rows DURATION it runs only the hot-row workload instead
 // (bench.HotRows: 50 clients, half ReadRow and half 1 KiB SetCell on 100
 // rows of a maxversions=1 family) for DURATION against the emulator and
-// ebbtable, in this process, and prints process CPU per operation:
+// ebbtable, alternated for --rounds rounds, each server its own process as
+// in the default mode (ebbtable's serve runs at its own Go GC percent), and
+// prints each server's CPU per operation and, per round, ebbtable's
+// throughput and CPU per operation against the emulator's. With
+// --cpuprofile PREFIX the ebbtable server's profile of the first round's
+// timed run goes to PREFIX.hot-rows:
 //
-//	go run ./cmd/ebbbench --hot-rows 2s
-//	go run ./cmd/ebbbench --hot-rows 16s --only ebbtable
+//	go run ./cmd/ebbbench --hot-rows 2s --rounds 3
+//	go run ./cmd/ebbbench --hot-rows 16s --only ebbtable --rounds 1
 package main
 
 import (
@@ -36,7 +41,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"syscall"
 
 	"github.com/ebbtable/ebbtable/bench"
@@ -60,7 +64,7 @@ func main() {
 	flag.StringVar(&opts.DataDir, "data", "", "ebbtable data directory; its table \"bench\" is recreated (default: a temporary directory, removed afterwards)")
 	flag.StringVar(&only, "only", "", "run only this target: ebbtable, emulator or ceiling")
 	flag.BoolVar(&js, "json", false, "print the report as JSON")
-	flag.StringVar(&opts.CPUProfile, "cpuprofile", "", "write CPU profiles of the ebbtable workloads to `PREFIX`.writes, .scans and .point-reads (with --hot-rows: PREFIX.hot-rows, of every target run)")
+	flag.StringVar(&opts.CPUProfile, "cpuprofile", "", "write CPU profiles of the ebbtable workloads to `PREFIX`.writes, .scans and .point-reads (with --hot-rows: PREFIX.hot-rows, of the first round's ebbtable run)")
 	hot := flag.Duration("hot-rows", 0, "run only the hot-row workload, for this long")
 	flag.IntVar(&opts.Rounds, "rounds", 3, "run the targets in turn this many times; ratios are the median over rounds, with their range")
 	flag.BoolVar(&opts.InProcess, "in-process", false, "run the servers inside this process instead of one process each")
@@ -92,28 +96,21 @@ func main() {
 	if *hot > 0 {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		defer stop()
-		var targets []string
-		if only != "" {
-			targets = []string{only}
-		}
+		ho := bench.HotRowsOptions{HotRowsConfig: bench.DefaultHotRows(*hot), Targets: opts.Targets, Rounds: opts.Rounds,
+			InProcess: opts.InProcess, Binaries: opts.Binaries, DataDir: opts.DataDir, Progress: os.Stderr}
 		if opts.CPUProfile != "" {
-			f, err := os.Create(opts.CPUProfile + ".hot-rows")
-			if err == nil {
-				err = pprof.StartCPUProfile(f)
-			}
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "ebbbench:", err)
-				os.Exit(1)
-			}
-			defer pprof.StopCPUProfile()
+			ho.CPUProfile = opts.CPUProfile + ".hot-rows"
 		}
-		res, err := bench.RunHotRows(ctx, bench.DefaultHotRows(*hot), targets, opts.DataDir)
-		for _, r := range res {
-			fmt.Printf("%-9s %s %v: %8d ops %9.0f ops/s  p50 %-8v p99 %-8v cpu %.2f cores %.1fµs/op  load %.1f\n",
-				r.Target, r.Workload, *hot, r.Ops, r.OpsPerSec, r.P50(), r.P99(), r.CPUCores, r.CPUMicrosPerRow, r.Load1)
+		// Each run's line goes to stderr as it ends (Progress); stdout
+		// gets the per-round comparison.
+		res, err := bench.RunHotRows(ctx, ho)
+		if only != "" {
+			for _, r := range res {
+				fmt.Println(bench.FormatHotRows(r))
+			}
 		}
+		fmt.Print(bench.HotRowsSummary(res))
 		if err != nil {
-			pprof.StopCPUProfile()
 			fmt.Fprintln(os.Stderr, "ebbbench:", err)
 			os.Exit(1)
 		}
