@@ -307,8 +307,9 @@ func (c *clusterMember) start(addr string) error {
 	c.wg.Add(2)
 	go c.applyLoop()
 	go c.leaseFileLoop()
-	c.s.backups.OnExpiry(c.sweepBackups)     // clusterbackup.go
-	c.s.backups.ReportTotals(c.backupTotals) // clusterbackupmetrics.go
+	c.s.backups.OnExpiry(c.sweepBackups)                          // clusterbackup.go
+	c.s.ops.setRemote(c.remoteOperation, c.deleteRemoteOperation) // clusterrestoreop.go
+	c.s.backups.ReportTotals(c.backupTotals)                      // clusterbackupmetrics.go
 	if c.opts.SplitBytes > 0 {
 		c.wg.Add(1)
 		go c.splitLoop()

@@ -81,6 +81,9 @@ type restoreEntry struct {
 	Maker     string          `json:"maker,omitempty"`
 	// ID is the table id the begin entry gave (in commit and abort).
 	ID uint64 `json:"id,omitempty"`
+	// Op names the restore's operation record in etcd
+	// (clusterrestoreop.go); empty in older versions' entries.
+	Op string `json:"op,omitempty"`
 }
 
 // localRestore is this node's part of a cluster restore under way.
@@ -125,7 +128,8 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 	if _, err := a.s.engine.Table(ref.instance, ref.table); err == nil {
 		return nil, status.Errorf(codes.AlreadyExists, "ebbtable: table %s already exists", ref.table)
 	}
-	maker := c.opts.NodeID + "/" + randomID()
+	token := randomID()
+	maker := c.opts.NodeID + "/" + token
 	runningBackups.Store(maker, true)
 	rec, err := c.markRestoring(ctx, name, maker, true)
 	if err != nil {
@@ -147,7 +151,9 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 		unmark()
 		return nil, status.Errorf(codes.DataLoss, "%v", err)
 	}
-	ent := restoreEntry{Instance: inst, TableID: req.GetTableId(), Record: rec, Retention: retention, Maker: maker}
+	tableName := ref.name()
+	opName := tableName + restoreOpMark + token
+	ent := restoreEntry{Instance: inst, TableID: req.GetTableId(), Record: rec, Retention: retention, Maker: maker, Op: opName}
 	payload, err := json.Marshal(ent)
 	if err != nil {
 		unmark()
@@ -161,7 +167,6 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 			splits = append(splits, p.Start)
 		}
 	}
-	tableName := ref.name()
 	meta := &adminpb.RestoreTableMetadata{
 		Name:       tableName,
 		SourceType: adminpb.RestoreSourceType_BACKUP,
@@ -177,7 +182,15 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 				return tablets.Directory{}, err
 			}
 			return tablets.NewDirectory(tableName, seq, splits, owners)
-		}})
+		},
+			// The operation's record, in the same transaction: the
+			// restore is never under way without it.
+			Op: func(seq uint64) (string, []byte, error) {
+				withID := ent
+				withID.ID = seq
+				v, err := newRestoreOp(opName, maker, withID, meta)
+				return opName, v, err
+			}})
 	if err != nil {
 		unmark()
 	}
@@ -190,9 +203,9 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 		return nil, status.Errorf(codes.Unavailable, "%v", err)
 	}
 	ent.ID = e.TableID
-	op, err := a.s.ops.pending(tableName, meta)
+	op, err := a.s.ops.pendingNamed(opName, meta)
 	if err != nil {
-		c.abortRestore(ctx, ent, err)
+		c.failRestore(ctx, ent, maker, err)
 		unmark()
 		return nil, err
 	}
@@ -207,6 +220,9 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 			}
 			meta.Progress = p
 			op.setMetadata(meta)
+			if err := c.opProgress(ctx, opName, maker, meta); err != nil {
+				c.s.log.Warn("write a restore's progress", "table", tableName, "err", err)
+			}
 		})
 		// Unmarked before the operation ends: a client that deletes the
 		// backup once its restore is done is not refused.
@@ -222,7 +238,7 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 		meta.Progress = &adminpb.OperationProgress{ProgressPercent: 100, StartTime: meta.Progress.StartTime, EndTime: timestamppb.New(a.s.opts.Clock.Now())}
 		op.finish(t, meta, nil)
 	}); err != nil {
-		c.abortRestore(ctx, ent, err)
+		c.failRestore(ctx, ent, maker, err)
 		unmark()
 		return nil, toStatus(err)
 	}
@@ -243,7 +259,11 @@ func (p *pendingOp) setMetadata(meta *adminpb.RestoreTableMetadata) {
 }
 
 // runRestore is the coordinator's restore after the begin entry: the
-// owners' ingests, then the commit (or, if they fail, the abort).
+// owners' ingests, then the commit (or, if they fail, the abort). Its
+// operation record (clusterrestoreop.go) moves along: once it is moved to
+// committing, the restore is committed, here or (if this node dies) by
+// another node; a restore given up meanwhile by another node's sweep
+// (this node was taken for gone) is not committed.
 func (c *clusterMember) runRestore(ctx context.Context, ref tableRef, begin clusteretcd.SchemaEntry, ent restoreEntry, progress func(done, total int)) (*adminpb.Table, error) {
 	res, err := c.waitApplied(ctx, begin.Seq)
 	if err == nil {
@@ -252,36 +272,44 @@ func (c *clusterMember) runRestore(ctx context.Context, ref tableRef, begin clus
 	if err == nil {
 		err = c.restoreParts(ctx, ref, begin, progress)
 	}
-	if err != nil {
-		c.abortRestore(ctx, ent, err)
-		return nil, err
-	}
-	payload, err := json.Marshal(ent)
-	if err != nil {
-		c.abortRestore(ctx, ent, err)
-		return nil, toStatus(err)
-	}
-	ce, err := c.m.AppendEntry(ctx, clusteretcd.SchemaEntry{Method: restoreCommit, Table: ref.name(), TableID: ent.ID, Request: payload, Origin: c.opts.NodeID}, clusteretcd.DirOp{})
-	if err != nil {
-		c.abortRestore(ctx, ent, err)
-		return nil, status.Errorf(codes.Unavailable, "%v", err)
-	}
-	res, err = c.waitApplied(ctx, ce.Seq)
 	if err == nil {
-		err = res.err
+		err = c.opCommit(ctx, ent.Op, ent.Maker)
 	}
 	if err != nil {
-		// Committed elsewhere perhaps, not here: drop it cluster-wide.
-		c.forgetFailed(ctx, ref, begin)
+		c.failRestore(ctx, ent, ent.Maker, err)
 		return nil, err
 	}
-	wctx, cancel := context.WithTimeout(ctx, allAppliedWait)
-	if err := c.m.WaitFor(wctx, func() bool { return c.m.AllApplied(ce.Seq) }); err != nil && ctx.Err() == nil {
-		c.s.log.Warn("restore not yet committed on every live node", "seq", ce.Seq, "table", ref.name())
+	if h := testHookRestoreCommitting; h != nil {
+		h(c.opts.NodeID)
 	}
-	cancel()
-	t, _ := res.resp.(*adminpb.Table)
-	return t, nil
+	t, err := c.commitRestoreEntry(ctx, ref, ent)
+	if ferr := c.opFinish(context.WithoutCancel(ctx), ent.Op, ent.Maker, t, err); ferr != nil {
+		c.s.log.Warn("finish a restore's operation", "table", ref.name(), "err", ferr)
+	}
+	return t, err
+}
+
+// testHookRestoreCommitting, when set by a test, runs on a coordinator
+// once its restore is decided (committing), before the commit entry.
+var testHookRestoreCommitting func(node string)
+
+// failRestore gives up a restore the coordinator (maker) runs: its
+// operation fails (unless another node moved it on meanwhile), then the
+// abort entry.
+func (c *clusterMember) failRestore(ctx context.Context, ent restoreEntry, maker string, why error) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := c.opFinish(fctx, ent.Op, maker, nil, why); err != nil && !errors.Is(err, errOpMoved) {
+		c.s.log.Warn("fail a restore's operation", "table", ent.TableID, "err", err)
+	}
+	rec, err := c.m.GetOpRecord(fctx, ent.Op)
+	if err == nil {
+		var r restoreOp
+		if json.Unmarshal(rec.Value, &r) == nil && r.State != opFailed {
+			return // taken over and committed by another node
+		}
+	}
+	c.abortRestore(ctx, ent, why)
 }
 
 // abortRestore gives a restore up: its abort entry drops the directory
@@ -299,7 +327,10 @@ func (c *clusterMember) abortRestore(ctx context.Context, ent restoreEntry, why 
 	if d, ok := c.m.Directory(name); !ok || d.TableID != ent.ID {
 		return // given up already
 	}
-	e, err := c.m.AppendEntry(ctx, clusteretcd.SchemaEntry{Method: restoreAbort, Table: name, TableID: ent.ID, Request: payload, Origin: c.opts.NodeID}, clusteretcd.DirOp{Drop: true})
+	e, err := c.m.AppendEntry(ctx, clusteretcd.SchemaEntry{Method: restoreAbort, Table: name, TableID: ent.ID, Request: payload, Origin: c.opts.NodeID}, clusteretcd.DirOp{Drop: true, IfTableID: ent.ID})
+	if errors.Is(err, clusteretcd.ErrDirectoryGone) {
+		return // given up already
+	}
 	if err != nil {
 		c.s.log.Warn("give up a cluster restore", "table", name, "err", err)
 		return
@@ -744,13 +775,16 @@ func uncovered(want, have []backup.RowSpan) []backup.RowSpan {
 // expiry loop. Only with every schema entry applied, so no commit of the
 // restore is in the log.
 func (c *clusterMember) sweepRestores(ctx context.Context) {
+	c.sweepRestoreOps(ctx) // clusterrestoreop.go
 	if c.appliedSeq() < c.m.SchemaSeq() {
 		return
 	}
 	c.restoreMu.Lock()
 	var orphans []restoreEntry
 	for _, lr := range c.restores {
-		if lr.ent.Maker != "" && !c.backupRunning(lr.ent.Maker) {
+		// A restore with an operation record is moved on by
+		// sweepRestoreOps.
+		if lr.ent.Maker != "" && lr.ent.Op == "" && !c.backupRunning(lr.ent.Maker) {
 			orphans = append(orphans, lr.ent)
 		}
 	}
