@@ -41,7 +41,8 @@ import (
 //     parallel (Cluster/RestoreRows), to fetch its parts from the shared
 //     store and ingest them into its reservation. An owner that is down or
 //     no longer owns its rows is asked again (after the directory changes:
-//     a failover take-over, a drain) until restorePartWait passes. The
+//     a failover take-over, a drain) until ClusterOptions.RestorePartWait
+//     (--restore-part-wait) passes. The
 //     operation's metadata shows the share of tablets done.
 //  3. RestoreTableCommit: every node makes the table visible with the
 //     backup's schema. A node that lacks some of its tablets' rows (it
@@ -62,10 +63,6 @@ const (
 	restoreCommit = "RestoreTableCommit"
 	restoreAbort  = "RestoreTableAbort"
 )
-
-// restorePartWait bounds how long a restore waits for the owner of a
-// tablet that is down (or busy moving) before it fails.
-var restorePartWait = 2 * time.Minute
 
 // restoreParallel bounds the tablets a coordinator asks for at once.
 const restoreParallel = 8
@@ -369,7 +366,7 @@ func (c *clusterMember) restoreParts(ctx context.Context, ref tableRef, begin cl
 	)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	deadline := time.Now().Add(restorePartWait)
+	deadline := time.Now().Add(c.opts.RestorePartWait)
 	total := len(d.Tablets)
 	progress(0, total)
 	for _, t := range d.Tablets {
@@ -421,7 +418,7 @@ func (c *clusterMember) restoreSpan(ctx context.Context, ref tableRef, begin clu
 			return nil
 		}
 		if !time.Now().Before(deadline) {
-			return status.Errorf(codes.Unavailable, "ebbtable: restore of %s: rows [%q, %q) could not be restored within %s: %v", ref.table, failed[0].Start, failed[0].End, restorePartWait, last)
+			return status.Errorf(codes.Unavailable, "ebbtable: restore of %s: rows [%q, %q) could not be restored within %s: %v", ref.table, failed[0].Start, failed[0].End, c.opts.RestorePartWait, last)
 		}
 		// Wait (briefly) for the directory or the nodes to change (a node
 		// back, a take-over), then ask again for the failed pieces only.
