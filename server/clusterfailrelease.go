@@ -80,16 +80,21 @@ func (f *failover) releaseDead(ctx context.Context, dead string, dirs []tablets.
 	if err := storage.DeleteCommitLog(c.store, dead); err != nil {
 		return err
 	}
-	creator, err := c.creatorOf(ctx, dead) // clustercreator.go
+	// Every creator id the node id ran with: the references of an
+	// earlier data directory of it that were never released go too.
+	creators, err := c.creatorsOf(ctx, dead) // clustercreator.go
 	if err != nil {
 		return err
 	}
-	refs, objects, err := storage.ReleaseSharedRefs(c.store, creator)
+	refs, objects, err := storage.ReleaseSharedRefs(c.store, creators...)
 	if err != nil {
+		return err
+	}
+	if err := c.m.ForgetCreatorIDs(ctx, dead, creators); err != nil {
 		return err
 	}
 	c.s.log.Info("released the shared objects of a node whose tablets were all taken over", "node", dead,
-		"ref_markers", refs, "objects_deleted", objects)
+		"creators", creators, "ref_markers", refs, "objects_deleted", objects)
 	return nil
 }
 
