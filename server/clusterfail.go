@@ -418,7 +418,16 @@ func (f *failover) deletedSpans(live []ownedSpan) []ownedSpan {
 		if err != nil {
 			continue
 		}
-		if _, err := f.c.s.engine.Table(ref.instance, ref.table); !errors.Is(err, table.ErrTableNotFound) {
+		if m, err := f.c.s.engine.Table(ref.instance, ref.table); !errors.Is(err, table.ErrTableNotFound) {
+			if _, dir := f.c.m.Directory(s.table); err == nil && !dir && s.deleted != 0 && m.ID == s.deleted {
+				// Its directory is gone but this node has not applied
+				// the delete yet: its checkpoint stays, as the live
+				// table's (TestFailoverFreshDirKeptTable).
+				if !seen[plain.key()] {
+					seen[plain.key()] = true
+					out = append(out, plain)
+				}
+			}
 			continue // live (moved away, or a new table of the name)
 		}
 		if id, ok := f.c.s.engine.DeletedTableID(ref.instance, ref.table); !ok || id != s.deleted {
