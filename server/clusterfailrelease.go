@@ -53,6 +53,16 @@ func (f *failover) releaseDead(ctx context.Context, dead string, dirs []tablets.
 				return err
 			}
 			if !kept || kd.TableID != e.TableID || !ownsAny([]tablets.Directory{kd}, dead) {
+				// dirs may predate an undelete that moved the kept
+				// directory back: the live one, read after the kept one,
+				// tells (then it is taken over from this checkpoint).
+				d, ok, err := c.m.ReadDirectory(ctx, e.Table)
+				if err != nil {
+					return err
+				}
+				if ok && d.TableID == e.TableID && ownsAny([]tablets.Directory{d}, dead) {
+					return errNotYet
+				}
 				continue
 			}
 			// Undeletable while the nodes keep the deleted table (this
