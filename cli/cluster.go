@@ -32,6 +32,8 @@ type clusterFlags struct {
 	failover      bool
 	checkpoint    time.Duration
 	releaseDead   time.Duration
+	backupWait    time.Duration
+	restoreWait   time.Duration
 }
 
 func (f *clusterFlags) register(fl *pflag.FlagSet) {
@@ -46,6 +48,8 @@ func (f *clusterFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.trimEvery, "schema-trim-every", server.DefaultSchemaTrimEvery, "cluster mode: after applying this many schema log entries past the last snapshot, write one and trim the log to what every node applied (-1: never)")
 	fl.BoolVar(&f.failover, "failover", false, "cluster mode: automatic failover: every write goes to a commit log in --shared-storage before it is acknowledged, and a dead node's tablets are recovered by the others once its lease expires; a cluster-wide setting (the first node records it in etcd, a node started otherwise is refused)")
 	fl.DurationVar(&f.checkpoint, "checkpoint-interval", 30*time.Second, "cluster mode with --failover: how often a node checkpoints its tablets (and truncates its commit log) while writes arrive")
+	fl.DurationVar(&f.backupWait, "backup-part-wait", server.DefaultPartWait, "cluster mode: how long a backup through this node waits for a tablet whose owner is down (until it is back, or its tablets are taken over by --failover) or busy moving it, before the backup fails UNAVAILABLE")
+	fl.DurationVar(&f.restoreWait, "restore-part-wait", server.DefaultPartWait, "cluster mode: how long a restore through this node waits for the owner of a tablet that is down or busy moving, before the restore fails (and is given up)")
 	fl.DurationVar(&f.releaseDead, "release-dead-after", server.DefaultReleaseDeadAfter, "cluster mode with --failover: how long a dead node whose tablets were all taken over may come back with its data directory; then its shared SSTables, commit log and checkpoints are deleted and that directory is refused (negative: never)")
 }
 
@@ -80,6 +84,9 @@ func (f *clusterFlags) options(cmd *cobra.Command) (*server.ClusterOptions, erro
 	if f.releaseDead == 0 {
 		return nil, usagef("--release-dead-after 0: want a duration, or a negative one for never")
 	}
+	if f.backupWait <= 0 || f.restoreWait <= 0 {
+		return nil, usagef("--backup-part-wait %v, --restore-part-wait %v: want positive durations", f.backupWait, f.restoreWait)
+	}
 	if f.checkpoint <= 0 {
 		return nil, usagef("--checkpoint-interval %v must be positive", f.checkpoint)
 	}
@@ -96,7 +103,8 @@ func (f *clusterFlags) options(cmd *cobra.Command) (*server.ClusterOptions, erro
 	}
 	return &server.ClusterOptions{Etcd: eps, NodeID: f.nodeID, Prefix: f.prefix, LeaseTTL: f.leaseTTL,
 		SharedStorage: f.sharedStorage, S3Endpoint: f.s3Endpoint, SplitBytes: split, SplitInterval: f.splitInterval,
-		SchemaTrimEvery: f.trimEvery, Failover: f.failover, CheckpointInterval: f.checkpoint, ReleaseDeadAfter: f.releaseDead}, nil
+		SchemaTrimEvery: f.trimEvery, Failover: f.failover, CheckpointInterval: f.checkpoint, ReleaseDeadAfter: f.releaseDead,
+		BackupPartWait: f.backupWait, RestorePartWait: f.restoreWait}, nil
 }
 
 // withCluster runs fn with a Cluster service client of the server.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -62,9 +63,57 @@ func AllocateCreatorID(ctx context.Context, endpoints []string, prefix string) (
 	}
 }
 
-// RecordCreatorID records the creator id this node's engine runs with.
+// RecordCreatorID records the creator id this node's engine runs with:
+// as the node's latest, and among every id the node id ever ran with
+// (creators/ran/NODE/ID, until ForgetCreatorIDs), so giving the node up
+// releases the references of all its data directories, not only the last.
 func (m *Member) RecordCreatorID(ctx context.Context, id uint64) error {
-	if _, err := m.cli.Put(ctx, creatorsKey(m.opts.Prefix, "node", m.opts.NodeID), strconv.FormatUint(id, 10)); err != nil {
+	v := strconv.FormatUint(id, 10)
+	_, err := m.cli.Txn(ctx).Then(clientv3.OpPut(creatorsKey(m.opts.Prefix, "node", m.opts.NodeID), v),
+		clientv3.OpPut(creatorsKey(m.opts.Prefix, "ran", m.opts.NodeID, v), "")).Commit()
+	if err != nil {
+		return fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	return nil
+}
+
+// CreatorIDs returns every creator id node ran with and has not been
+// forgotten (ForgetCreatorIDs), its latest included, in no set order.
+func (m *Member) CreatorIDs(ctx context.Context, node string) ([]uint64, error) {
+	base := creatorsKey(m.opts.Prefix, "ran", node) + "/"
+	resp, err := m.cli.Get(ctx, base, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	seen := map[uint64]bool{}
+	var ids []uint64
+	for _, kv := range resp.Kvs {
+		id, err := strconv.ParseUint(strings.TrimPrefix(string(kv.Key), base), 10, 64)
+		if err == nil && id != 0 && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	// The latest, recorded by versions that kept no history too.
+	if id, ok, err := m.CreatorID(ctx, node); err != nil {
+		return nil, err
+	} else if ok && !seen[id] {
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// ForgetCreatorIDs drops ids from the creator ids node ran with (their
+// references were released).
+func (m *Member) ForgetCreatorIDs(ctx context.Context, node string, ids []uint64) error {
+	var ops []clientv3.Op
+	for _, id := range ids {
+		ops = append(ops, clientv3.OpDelete(creatorsKey(m.opts.Prefix, "ran", node, strconv.FormatUint(id, 10))))
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	if _, err := m.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
 		return fmt.Errorf("ebbtable: etcd: %w", err)
 	}
 	return nil

@@ -18,6 +18,28 @@ import (
 // an empty data directory asks it before it opens its engine
 // (server/clusterfresh.go).
 func TablesOwnedBy(ctx context.Context, endpoints []string, prefix, node string) ([]string, error) {
+	owned, err := directoriesOwnedBy(ctx, endpoints, prefix, "tablets", node)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(owned))
+	for name := range owned {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// KeptTablesOwnedBy is TablesOwnedBy for the directories deletes kept for
+// an undelete: the deleted tables an undelete would give node tablets of,
+// with their table ids.
+func KeptTablesOwnedBy(ctx context.Context, endpoints []string, prefix, node string) (map[string]uint64, error) {
+	return directoriesOwnedBy(ctx, endpoints, prefix, "deleted", node)
+}
+
+// directoriesOwnedBy reads the directories under prefix+kind+"/" naming
+// node an owner: table name to table id.
+func directoriesOwnedBy(ctx context.Context, endpoints []string, prefix, kind, node string) (map[string]uint64, error) {
 	o := Options{Endpoints: endpoints, Prefix: prefix}
 	o.ensureDefaults()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: o.Endpoints, DialTimeout: o.DialTimeout, Context: context.Background(), Logger: zap.NewNop()})
@@ -25,12 +47,12 @@ func TablesOwnedBy(ctx context.Context, endpoints []string, prefix, node string)
 		return nil, fmt.Errorf("ebbtable: etcd at %v: %w", o.Endpoints, err)
 	}
 	defer cli.Close()
-	p := o.Prefix + "tablets/"
+	p := o.Prefix + kind + "/"
 	resp, err := cli.Get(ctx, p, clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("ebbtable: etcd: %w", err)
 	}
-	var out []string
+	out := map[string]uint64{}
 	for _, kv := range resp.Kvs {
 		name := strings.TrimPrefix(string(kv.Key), p)
 		var d cluster.Directory
@@ -39,11 +61,10 @@ func TablesOwnedBy(ctx context.Context, endpoints []string, prefix, node string)
 		}
 		for _, t := range d.Tablets {
 			if t.Owner == node {
-				out = append(out, name)
+				out[name] = d.TableID
 				break
 			}
 		}
 	}
-	sort.Strings(out)
 	return out, nil
 }

@@ -55,6 +55,12 @@ type DirOp struct {
 	// table has none (ErrTableExists) and one was kept (ErrNotDeleted);
 	// the table's IAM policies are taken off the kept directory's lease.
 	Undrop bool
+	// IfTableID, when not 0, appends the entry only while the table's
+	// directory holds that table id (else ErrDirectoryGone; ops.go).
+	IfTableID uint64
+	// Op, when set, writes an operation record (ops.go) in the same
+	// transaction, made from the entry's sequence number.
+	Op func(seq uint64) (name string, value []byte, err error)
 }
 
 // ErrNotDeleted: no directory of a deleted table is kept under the name.
@@ -111,6 +117,20 @@ func (m *Member) AppendEntry(ctx context.Context, e SchemaEntry, op DirOp) (_ Sc
 			// A table created under the name starts without the IAM
 			// policies a former one left (its own, its authorized views').
 			ops = append(ops, clientv3.OpDelete(m.iamKey(e.Table)), clientv3.OpDelete(m.iamKey(e.Table)+"/", clientv3.WithPrefix()))
+		}
+		if op.IfTableID != 0 {
+			cmp, err := m.guardTableID(ctx, e.Table, op.IfTableID)
+			if err != nil {
+				return e, err
+			}
+			cmps = append(cmps, cmp)
+		}
+		if op.Op != nil {
+			name, value, err := op.Op(e.Seq)
+			if err != nil {
+				return e, err
+			}
+			ops = append(ops, clientv3.OpPut(m.opKey(name), string(value)))
 		}
 		if op.Drop {
 			if op.Keep {

@@ -75,7 +75,19 @@ type ClusterOptions struct {
 	// is refused (clusterfailrelease.go); 0: DefaultReleaseDeadAfter,
 	// negative: never.
 	ReleaseDeadAfter time.Duration
+	// BackupPartWait bounds how long a backup waits for a tablet whose
+	// owner is down (back, or its tablets taken over) or busy moving it
+	// before it fails UNAVAILABLE; 0: DefaultPartWait.
+	BackupPartWait time.Duration
+	// RestorePartWait bounds how long a restore waits for the owner of a
+	// tablet that is down or busy moving before it fails; 0:
+	// DefaultPartWait.
+	RestorePartWait time.Duration
 }
+
+// DefaultPartWait is the default of ClusterOptions.BackupPartWait and
+// RestorePartWait.
+const DefaultPartWait = 2 * time.Minute
 
 // Files in the data directory that cluster mode keeps.
 const (
@@ -174,6 +186,12 @@ func newClusterMember(so *Options) (*clusterMember, error) {
 	}
 	if opts.SplitInterval <= 0 {
 		opts.SplitInterval = 30 * time.Second
+	}
+	if opts.BackupPartWait <= 0 {
+		opts.BackupPartWait = DefaultPartWait
+	}
+	if opts.RestorePartWait <= 0 {
+		opts.RestorePartWait = DefaultPartWait
 	}
 	c := &clusterMember{dataDir: so.DataDir, opts: opts, stop: make(chan struct{}), conns: map[string]*grpc.ClientConn{}, gates: map[gateKey]*sync.RWMutex{},
 		results: map[uint64]applyResult{}, progress: make(chan struct{})}
@@ -311,8 +329,9 @@ func (c *clusterMember) start(addr string) error {
 	c.wg.Add(2)
 	go c.applyLoop()
 	go c.leaseFileLoop()
-	c.s.backups.OnExpiry(c.sweepBackups)     // clusterbackup.go
-	c.s.backups.ReportTotals(c.backupTotals) // clusterbackupmetrics.go
+	c.s.backups.OnExpiry(c.sweepBackups)                          // clusterbackup.go
+	c.s.ops.setRemote(c.remoteOperation, c.deleteRemoteOperation) // clusterrestoreop.go
+	c.s.backups.ReportTotals(c.backupTotals)                      // clusterbackupmetrics.go
 	if c.opts.SplitBytes > 0 {
 		c.wg.Add(1)
 		go c.splitLoop()

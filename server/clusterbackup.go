@@ -59,11 +59,6 @@ const backupObjectsNeeded = "ebbtable: backups of a cluster need shared storage 
 // backupRowsParallel bounds the parts a coordinator asks for at once.
 const backupRowsParallel = 8
 
-// backupPartWait bounds how long a backup waits for a tablet whose owner
-// is down (back, or its tablets taken over by failover) or busy moving it
-// before it fails UNAVAILABLE.
-var backupPartWait = 2 * time.Minute
-
 // backupRetryEvery is the longest a backup waits between two asks for a
 // tablet whose owner failed (sooner if the directory changes or the owner
 // comes back).
@@ -315,7 +310,7 @@ func (c *clusterMember) backupParts(ctx context.Context, src tableRef, objects s
 	)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	deadline := time.Now().Add(backupPartWait)
+	deadline := time.Now().Add(c.opts.BackupPartWait)
 	for _, t := range d.Tablets {
 		wg.Add(1)
 		go func(s rowSpan) {
@@ -373,7 +368,7 @@ func (c *clusterMember) backupSpan(ctx context.Context, src tableRef, s rowSpan,
 		}
 		if !time.Now().Before(deadline) {
 			return nil, status.Errorf(codes.Unavailable, "ebbtable: backup of %s: %s could not be read within %s (the backup needs every tablet; retry once its node is back, or taken over by failover): %v",
-				src.table, failed[0], backupPartWait, last)
+				src.table, failed[0], c.opts.BackupPartWait, last)
 		}
 		// Wait (briefly) for the directory to change (a move, a take-over)
 		// or a down owner to come back, then ask again for the failed

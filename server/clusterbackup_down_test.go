@@ -16,11 +16,16 @@ import (
 )
 
 // A backup whose tablet owner is down waits for it: it fails UNAVAILABLE,
-// leaving no record and no file, only once backupPartWait has passed, and
+// leaving no record and no file, only once --backup-part-wait has passed, and
 // succeeds, whole, when the owner comes back in time (after more asks
 // than the eight it once gave up after).
 func TestScaleOutBackupOwnerDown(t *testing.T) {
-	sc := startScaleCluster(t, "n1", "n2", "n3")
+	// n1 (--backup-part-wait 1.5s) gives up; n2 keeps the default.
+	sc := startScaleClusterTuned(t, 0, func(o *Options) {
+		if o.Cluster.NodeID == "n1" {
+			o.Cluster.BackupPartWait = 1500 * time.Millisecond
+		}
+	}, "n1", "n2", "n3")
 	sc.createTable(t, "n1", "g", "p")
 	ctx := context.Background()
 	tbl := sc.nodes["n1"].client.Open("t")
@@ -29,9 +34,9 @@ func TestScaleOutBackupOwnerDown(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	oldWait, oldEvery := backupPartWait, backupRetryEvery
-	t.Cleanup(func() { backupPartWait, backupRetryEvery, testHookBackupRows = oldWait, oldEvery, nil })
-	backupPartWait, backupRetryEvery = 1500*time.Millisecond, 20*time.Millisecond
+	oldEvery := backupRetryEvery
+	t.Cleanup(func() { backupRetryEvery, testHookBackupRows = oldEvery, nil })
+	backupRetryEvery = 20 * time.Millisecond
 	n3 := sc.nodes["n3"]
 	dir3 := n3.dir
 	n3.stop()
@@ -41,7 +46,7 @@ func TestScaleOutBackupOwnerDown(t *testing.T) {
 		return !live, "n3 still listed"
 	})
 	err := n1.admin.CreateBackup(ctx, "t", "c1", "down", time.Now().Add(7*24*time.Hour))
-	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "needs every tablet") {
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "needs every tablet") || !strings.Contains(err.Error(), "within 1.5s") {
 		t.Fatalf("backup with an owner down: %v", err)
 	}
 	if _, err := sc.nodes["n2"].admin.BackupInfo(ctx, "c1", "down"); status.Code(err) != codes.NotFound {
@@ -52,7 +57,6 @@ func TestScaleOutBackupOwnerDown(t *testing.T) {
 	}
 
 	// Back after more than eight asks: the backup, still waiting, has it.
-	backupPartWait = time.Minute
 	var asks atomic.Int32
 	back := make(chan struct{})
 	testHookBackupRows = func(p tablets.Tablet) {
@@ -61,7 +65,9 @@ func TestScaleOutBackupOwnerDown(t *testing.T) {
 		}
 	}
 	done := make(chan error, 1)
-	go func() { done <- n1.admin.CreateBackup(ctx, "t", "c1", "back", time.Now().Add(7*24*time.Hour)) }()
+	go func() {
+		done <- sc.nodes["n2"].admin.CreateBackup(ctx, "t", "c1", "back", time.Now().Add(7*24*time.Hour))
+	}()
 	select {
 	case <-back:
 	case err := <-done:

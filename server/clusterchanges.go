@@ -292,6 +292,7 @@ func (s *clusterService) IngestChanges(ctx context.Context, req *clusterpb.Inges
 		recs = append(recs, rec)
 	}
 	s.c.dropMarks(ref.name(), req.GetStart(), req.GetEnd())
+	defer s.c.changesImported() // clusterfailchanges.go: once the records are in
 	if err := s.c.s.engine.ImportChanges(m, recs); err != nil {
 		return nil, toStatus(err)
 	}

@@ -88,12 +88,13 @@ func (c *clusterMember) recordCreator(ctx context.Context) error {
 	return c.m.RecordCreatorID(ctx, c.creator)
 }
 
-// creatorOf is the creator id node last ran with: the one it recorded,
-// or, for a node from before the record, the one derived from its id.
-func (c *clusterMember) creatorOf(ctx context.Context, node string) (uint64, error) {
-	id, ok, err := c.m.CreatorID(ctx, node)
-	if err != nil || ok {
-		return id, err
+// creatorsOf is every creator id node ran with (all its data
+// directories' engines) and were not released: the ones it recorded, or,
+// for a node from before the record, the one derived from its id.
+func (c *clusterMember) creatorsOf(ctx context.Context, node string) ([]uint64, error) {
+	ids, err := c.m.CreatorIDs(ctx, node)
+	if err != nil || len(ids) > 0 {
+		return ids, err
 	}
-	return creatorID(node), nil
+	return []uint64{creatorID(node)}, nil
 }

@@ -65,7 +65,7 @@ func TestScaleOutFreshDirNewCreator(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(n1.dir, clusterCreatorFile)); err != nil || strings.TrimSpace(string(b)) != strconv.FormatUint(fresh, 10) {
 		t.Errorf("the data directory records creator %q (%v), want %d", b, err, fresh)
 	}
-	if id, err := sc.nodes["n2"].srv.cluster.creatorOf(ctx, "n1"); err != nil || id != fresh {
+	if id, _, err := sc.nodes["n2"].srv.ClusterMember().CreatorID(ctx, "n1"); err != nil || id != fresh {
 		t.Errorf("etcd records n1's creator as %d (%v), want %d", id, err, fresh)
 	}
 	if sc.nodes["n2"].srv.cluster.creator == fresh {

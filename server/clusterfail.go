@@ -49,11 +49,15 @@ import (
 
 // failover is a node's part in automatic failover.
 type failover struct {
-	c        *clusterMember
-	member   atomic.Pointer[clusteretcd.Member] // set once joined; the fence asks it
-	log      *storage.CommitLog
-	interval time.Duration
-	grace    time.Time // no take-overs before (peers restarting with us register)
+	c      *clusterMember
+	member atomic.Pointer[clusteretcd.Member] // set once joined; the fence asks it
+	// imports counts the imports of change records (moves, take-overs)
+	// and changesBytes the bytes of change records checkpoints wrote
+	// (clusterfailchanges.go).
+	imports, changesBytes atomic.Uint64
+	log                   *storage.CommitLog
+	interval              time.Duration
+	grace                 time.Time // no take-overs before (peers restarting with us register)
 
 	roundMu sync.Mutex
 	round   uint64
@@ -230,6 +234,9 @@ type heldCheckpoint struct {
 	span  ownedSpan
 	entry storage.CatalogEntry
 	x     *table.SpanExport
+	// imports is f.imports when entry's change records were read
+	// (clusterfailchanges.go).
+	imports uint64
 }
 
 // checkpoint runs one round: the catalog is replaced by one covering every
@@ -280,6 +287,7 @@ func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan, full bool)
 	}
 	trunc := f.log.CommittedThrough()
 	tag := f.c.appliedSeq()
+	imports := f.imports.Load() // before any record is read
 	round := f.round + 1
 	var kept []heldCheckpoint
 	var fresh []*table.SpanExport
@@ -341,11 +349,15 @@ func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan, full bool)
 				}
 			}
 			// So are the span's change-stream records (clusterfailchanges.go).
-			if entry.Changes, err = f.checkpointChanges(ref, s, name); err != nil {
+			var prev *heldCheckpoint
+			if h, found := cur[s.key()]; found {
+				prev = &h
+			}
+			if err = f.checkpointChanges(ref, s, name, prev, imports, &entry); err != nil {
 				return err
 			}
 		}
-		kept = append(kept, heldCheckpoint{span: s, x: x, entry: entry})
+		kept = append(kept, heldCheckpoint{span: s, x: x, entry: entry, imports: imports})
 		trunc = min(trunc, after)
 	}
 	entries := make([]storage.CatalogEntry, len(kept))
@@ -365,6 +377,9 @@ func (f *failover) checkpoint(ctx context.Context, extra []ownedSpan, full bool)
 		}
 		if e.Changes != "" {
 			keep[e.Changes] = true
+		}
+		for _, o := range e.ChangesPrev {
+			keep[o] = true
 		}
 	}
 	for _, h := range f.cur {
@@ -418,7 +433,16 @@ func (f *failover) deletedSpans(live []ownedSpan) []ownedSpan {
 		if err != nil {
 			continue
 		}
-		if _, err := f.c.s.engine.Table(ref.instance, ref.table); !errors.Is(err, table.ErrTableNotFound) {
+		if m, err := f.c.s.engine.Table(ref.instance, ref.table); !errors.Is(err, table.ErrTableNotFound) {
+			if _, dir := f.c.m.Directory(s.table); err == nil && !dir && s.deleted != 0 && m.ID == s.deleted {
+				// Its directory is gone but this node has not applied
+				// the delete yet: its checkpoint stays, as the live
+				// table's (TestFailoverFreshDirKeptTable).
+				if !seen[plain.key()] {
+					seen[plain.key()] = true
+					out = append(out, plain)
+				}
+			}
 			continue // live (moved away, or a new table of the name)
 		}
 		if id, ok := f.c.s.engine.DeletedTableID(ref.instance, ref.table); !ok || id != s.deleted {

@@ -25,24 +25,71 @@ import (
 // partition resumes here from its token with nothing the log or the
 // checkpoints hold lost or repeated, and the rows' later records follow.
 
+// changesObjects bounds the objects of records a span's checkpoint keeps:
+// past it, a round writes the span's whole history again in one (which
+// also leaves out the records the stream's retention dropped since).
+const changesObjects = 16
+
 // checkpointChanges stores the records of span s beside checkpoint name
-// and returns the object's name ("" when there are none).
-func (f *failover) checkpointChanges(ref tableRef, s ownedSpan, name string) (string, error) {
+// and sets entry's Changes, ChangesPrev and ChangesClosed. With the span's
+// previous checkpoint prev (held since no change records were imported
+// here: a move or take-over may import records under positions below the
+// last closed timestamp), only the records committed after its closed
+// timestamp are read and written (none: its objects stand); the earlier
+// objects stay named in the entry. Else (or past changesObjects objects)
+// the span's whole history is written, in one object.
+//
+// Nothing is missed between rounds: every record committed at or before
+// a closed timestamp was visible when it was taken, so the objects up to
+// a round hold every record at or before its closed timestamp, and the
+// next round reads on from there (the few records past it that the
+// previous read saw are written again: a take-over imports them twice,
+// harmlessly).
+func (f *failover) checkpointChanges(ref tableRef, s ownedSpan, name string, prev *heldCheckpoint, imports uint64, entry *storage.CatalogEntry) error {
 	eng := f.c.s.engine
 	m, err := eng.Table(ref.instance, ref.table)
 	if err != nil || !eng.Streaming(m.ID) {
-		return "", err // no stream (and no replication): no records
+		return err // no stream (and no replication): no records
 	}
-	recs, err := eng.SpanHistory(m, s.start, s.end)
-	if err != nil || len(recs) == 0 {
-		return "", err
+	closed := eng.ClosedTimestamp() // before the read
+	lower := changestream.TableStart(m.ID)
+	var base []string
+	if p := prev; p != nil && p.imports == imports && p.entry.TableID == m.ID && p.entry.ChangesClosed > 0 &&
+		(p.entry.Changes != "" || len(p.entry.ChangesPrev) == 0) && len(p.entry.ChangesPrev)+1 < changesObjects {
+		if p.entry.Changes != "" {
+			base = append(append(base, p.entry.ChangesPrev...), p.entry.Changes)
+		}
+		lower = changestream.TimeKey(m.ID, p.entry.ChangesClosed+1)
+	}
+	recs, err := eng.SpanHistoryFrom(m, lower, s.start, s.end)
+	if err != nil {
+		return err
+	}
+	entry.ChangesClosed = closed
+	if len(recs) == 0 {
+		if len(base) > 0 {
+			entry.Changes, entry.ChangesPrev = base[len(base)-1], base[:len(base)-1]
+		}
+		return nil
 	}
 	obj := name + ".changes"
-	if err := storage.PutObject(f.c.store, obj, table.MarshalChanges(recs)); err != nil {
-		return "", fmt.Errorf("ebbtable: checkpoint %s: %w", obj, err)
+	b := table.MarshalChanges(recs)
+	if err := storage.PutObject(f.c.store, obj, b); err != nil {
+		return fmt.Errorf("ebbtable: checkpoint %s: %w", obj, err)
 	}
+	f.changesBytes.Add(uint64(len(b)))
 	f.c.changes.carried.WithLabelValues("checkpoint").Add(float64(len(recs)))
-	return obj, nil
+	entry.Changes, entry.ChangesPrev = obj, base
+	return nil
+}
+
+// changesImported notes that change records were imported here (a move,
+// a take-over), once they are: the next round writes every span's history
+// whole.
+func (c *clusterMember) changesImported() {
+	if c.fail != nil {
+		c.fail.imports.Add(1)
+	}
 }
 
 // recoveredChanges gathers a take-over's records of the taken tablets.
@@ -51,20 +98,23 @@ type recoveredChanges struct {
 	recs  []changestream.Record
 }
 
-// fromCheckpoint adds the records stored beside a checkpoint.
+// fromCheckpoint adds the records stored beside a checkpoint (in its
+// objects, oldest first).
 func (rc *recoveredChanges) fromCheckpoint(ctx context.Context, st storage.ObjectStore, e storage.CatalogEntry) error {
 	if e.Changes == "" {
 		return nil
 	}
-	b, err := storage.GetObject(ctx, st, e.Changes)
-	if err != nil {
-		return fmt.Errorf("ebbtable: checkpoint %s: %w", e.Changes, err)
+	for _, obj := range append(append([]string(nil), e.ChangesPrev...), e.Changes) {
+		b, err := storage.GetObject(ctx, st, obj)
+		if err != nil {
+			return fmt.Errorf("ebbtable: checkpoint %s: %w", obj, err)
+		}
+		recs, err := table.UnmarshalChanges(b)
+		if err != nil {
+			return fmt.Errorf("ebbtable: checkpoint %s: %w", obj, err)
+		}
+		rc.recs = append(rc.recs, table.FilterChanges(recs, rc.spans)...)
 	}
-	recs, err := table.UnmarshalChanges(b)
-	if err != nil {
-		return fmt.Errorf("ebbtable: checkpoint %s: %w", e.Changes, err)
-	}
-	rc.recs = append(rc.recs, table.FilterChanges(recs, rc.spans)...)
 	return nil
 }
 
@@ -83,6 +133,7 @@ func (rc *recoveredChanges) importTo(c *clusterMember, m *table.Meta, tableName 
 	for _, t := range ts {
 		c.dropMarks(tableName, t.Start, t.End)
 	}
+	defer c.changesImported() // once the records are in
 	for i := 0; i < len(rc.recs); i += 4096 {
 		if err := c.s.engine.ImportChanges(m, rc.recs[i:min(i+4096, len(rc.recs))]); err != nil {
 			return 0, err

@@ -53,6 +53,16 @@ func (f *failover) releaseDead(ctx context.Context, dead string, dirs []tablets.
 				return err
 			}
 			if !kept || kd.TableID != e.TableID || !ownsAny([]tablets.Directory{kd}, dead) {
+				// dirs may predate an undelete that moved the kept
+				// directory back: the live one, read after the kept one,
+				// tells (then it is taken over from this checkpoint).
+				d, ok, err := c.m.ReadDirectory(ctx, e.Table)
+				if err != nil {
+					return err
+				}
+				if ok && d.TableID == e.TableID && ownsAny([]tablets.Directory{d}, dead) {
+					return errNotYet
+				}
 				continue
 			}
 			// Undeletable while the nodes keep the deleted table (this
@@ -80,16 +90,21 @@ func (f *failover) releaseDead(ctx context.Context, dead string, dirs []tablets.
 	if err := storage.DeleteCommitLog(c.store, dead); err != nil {
 		return err
 	}
-	creator, err := c.creatorOf(ctx, dead) // clustercreator.go
+	// Every creator id the node id ran with: the references of an
+	// earlier data directory of it that were never released go too.
+	creators, err := c.creatorsOf(ctx, dead) // clustercreator.go
 	if err != nil {
 		return err
 	}
-	refs, objects, err := storage.ReleaseSharedRefs(c.store, creator)
+	refs, objects, err := storage.ReleaseSharedRefs(c.store, creators...)
 	if err != nil {
+		return err
+	}
+	if err := c.m.ForgetCreatorIDs(ctx, dead, creators); err != nil {
 		return err
 	}
 	c.s.log.Info("released the shared objects of a node whose tablets were all taken over", "node", dead,
-		"ref_markers", refs, "objects_deleted", objects)
+		"creators", creators, "ref_markers", refs, "objects_deleted", objects)
 	return nil
 }
 

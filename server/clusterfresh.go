@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -87,7 +89,46 @@ func (c *clusterMember) checkFresh() error {
 			"start it with its old data directory, or wait until the other nodes took its tablets over (once its lease expired) and start it again",
 			errOwnedElsewhere, c.opts.NodeID, strings.Join(owned, ", "))
 	}
-	return nil
+	return c.checkFreshKept(ctx)
+}
+
+// errKeptElsewhere: a node id started on an empty data directory is named
+// by the kept directory of a deleted table whose checkpoint its previous
+// engine holds.
+var errKeptElsewhere = errors.New("ebbtable: a deleted table's checkpoint of the node id's previous engine is still needed")
+
+// checkFreshKept refuses a fresh start while a table deleted and kept for
+// an undelete has tablets of the node id whose checkpoint is in the
+// previous engine's catalog: the new engine's first round would drop that
+// checkpoint, and an undelete would then give the node those tablets
+// empty. (The release of a dead node waits on the same condition:
+// clusterfailrelease.go.) Undeleted while the node is down, the table's
+// tablets are taken over from the checkpoint by the others; else the kept
+// directory expires with the table's undelete retention.
+func (c *clusterMember) checkFreshKept(ctx context.Context) error {
+	kept, err := clusteretcd.KeptTablesOwnedBy(ctx, c.opts.Etcd, c.opts.Prefix, c.opts.NodeID)
+	if err != nil || len(kept) == 0 {
+		return err
+	}
+	cat, ok, err := storage.ReadCatalog(c.store, c.opts.NodeID)
+	if err != nil || !ok {
+		return err
+	}
+	var need []string
+	for _, e := range cat.Entries {
+		if id, ok := kept[e.Table]; ok && id == e.TableID && !slices.Contains(need, e.Table) {
+			need = append(need, e.Table)
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	sort.Strings(need)
+	return fmt.Errorf("%w: node %s starts on an empty data directory, but %s, deleted and kept for an undelete, would give it tablets "+
+		"whose only copy is a checkpoint of its previous engine in the shared store (its first round here would drop it): "+
+		"start it with its old data directory; or undelete the table while it is down (the other nodes then take those tablets over from the checkpoint) "+
+		"and start it again; or wait until the table's undelete retention has passed",
+		errKeptElsewhere, c.opts.NodeID, strings.Join(need, ", "))
 }
 
 // releasePrevious, once a fresh data directory's node joined (its old
@@ -98,12 +139,24 @@ func (c *clusterMember) releasePrevious(ctx context.Context) error {
 	if !c.fresh || c.fail == nil {
 		return nil
 	}
-	prev, err := c.creatorOf(ctx, c.opts.NodeID)
-	if err != nil || prev == c.creator {
+	if testHookSkipReleasePrevious {
+		return nil
+	}
+	ids, err := c.creatorsOf(ctx, c.opts.NodeID)
+	if err != nil {
 		return err
 	}
-	refs, objects, err := storage.ReleaseSharedRefs(c.store, prev)
+	var prev []uint64
+	for _, id := range ids {
+		if id != c.creator {
+			prev = append(prev, id)
+		}
+	}
+	refs, objects, err := storage.ReleaseSharedRefs(c.store, prev...)
 	if err != nil {
+		return err
+	}
+	if err := c.m.ForgetCreatorIDs(ctx, c.opts.NodeID, prev); err != nil {
 		return err
 	}
 	if refs > 0 {
@@ -112,6 +165,11 @@ func (c *clusterMember) releasePrevious(ctx context.Context) error {
 	}
 	return nil
 }
+
+// testHookSkipReleasePrevious (tests) leaves a previous engine's
+// references unreleased at a fresh start, as a version before the
+// release at fresh starts did.
+var testHookSkipReleasePrevious bool
 
 // startedFresh: the first start on the data directory is done.
 func (c *clusterMember) startedFresh() error {

@@ -41,7 +41,8 @@ import (
 //     parallel (Cluster/RestoreRows), to fetch its parts from the shared
 //     store and ingest them into its reservation. An owner that is down or
 //     no longer owns its rows is asked again (after the directory changes:
-//     a failover take-over, a drain) until restorePartWait passes. The
+//     a failover take-over, a drain) until ClusterOptions.RestorePartWait
+//     (--restore-part-wait) passes. The
 //     operation's metadata shows the share of tablets done.
 //  3. RestoreTableCommit: every node makes the table visible with the
 //     backup's schema. A node that lacks some of its tablets' rows (it
@@ -63,10 +64,6 @@ const (
 	restoreAbort  = "RestoreTableAbort"
 )
 
-// restorePartWait bounds how long a restore waits for the owner of a
-// tablet that is down (or busy moving) before it fails.
-var restorePartWait = 2 * time.Minute
-
 // restoreParallel bounds the tablets a coordinator asks for at once.
 const restoreParallel = 8
 
@@ -81,6 +78,9 @@ type restoreEntry struct {
 	Maker     string          `json:"maker,omitempty"`
 	// ID is the table id the begin entry gave (in commit and abort).
 	ID uint64 `json:"id,omitempty"`
+	// Op names the restore's operation record in etcd
+	// (clusterrestoreop.go); empty in older versions' entries.
+	Op string `json:"op,omitempty"`
 }
 
 // localRestore is this node's part of a cluster restore under way.
@@ -125,7 +125,8 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 	if _, err := a.s.engine.Table(ref.instance, ref.table); err == nil {
 		return nil, status.Errorf(codes.AlreadyExists, "ebbtable: table %s already exists", ref.table)
 	}
-	maker := c.opts.NodeID + "/" + randomID()
+	token := randomID()
+	maker := c.opts.NodeID + "/" + token
 	runningBackups.Store(maker, true)
 	rec, err := c.markRestoring(ctx, name, maker, true)
 	if err != nil {
@@ -147,7 +148,9 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 		unmark()
 		return nil, status.Errorf(codes.DataLoss, "%v", err)
 	}
-	ent := restoreEntry{Instance: inst, TableID: req.GetTableId(), Record: rec, Retention: retention, Maker: maker}
+	tableName := ref.name()
+	opName := tableName + restoreOpMark + token
+	ent := restoreEntry{Instance: inst, TableID: req.GetTableId(), Record: rec, Retention: retention, Maker: maker, Op: opName}
 	payload, err := json.Marshal(ent)
 	if err != nil {
 		unmark()
@@ -161,7 +164,6 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 			splits = append(splits, p.Start)
 		}
 	}
-	tableName := ref.name()
 	meta := &adminpb.RestoreTableMetadata{
 		Name:       tableName,
 		SourceType: adminpb.RestoreSourceType_BACKUP,
@@ -177,7 +179,15 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 				return tablets.Directory{}, err
 			}
 			return tablets.NewDirectory(tableName, seq, splits, owners)
-		}})
+		},
+			// The operation's record, in the same transaction: the
+			// restore is never under way without it.
+			Op: func(seq uint64) (string, []byte, error) {
+				withID := ent
+				withID.ID = seq
+				v, err := newRestoreOp(opName, maker, withID, meta)
+				return opName, v, err
+			}})
 	if err != nil {
 		unmark()
 	}
@@ -190,9 +200,9 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 		return nil, status.Errorf(codes.Unavailable, "%v", err)
 	}
 	ent.ID = e.TableID
-	op, err := a.s.ops.pending(tableName, meta)
+	op, err := a.s.ops.pendingNamed(opName, meta)
 	if err != nil {
-		c.abortRestore(ctx, ent, err)
+		c.failRestore(ctx, ent, maker, err)
 		unmark()
 		return nil, err
 	}
@@ -207,6 +217,9 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 			}
 			meta.Progress = p
 			op.setMetadata(meta)
+			if err := c.opProgress(ctx, opName, maker, meta); err != nil {
+				c.s.log.Warn("write a restore's progress", "table", tableName, "err", err)
+			}
 		})
 		// Unmarked before the operation ends: a client that deletes the
 		// backup once its restore is done is not refused.
@@ -222,7 +235,7 @@ func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTab
 		meta.Progress = &adminpb.OperationProgress{ProgressPercent: 100, StartTime: meta.Progress.StartTime, EndTime: timestamppb.New(a.s.opts.Clock.Now())}
 		op.finish(t, meta, nil)
 	}); err != nil {
-		c.abortRestore(ctx, ent, err)
+		c.failRestore(ctx, ent, maker, err)
 		unmark()
 		return nil, toStatus(err)
 	}
@@ -243,7 +256,11 @@ func (p *pendingOp) setMetadata(meta *adminpb.RestoreTableMetadata) {
 }
 
 // runRestore is the coordinator's restore after the begin entry: the
-// owners' ingests, then the commit (or, if they fail, the abort).
+// owners' ingests, then the commit (or, if they fail, the abort). Its
+// operation record (clusterrestoreop.go) moves along: once it is moved to
+// committing, the restore is committed, here or (if this node dies) by
+// another node; a restore given up meanwhile by another node's sweep
+// (this node was taken for gone) is not committed.
 func (c *clusterMember) runRestore(ctx context.Context, ref tableRef, begin clusteretcd.SchemaEntry, ent restoreEntry, progress func(done, total int)) (*adminpb.Table, error) {
 	res, err := c.waitApplied(ctx, begin.Seq)
 	if err == nil {
@@ -252,36 +269,44 @@ func (c *clusterMember) runRestore(ctx context.Context, ref tableRef, begin clus
 	if err == nil {
 		err = c.restoreParts(ctx, ref, begin, progress)
 	}
-	if err != nil {
-		c.abortRestore(ctx, ent, err)
-		return nil, err
-	}
-	payload, err := json.Marshal(ent)
-	if err != nil {
-		c.abortRestore(ctx, ent, err)
-		return nil, toStatus(err)
-	}
-	ce, err := c.m.AppendEntry(ctx, clusteretcd.SchemaEntry{Method: restoreCommit, Table: ref.name(), TableID: ent.ID, Request: payload, Origin: c.opts.NodeID}, clusteretcd.DirOp{})
-	if err != nil {
-		c.abortRestore(ctx, ent, err)
-		return nil, status.Errorf(codes.Unavailable, "%v", err)
-	}
-	res, err = c.waitApplied(ctx, ce.Seq)
 	if err == nil {
-		err = res.err
+		err = c.opCommit(ctx, ent.Op, ent.Maker)
 	}
 	if err != nil {
-		// Committed elsewhere perhaps, not here: drop it cluster-wide.
-		c.forgetFailed(ctx, ref, begin)
+		c.failRestore(ctx, ent, ent.Maker, err)
 		return nil, err
 	}
-	wctx, cancel := context.WithTimeout(ctx, allAppliedWait)
-	if err := c.m.WaitFor(wctx, func() bool { return c.m.AllApplied(ce.Seq) }); err != nil && ctx.Err() == nil {
-		c.s.log.Warn("restore not yet committed on every live node", "seq", ce.Seq, "table", ref.name())
+	if h := testHookRestoreCommitting; h != nil {
+		h(c.opts.NodeID)
 	}
-	cancel()
-	t, _ := res.resp.(*adminpb.Table)
-	return t, nil
+	t, err := c.commitRestoreEntry(ctx, ref, ent)
+	if ferr := c.opFinish(context.WithoutCancel(ctx), ent.Op, ent.Maker, t, err); ferr != nil {
+		c.s.log.Warn("finish a restore's operation", "table", ref.name(), "err", ferr)
+	}
+	return t, err
+}
+
+// testHookRestoreCommitting, when set by a test, runs on a coordinator
+// once its restore is decided (committing), before the commit entry.
+var testHookRestoreCommitting func(node string)
+
+// failRestore gives up a restore the coordinator (maker) runs: its
+// operation fails (unless another node moved it on meanwhile), then the
+// abort entry.
+func (c *clusterMember) failRestore(ctx context.Context, ent restoreEntry, maker string, why error) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := c.opFinish(fctx, ent.Op, maker, nil, why); err != nil && !errors.Is(err, errOpMoved) {
+		c.s.log.Warn("fail a restore's operation", "table", ent.TableID, "err", err)
+	}
+	rec, err := c.m.GetOpRecord(fctx, ent.Op)
+	if err == nil {
+		var r restoreOp
+		if json.Unmarshal(rec.Value, &r) == nil && r.State != opFailed {
+			return // taken over and committed by another node
+		}
+	}
+	c.abortRestore(ctx, ent, why)
 }
 
 // abortRestore gives a restore up: its abort entry drops the directory
@@ -299,7 +324,10 @@ func (c *clusterMember) abortRestore(ctx context.Context, ent restoreEntry, why 
 	if d, ok := c.m.Directory(name); !ok || d.TableID != ent.ID {
 		return // given up already
 	}
-	e, err := c.m.AppendEntry(ctx, clusteretcd.SchemaEntry{Method: restoreAbort, Table: name, TableID: ent.ID, Request: payload, Origin: c.opts.NodeID}, clusteretcd.DirOp{Drop: true})
+	e, err := c.m.AppendEntry(ctx, clusteretcd.SchemaEntry{Method: restoreAbort, Table: name, TableID: ent.ID, Request: payload, Origin: c.opts.NodeID}, clusteretcd.DirOp{Drop: true, IfTableID: ent.ID})
+	if errors.Is(err, clusteretcd.ErrDirectoryGone) {
+		return // given up already
+	}
 	if err != nil {
 		c.s.log.Warn("give up a cluster restore", "table", name, "err", err)
 		return
@@ -338,7 +366,7 @@ func (c *clusterMember) restoreParts(ctx context.Context, ref tableRef, begin cl
 	)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	deadline := time.Now().Add(restorePartWait)
+	deadline := time.Now().Add(c.opts.RestorePartWait)
 	total := len(d.Tablets)
 	progress(0, total)
 	for _, t := range d.Tablets {
@@ -390,7 +418,7 @@ func (c *clusterMember) restoreSpan(ctx context.Context, ref tableRef, begin clu
 			return nil
 		}
 		if !time.Now().Before(deadline) {
-			return status.Errorf(codes.Unavailable, "ebbtable: restore of %s: rows [%q, %q) could not be restored within %s: %v", ref.table, failed[0].Start, failed[0].End, restorePartWait, last)
+			return status.Errorf(codes.Unavailable, "ebbtable: restore of %s: rows [%q, %q) could not be restored within %s: %v", ref.table, failed[0].Start, failed[0].End, c.opts.RestorePartWait, last)
 		}
 		// Wait (briefly) for the directory or the nodes to change (a node
 		// back, a take-over), then ask again for the failed pieces only.
@@ -744,13 +772,16 @@ func uncovered(want, have []backup.RowSpan) []backup.RowSpan {
 // expiry loop. Only with every schema entry applied, so no commit of the
 // restore is in the log.
 func (c *clusterMember) sweepRestores(ctx context.Context) {
+	c.sweepRestoreOps(ctx) // clusterrestoreop.go
 	if c.appliedSeq() < c.m.SchemaSeq() {
 		return
 	}
 	c.restoreMu.Lock()
 	var orphans []restoreEntry
 	for _, lr := range c.restores {
-		if lr.ent.Maker != "" && !c.backupRunning(lr.ent.Maker) {
+		// A restore with an operation record is moved on by
+		// sweepRestoreOps.
+		if lr.ent.Maker != "" && lr.ent.Op == "" && !c.backupRunning(lr.ent.Maker) {
 			orphans = append(orphans, lr.ent)
 		}
 	}

@@ -22,6 +22,10 @@ type operations struct {
 	mu  sync.Mutex
 	ops map[string]*longrunningpb.Operation
 	seq atomic.Uint64
+	// remote, in cluster mode, answers for the operations kept in etcd
+	// (clusterrestoreop.go); ok false for the others.
+	remote       func(ctx context.Context, name string) (op *longrunningpb.Operation, ok bool, err error)
+	deleteRemote func(ctx context.Context, name string) (ok bool, err error)
 }
 
 func newOperations() *operations {
@@ -53,7 +57,12 @@ func (o *operations) done(resource string, resp, meta proto.Message) (*longrunni
 // pending records an operation that finishes later; finish completes it.
 // GetOperation reports it as not done until then.
 func (o *operations) pending(resource string, meta proto.Message) (*pendingOp, error) {
-	op := &longrunningpb.Operation{Name: fmt.Sprintf("%s/operations/%d", resource, o.seq.Add(1))}
+	return o.pendingNamed(fmt.Sprintf("%s/operations/%d", resource, o.seq.Add(1)), meta)
+}
+
+// pendingNamed is pending with the operation's name given.
+func (o *operations) pendingNamed(name string, meta proto.Message) (*pendingOp, error) {
+	op := &longrunningpb.Operation{Name: name}
 	if meta != nil {
 		var err error
 		if op.Metadata, err = anypb.New(meta); err != nil {
@@ -121,8 +130,24 @@ func (p *pendingOp) wait(d time.Duration) *longrunningpb.Operation {
 	return &longrunningpb.Operation{Name: p.name}
 }
 
+// setRemote sets where the operations kept elsewhere are read and
+// deleted (cluster mode).
+func (o *operations) setRemote(get func(context.Context, string) (*longrunningpb.Operation, bool, error), del func(context.Context, string) (bool, error)) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.remote, o.deleteRemote = get, del
+}
+
 // GetOperation returns an operation's latest state.
 func (o *operations) GetOperation(ctx context.Context, req *longrunningpb.GetOperationRequest) (*longrunningpb.Operation, error) {
+	o.mu.Lock()
+	remote := o.remote
+	o.mu.Unlock()
+	if remote != nil {
+		if op, ok, err := remote(ctx, req.GetName()); err != nil || ok {
+			return op, err
+		}
+	}
 	o.mu.Lock()
 	op, ok := o.ops[req.GetName()]
 	o.mu.Unlock()
@@ -135,8 +160,21 @@ func (o *operations) GetOperation(ctx context.Context, req *longrunningpb.GetOpe
 // DeleteOperation forgets an operation.
 func (o *operations) DeleteOperation(ctx context.Context, req *longrunningpb.DeleteOperationRequest) (*emptypb.Empty, error) {
 	o.mu.Lock()
+	deleteRemote := o.deleteRemote
+	o.mu.Unlock()
+	remote := false
+	if deleteRemote != nil {
+		ok, err := deleteRemote(ctx, req.GetName())
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "ebbtable: %v", err)
+		}
+		remote = ok
+	}
+	o.mu.Lock()
 	defer o.mu.Unlock()
-	if _, ok := o.ops[req.GetName()]; !ok {
+	if _, ok := o.ops[req.GetName()]; !ok && remote {
+		return &emptypb.Empty{}, nil
+	} else if !ok {
 		return nil, status.Errorf(codes.NotFound, "ebbtable: operation %q not found", req.GetName())
 	}
 	delete(o.ops, req.GetName())

@@ -432,6 +432,15 @@ type CatalogEntry struct {
 	// Changes names the object holding the span's change-stream records
 	// (read after After, with their positions), if any.
 	Changes string `json:"changes,omitempty"`
+	// ChangesPrev names the span's earlier objects of records, oldest
+	// first: a round writes only the records committed past the last
+	// round's ChangesClosed (server/clusterfailchanges.go). Records may
+	// repeat across objects (the same position and value).
+	ChangesPrev []string `json:"changes_prev,omitempty"`
+	// ChangesClosed is the change streams' closed timestamp taken before
+	// Changes was read: every record committed at or before it is in
+	// Changes or ChangesPrev.
+	ChangesClosed int64 `json:"changes_closed,omitempty"`
 	// Deleted marks the checkpoint of a table deleted within its undelete
 	// retention (kept for an undelete).
 	Deleted bool `json:"deleted,omitempty"`

@@ -38,19 +38,25 @@ func DeleteCommitLog(st ObjectStore, node string) error {
 	return nil
 }
 
-// ReleaseSharedRefs deletes the reference markers of the database with
-// the given creator id, and each object left with no marker, as Pebble
-// does when a database lets go of an object. It returns how many markers
-// and objects it deleted.
-func ReleaseSharedRefs(st ObjectStore, creator uint64) (refs, objects int, err error) {
+// ReleaseSharedRefs deletes the reference markers of the databases with
+// the given creator ids (one listing of the store for all), and each
+// object left with no marker, as Pebble does when a database lets go of
+// an object. It returns how many markers and objects it deleted.
+func ReleaseSharedRefs(st ObjectStore, creators ...uint64) (refs, objects int, err error) {
+	if len(creators) == 0 {
+		return 0, 0, nil
+	}
 	names, err := st.List("", "")
 	if err != nil {
 		return 0, 0, err
 	}
-	mine := strconv.FormatUint(creator, 10)
+	mine := map[string]bool{}
+	for _, c := range creators {
+		mine[strconv.FormatUint(c, 10)] = true
+	}
 	for _, n := range names {
 		m := refMarker.FindStringSubmatch(n)
-		if m == nil || m[2] != mine {
+		if m == nil || !mine[m[2]] {
 			continue // not Pebble's marker, or another database's
 		}
 		i := len(m[1])

@@ -75,12 +75,17 @@ func rowInSpans(row []byte, spans []RowSpan) bool {
 // checkpoint's records, read after its commit log position, so each write
 // the log no longer holds has its records here.
 func (e *Engine) SpanHistory(m *Meta, start, end []byte) ([]changestream.Record, error) {
+	return e.SpanHistoryFrom(m, changestream.TableStart(m.ID), start, end)
+}
+
+// SpanHistoryFrom is SpanHistory from key lower of the table's stream
+// (changestream.TimeKey, say) on.
+func (e *Engine) SpanHistoryFrom(m *Meta, lower, start, end []byte) ([]changestream.Record, error) {
 	if err := e.enter(); err != nil {
 		return nil, err
 	}
 	defer e.leave()
 	var out []changestream.Record
-	lower := changestream.TableStart(m.ID)
 	for {
 		recs, next, more, err := e.SpanChanges(m, lower, math.MaxInt64-1, start, end, 4096)
 		if err != nil {

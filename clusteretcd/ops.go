@@ -1,0 +1,114 @@
+package clusteretcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ebbtable/ebbtable/cluster"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Operation records: a long-running operation that must outlive the node
+// that started it (a cluster restore) keeps its state in etcd, one key per
+// operation (ops/NAME, NAME the operation's resource name), so any node
+// answers GetOperation for it and another node can finish or give it up
+// when its coordinator dies. The value is opaque here (package server
+// encodes it). Changes compare the key's revision, so of two nodes racing
+// to move an operation on, one wins.
+
+// ErrDirectoryGone: an entry guarded by DirOp.IfTableID found the table's
+// directory gone, or holding another table id.
+var ErrDirectoryGone = errors.New("ebbtable: the table's directory is gone or holds another table")
+
+func (m *Member) opKey(name string) string { return m.key("ops", name) }
+
+// GetOpRecord reads one operation record (ErrRecordNotFound).
+func (m *Member) GetOpRecord(ctx context.Context, name string) (BackupRecord, error) {
+	resp, err := m.cli.Get(ctx, m.opKey(name))
+	if err != nil {
+		return BackupRecord{}, fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return BackupRecord{}, fmt.Errorf("%w: %s", ErrRecordNotFound, name)
+	}
+	kv := resp.Kvs[0]
+	return BackupRecord{Name: name, Value: kv.Value, Revision: kv.ModRevision}, nil
+}
+
+// ListOpRecords reads every operation record, in name order.
+func (m *Member) ListOpRecords(ctx context.Context) ([]BackupRecord, error) {
+	base := m.opKey("")
+	resp, err := m.cli.Get(ctx, base, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	out := make([]BackupRecord, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		out = append(out, BackupRecord{Name: strings.TrimPrefix(string(kv.Key), base), Value: kv.Value, Revision: kv.ModRevision})
+	}
+	return out, nil
+}
+
+// UpdateOpRecord replaces a record read at revision rev (ErrRecordChanged
+// if it changed or went since) and returns the new revision.
+func (m *Member) UpdateOpRecord(ctx context.Context, name string, value []byte, rev int64) (int64, error) {
+	k := m.opKey(name)
+	resp, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).Then(clientv3.OpPut(k, string(value))).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("%w: %s", ErrRecordChanged, name)
+	}
+	return resp.Header.Revision, nil
+}
+
+// DeleteOpRecord removes a record read at revision rev (any revision if
+// rev is 0; ErrRecordChanged if it changed or went since).
+func (m *Member) DeleteOpRecord(ctx context.Context, name string, rev int64) error {
+	k := m.opKey(name)
+	cmp := clientv3.Compare(clientv3.ModRevision(k), "=", rev)
+	if rev == 0 {
+		cmp = clientv3.Compare(clientv3.CreateRevision(k), ">", 0)
+	}
+	resp, err := m.cli.Txn(ctx).If(cmp).Then(clientv3.OpDelete(k)).Commit()
+	if err != nil {
+		return fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: %s", ErrRecordChanged, name)
+	}
+	return nil
+}
+
+// guardTableID returns the comparison that the table's directory is the
+// one read now and holds id (ErrDirectoryGone if it does not).
+func (m *Member) guardTableID(ctx context.Context, table string, id uint64) (clientv3.Cmp, error) {
+	dk := m.dirKey(table)
+	g, err := m.cli.Get(ctx, dk)
+	if err != nil {
+		return clientv3.Cmp{}, fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	if len(g.Kvs) == 0 {
+		return clientv3.Cmp{}, fmt.Errorf("%w: %s", ErrDirectoryGone, table)
+	}
+	d, err := decodeDirectory(g.Kvs[0].Value)
+	if err != nil {
+		return clientv3.Cmp{}, err
+	}
+	if d.TableID != id {
+		return clientv3.Cmp{}, fmt.Errorf("%w: %s holds table id %d, not %d", ErrDirectoryGone, table, d.TableID, id)
+	}
+	return clientv3.Compare(clientv3.ModRevision(dk), "=", g.Kvs[0].ModRevision), nil
+}
+
+func decodeDirectory(b []byte) (cluster.Directory, error) {
+	var d cluster.Directory
+	if err := json.Unmarshal(b, &d); err != nil {
+		return d, fmt.Errorf("ebbtable: undecodable tablet directory: %w", err)
+	}
+	return d, nil
+}
