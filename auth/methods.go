@@ -95,5 +95,5 @@ func init() {
 	const cl = "ebbtable.cluster.v1.Cluster"
 	add(cl, viewer, "ListNodes", "ListTablets")
 	add(cl, admin, "DrainNode", "SplitTablet", "MergeTablet")
-	add(cl, Requirement{Role: Admin, Node: true}, "MoveTablet", "IngestSpan", "BackupRows", "IngestChanges", "RestoreRows")
+	add(cl, Requirement{Role: Admin, Node: true}, "MoveTablet", "IngestSpan", "BackupRows", "IngestChanges", "RestoreRows", "ApplyReplicated")
 }

@@ -150,6 +150,11 @@ func (s *Server) clusterPeerLoop() {
 		if err := s.syncClusterPeers(ctx); err != nil {
 			s.log.Debug("replication: reading the cluster's peers", "err", err)
 		}
+		if k := s.cluster.sink; k != nil {
+			if err := k.trimFromEtcd(ctx); err != nil { // clusterpull.go
+				s.log.Debug("replication: trimming tombstones", "err", err)
+			}
+		}
 		cancel()
 		select {
 		case <-s.stopping:

@@ -1334,6 +1334,145 @@ func (x *RestoreRowsResponse) GetNode() string {
 	return ""
 }
 
+type ApplyReplicatedRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Table string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	// The tablet the puller routed the records to, by the directory of
+	// revision `revision`.
+	Tablet   uint64 `protobuf:"varint,2,opt,name=tablet,proto3" json:"tablet,omitempty"`
+	Revision int64  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The peer cluster the records originated on.
+	Origin        string          `protobuf:"bytes,4,opt,name=origin,proto3" json:"origin,omitempty"`
+	Records       []*ChangeRecord `protobuf:"bytes,5,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyReplicatedRequest) Reset() {
+	*x = ApplyReplicatedRequest{}
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyReplicatedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyReplicatedRequest) ProtoMessage() {}
+
+func (x *ApplyReplicatedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyReplicatedRequest.ProtoReflect.Descriptor instead.
+func (*ApplyReplicatedRequest) Descriptor() ([]byte, []int) {
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ApplyReplicatedRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *ApplyReplicatedRequest) GetTablet() uint64 {
+	if x != nil {
+		return x.Tablet
+	}
+	return 0
+}
+
+func (x *ApplyReplicatedRequest) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ApplyReplicatedRequest) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *ApplyReplicatedRequest) GetRecords() []*ChangeRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+type ApplyReplicatedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Applied       int64                  `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
+	Superseded    int64                  `protobuf:"varint,2,opt,name=superseded,proto3" json:"superseded,omitempty"`
+	Skipped       int64                  `protobuf:"varint,3,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyReplicatedResponse) Reset() {
+	*x = ApplyReplicatedResponse{}
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyReplicatedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyReplicatedResponse) ProtoMessage() {}
+
+func (x *ApplyReplicatedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyReplicatedResponse.ProtoReflect.Descriptor instead.
+func (*ApplyReplicatedResponse) Descriptor() ([]byte, []int) {
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ApplyReplicatedResponse) GetApplied() int64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+func (x *ApplyReplicatedResponse) GetSuperseded() int64 {
+	if x != nil {
+		return x.Superseded
+	}
+	return 0
+}
+
+func (x *ApplyReplicatedResponse) GetSkipped() int64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
 var File_ebbtable_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
@@ -1428,7 +1567,19 @@ const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x13RestoreRowsResponse\x12\x14\n" +
 	"\x05cells\x18\x01 \x01(\x03R\x05cells\x12\x14\n" +
 	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x12\n" +
-	"\x04node\x18\x03 \x01(\tR\x04node2\xce\a\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\"\xb7\x01\n" +
+	"\x16ApplyReplicatedRequest\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\tR\x05table\x12\x16\n" +
+	"\x06tablet\x18\x02 \x01(\x04R\x06tablet\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x16\n" +
+	"\x06origin\x18\x04 \x01(\tR\x06origin\x12;\n" +
+	"\arecords\x18\x05 \x03(\v2!.ebbtable.cluster.v1.ChangeRecordR\arecords\"m\n" +
+	"\x17ApplyReplicatedResponse\x12\x18\n" +
+	"\aapplied\x18\x01 \x01(\x03R\aapplied\x12\x1e\n" +
+	"\n" +
+	"superseded\x18\x02 \x01(\x03R\n" +
+	"superseded\x12\x18\n" +
+	"\askipped\x18\x03 \x01(\x03R\askipped2\xbc\b\n" +
 	"\aCluster\x12Z\n" +
 	"\tListNodes\x12%.ebbtable.cluster.v1.ListNodesRequest\x1a&.ebbtable.cluster.v1.ListNodesResponse\x12Z\n" +
 	"\tDrainNode\x12%.ebbtable.cluster.v1.DrainNodeRequest\x1a&.ebbtable.cluster.v1.DrainNodeResponse\x12`\n" +
@@ -1442,7 +1593,8 @@ const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"BackupRows\x12&.ebbtable.cluster.v1.BackupRowsRequest\x1a'.ebbtable.cluster.v1.BackupRowsResponse\x12f\n" +
 	"\rIngestChanges\x12).ebbtable.cluster.v1.IngestChangesRequest\x1a*.ebbtable.cluster.v1.IngestChangesResponse\x12`\n" +
-	"\vRestoreRows\x12'.ebbtable.cluster.v1.RestoreRowsRequest\x1a(.ebbtable.cluster.v1.RestoreRowsResponseB/Z-github.com/ebbtable/ebbtable/server/clusterpbb\x06proto3"
+	"\vRestoreRows\x12'.ebbtable.cluster.v1.RestoreRowsRequest\x1a(.ebbtable.cluster.v1.RestoreRowsResponse\x12l\n" +
+	"\x0fApplyReplicated\x12+.ebbtable.cluster.v1.ApplyReplicatedRequest\x1a,.ebbtable.cluster.v1.ApplyReplicatedResponseB/Z-github.com/ebbtable/ebbtable/server/clusterpbb\x06proto3"
 
 var (
 	file_ebbtable_cluster_v1_cluster_proto_rawDescOnce sync.Once
@@ -1456,59 +1608,64 @@ func file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_ebbtable_cluster_v1_cluster_proto_rawDescData
 }
 
-var file_ebbtable_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_ebbtable_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_ebbtable_cluster_v1_cluster_proto_goTypes = []any{
-	(*Node)(nil),                  // 0: ebbtable.cluster.v1.Node
-	(*ListNodesRequest)(nil),      // 1: ebbtable.cluster.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),     // 2: ebbtable.cluster.v1.ListNodesResponse
-	(*DrainNodeRequest)(nil),      // 3: ebbtable.cluster.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),     // 4: ebbtable.cluster.v1.DrainNodeResponse
-	(*Tablet)(nil),                // 5: ebbtable.cluster.v1.Tablet
-	(*ListTabletsRequest)(nil),    // 6: ebbtable.cluster.v1.ListTabletsRequest
-	(*ListTabletsResponse)(nil),   // 7: ebbtable.cluster.v1.ListTabletsResponse
-	(*SplitTabletRequest)(nil),    // 8: ebbtable.cluster.v1.SplitTabletRequest
-	(*MergeTabletRequest)(nil),    // 9: ebbtable.cluster.v1.MergeTabletRequest
-	(*MoveTabletRequest)(nil),     // 10: ebbtable.cluster.v1.MoveTabletRequest
-	(*MoveTabletResponse)(nil),    // 11: ebbtable.cluster.v1.MoveTabletResponse
-	(*IngestSpanRequest)(nil),     // 12: ebbtable.cluster.v1.IngestSpanRequest
-	(*IngestSpanResponse)(nil),    // 13: ebbtable.cluster.v1.IngestSpanResponse
-	(*BackupRowsRequest)(nil),     // 14: ebbtable.cluster.v1.BackupRowsRequest
-	(*BackupRowsResponse)(nil),    // 15: ebbtable.cluster.v1.BackupRowsResponse
-	(*ChangeRecord)(nil),          // 16: ebbtable.cluster.v1.ChangeRecord
-	(*IngestChangesRequest)(nil),  // 17: ebbtable.cluster.v1.IngestChangesRequest
-	(*IngestChangesResponse)(nil), // 18: ebbtable.cluster.v1.IngestChangesResponse
-	(*RestoreRowsRequest)(nil),    // 19: ebbtable.cluster.v1.RestoreRowsRequest
-	(*RestoreRowsResponse)(nil),   // 20: ebbtable.cluster.v1.RestoreRowsResponse
+	(*Node)(nil),                    // 0: ebbtable.cluster.v1.Node
+	(*ListNodesRequest)(nil),        // 1: ebbtable.cluster.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),       // 2: ebbtable.cluster.v1.ListNodesResponse
+	(*DrainNodeRequest)(nil),        // 3: ebbtable.cluster.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),       // 4: ebbtable.cluster.v1.DrainNodeResponse
+	(*Tablet)(nil),                  // 5: ebbtable.cluster.v1.Tablet
+	(*ListTabletsRequest)(nil),      // 6: ebbtable.cluster.v1.ListTabletsRequest
+	(*ListTabletsResponse)(nil),     // 7: ebbtable.cluster.v1.ListTabletsResponse
+	(*SplitTabletRequest)(nil),      // 8: ebbtable.cluster.v1.SplitTabletRequest
+	(*MergeTabletRequest)(nil),      // 9: ebbtable.cluster.v1.MergeTabletRequest
+	(*MoveTabletRequest)(nil),       // 10: ebbtable.cluster.v1.MoveTabletRequest
+	(*MoveTabletResponse)(nil),      // 11: ebbtable.cluster.v1.MoveTabletResponse
+	(*IngestSpanRequest)(nil),       // 12: ebbtable.cluster.v1.IngestSpanRequest
+	(*IngestSpanResponse)(nil),      // 13: ebbtable.cluster.v1.IngestSpanResponse
+	(*BackupRowsRequest)(nil),       // 14: ebbtable.cluster.v1.BackupRowsRequest
+	(*BackupRowsResponse)(nil),      // 15: ebbtable.cluster.v1.BackupRowsResponse
+	(*ChangeRecord)(nil),            // 16: ebbtable.cluster.v1.ChangeRecord
+	(*IngestChangesRequest)(nil),    // 17: ebbtable.cluster.v1.IngestChangesRequest
+	(*IngestChangesResponse)(nil),   // 18: ebbtable.cluster.v1.IngestChangesResponse
+	(*RestoreRowsRequest)(nil),      // 19: ebbtable.cluster.v1.RestoreRowsRequest
+	(*RestoreRowsResponse)(nil),     // 20: ebbtable.cluster.v1.RestoreRowsResponse
+	(*ApplyReplicatedRequest)(nil),  // 21: ebbtable.cluster.v1.ApplyReplicatedRequest
+	(*ApplyReplicatedResponse)(nil), // 22: ebbtable.cluster.v1.ApplyReplicatedResponse
 }
 var file_ebbtable_cluster_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: ebbtable.cluster.v1.ListNodesResponse.nodes:type_name -> ebbtable.cluster.v1.Node
 	5,  // 1: ebbtable.cluster.v1.ListTabletsResponse.tablets:type_name -> ebbtable.cluster.v1.Tablet
 	16, // 2: ebbtable.cluster.v1.IngestChangesRequest.records:type_name -> ebbtable.cluster.v1.ChangeRecord
-	1,  // 3: ebbtable.cluster.v1.Cluster.ListNodes:input_type -> ebbtable.cluster.v1.ListNodesRequest
-	3,  // 4: ebbtable.cluster.v1.Cluster.DrainNode:input_type -> ebbtable.cluster.v1.DrainNodeRequest
-	6,  // 5: ebbtable.cluster.v1.Cluster.ListTablets:input_type -> ebbtable.cluster.v1.ListTabletsRequest
-	8,  // 6: ebbtable.cluster.v1.Cluster.SplitTablet:input_type -> ebbtable.cluster.v1.SplitTabletRequest
-	9,  // 7: ebbtable.cluster.v1.Cluster.MergeTablet:input_type -> ebbtable.cluster.v1.MergeTabletRequest
-	10, // 8: ebbtable.cluster.v1.Cluster.MoveTablet:input_type -> ebbtable.cluster.v1.MoveTabletRequest
-	12, // 9: ebbtable.cluster.v1.Cluster.IngestSpan:input_type -> ebbtable.cluster.v1.IngestSpanRequest
-	14, // 10: ebbtable.cluster.v1.Cluster.BackupRows:input_type -> ebbtable.cluster.v1.BackupRowsRequest
-	17, // 11: ebbtable.cluster.v1.Cluster.IngestChanges:input_type -> ebbtable.cluster.v1.IngestChangesRequest
-	19, // 12: ebbtable.cluster.v1.Cluster.RestoreRows:input_type -> ebbtable.cluster.v1.RestoreRowsRequest
-	2,  // 13: ebbtable.cluster.v1.Cluster.ListNodes:output_type -> ebbtable.cluster.v1.ListNodesResponse
-	4,  // 14: ebbtable.cluster.v1.Cluster.DrainNode:output_type -> ebbtable.cluster.v1.DrainNodeResponse
-	7,  // 15: ebbtable.cluster.v1.Cluster.ListTablets:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	7,  // 16: ebbtable.cluster.v1.Cluster.SplitTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	7,  // 17: ebbtable.cluster.v1.Cluster.MergeTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	11, // 18: ebbtable.cluster.v1.Cluster.MoveTablet:output_type -> ebbtable.cluster.v1.MoveTabletResponse
-	13, // 19: ebbtable.cluster.v1.Cluster.IngestSpan:output_type -> ebbtable.cluster.v1.IngestSpanResponse
-	15, // 20: ebbtable.cluster.v1.Cluster.BackupRows:output_type -> ebbtable.cluster.v1.BackupRowsResponse
-	18, // 21: ebbtable.cluster.v1.Cluster.IngestChanges:output_type -> ebbtable.cluster.v1.IngestChangesResponse
-	20, // 22: ebbtable.cluster.v1.Cluster.RestoreRows:output_type -> ebbtable.cluster.v1.RestoreRowsResponse
-	13, // [13:23] is the sub-list for method output_type
-	3,  // [3:13] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	16, // 3: ebbtable.cluster.v1.ApplyReplicatedRequest.records:type_name -> ebbtable.cluster.v1.ChangeRecord
+	1,  // 4: ebbtable.cluster.v1.Cluster.ListNodes:input_type -> ebbtable.cluster.v1.ListNodesRequest
+	3,  // 5: ebbtable.cluster.v1.Cluster.DrainNode:input_type -> ebbtable.cluster.v1.DrainNodeRequest
+	6,  // 6: ebbtable.cluster.v1.Cluster.ListTablets:input_type -> ebbtable.cluster.v1.ListTabletsRequest
+	8,  // 7: ebbtable.cluster.v1.Cluster.SplitTablet:input_type -> ebbtable.cluster.v1.SplitTabletRequest
+	9,  // 8: ebbtable.cluster.v1.Cluster.MergeTablet:input_type -> ebbtable.cluster.v1.MergeTabletRequest
+	10, // 9: ebbtable.cluster.v1.Cluster.MoveTablet:input_type -> ebbtable.cluster.v1.MoveTabletRequest
+	12, // 10: ebbtable.cluster.v1.Cluster.IngestSpan:input_type -> ebbtable.cluster.v1.IngestSpanRequest
+	14, // 11: ebbtable.cluster.v1.Cluster.BackupRows:input_type -> ebbtable.cluster.v1.BackupRowsRequest
+	17, // 12: ebbtable.cluster.v1.Cluster.IngestChanges:input_type -> ebbtable.cluster.v1.IngestChangesRequest
+	19, // 13: ebbtable.cluster.v1.Cluster.RestoreRows:input_type -> ebbtable.cluster.v1.RestoreRowsRequest
+	21, // 14: ebbtable.cluster.v1.Cluster.ApplyReplicated:input_type -> ebbtable.cluster.v1.ApplyReplicatedRequest
+	2,  // 15: ebbtable.cluster.v1.Cluster.ListNodes:output_type -> ebbtable.cluster.v1.ListNodesResponse
+	4,  // 16: ebbtable.cluster.v1.Cluster.DrainNode:output_type -> ebbtable.cluster.v1.DrainNodeResponse
+	7,  // 17: ebbtable.cluster.v1.Cluster.ListTablets:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	7,  // 18: ebbtable.cluster.v1.Cluster.SplitTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	7,  // 19: ebbtable.cluster.v1.Cluster.MergeTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	11, // 20: ebbtable.cluster.v1.Cluster.MoveTablet:output_type -> ebbtable.cluster.v1.MoveTabletResponse
+	13, // 21: ebbtable.cluster.v1.Cluster.IngestSpan:output_type -> ebbtable.cluster.v1.IngestSpanResponse
+	15, // 22: ebbtable.cluster.v1.Cluster.BackupRows:output_type -> ebbtable.cluster.v1.BackupRowsResponse
+	18, // 23: ebbtable.cluster.v1.Cluster.IngestChanges:output_type -> ebbtable.cluster.v1.IngestChangesResponse
+	20, // 24: ebbtable.cluster.v1.Cluster.RestoreRows:output_type -> ebbtable.cluster.v1.RestoreRowsResponse
+	22, // 25: ebbtable.cluster.v1.Cluster.ApplyReplicated:output_type -> ebbtable.cluster.v1.ApplyReplicatedResponse
+	15, // [15:26] is the sub-list for method output_type
+	4,  // [4:15] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_ebbtable_cluster_v1_cluster_proto_init() }
@@ -1522,7 +1679,7 @@ func file_ebbtable_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ebbtable_cluster_v1_cluster_proto_rawDesc), len(file_ebbtable_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,16 +35,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Cluster_ListNodes_FullMethodName     = "/ebbtable.cluster.v1.Cluster/ListNodes"
-	Cluster_DrainNode_FullMethodName     = "/ebbtable.cluster.v1.Cluster/DrainNode"
-	Cluster_ListTablets_FullMethodName   = "/ebbtable.cluster.v1.Cluster/ListTablets"
-	Cluster_SplitTablet_FullMethodName   = "/ebbtable.cluster.v1.Cluster/SplitTablet"
-	Cluster_MergeTablet_FullMethodName   = "/ebbtable.cluster.v1.Cluster/MergeTablet"
-	Cluster_MoveTablet_FullMethodName    = "/ebbtable.cluster.v1.Cluster/MoveTablet"
-	Cluster_IngestSpan_FullMethodName    = "/ebbtable.cluster.v1.Cluster/IngestSpan"
-	Cluster_BackupRows_FullMethodName    = "/ebbtable.cluster.v1.Cluster/BackupRows"
-	Cluster_IngestChanges_FullMethodName = "/ebbtable.cluster.v1.Cluster/IngestChanges"
-	Cluster_RestoreRows_FullMethodName   = "/ebbtable.cluster.v1.Cluster/RestoreRows"
+	Cluster_ListNodes_FullMethodName       = "/ebbtable.cluster.v1.Cluster/ListNodes"
+	Cluster_DrainNode_FullMethodName       = "/ebbtable.cluster.v1.Cluster/DrainNode"
+	Cluster_ListTablets_FullMethodName     = "/ebbtable.cluster.v1.Cluster/ListTablets"
+	Cluster_SplitTablet_FullMethodName     = "/ebbtable.cluster.v1.Cluster/SplitTablet"
+	Cluster_MergeTablet_FullMethodName     = "/ebbtable.cluster.v1.Cluster/MergeTablet"
+	Cluster_MoveTablet_FullMethodName      = "/ebbtable.cluster.v1.Cluster/MoveTablet"
+	Cluster_IngestSpan_FullMethodName      = "/ebbtable.cluster.v1.Cluster/IngestSpan"
+	Cluster_BackupRows_FullMethodName      = "/ebbtable.cluster.v1.Cluster/BackupRows"
+	Cluster_IngestChanges_FullMethodName   = "/ebbtable.cluster.v1.Cluster/IngestChanges"
+	Cluster_RestoreRows_FullMethodName     = "/ebbtable.cluster.v1.Cluster/RestoreRows"
+	Cluster_ApplyReplicated_FullMethodName = "/ebbtable.cluster.v1.Cluster/ApplyReplicated"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -86,6 +87,12 @@ type ClusterClient interface {
 	// the restore's commit entry). A node the restore's coordinator calls;
 	// UNAVAILABLE when this node does not own them all.
 	RestoreRows(ctx context.Context, in *RestoreRowsRequest, opts ...grpc.CallOption) (*RestoreRowsResponse, error)
+	// ApplyReplicated applies a peer cluster's records of rows of one tablet
+	// this node owns, last-writer-wins, and answers once they are durable.
+	// The cluster's replication puller calls it (docs/replication.md,
+	// "Pulling into a cluster of several nodes"); UNAVAILABLE when this node
+	// does not own the tablet (it moved: the puller routes again).
+	ApplyReplicated(ctx context.Context, in *ApplyReplicatedRequest, opts ...grpc.CallOption) (*ApplyReplicatedResponse, error)
 }
 
 type clusterClient struct {
@@ -196,6 +203,16 @@ func (c *clusterClient) RestoreRows(ctx context.Context, in *RestoreRowsRequest,
 	return out, nil
 }
 
+func (c *clusterClient) ApplyReplicated(ctx context.Context, in *ApplyReplicatedRequest, opts ...grpc.CallOption) (*ApplyReplicatedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApplyReplicatedResponse)
+	err := c.cc.Invoke(ctx, Cluster_ApplyReplicated_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -235,6 +252,12 @@ type ClusterServer interface {
 	// the restore's commit entry). A node the restore's coordinator calls;
 	// UNAVAILABLE when this node does not own them all.
 	RestoreRows(context.Context, *RestoreRowsRequest) (*RestoreRowsResponse, error)
+	// ApplyReplicated applies a peer cluster's records of rows of one tablet
+	// this node owns, last-writer-wins, and answers once they are durable.
+	// The cluster's replication puller calls it (docs/replication.md,
+	// "Pulling into a cluster of several nodes"); UNAVAILABLE when this node
+	// does not own the tablet (it moved: the puller routes again).
+	ApplyReplicated(context.Context, *ApplyReplicatedRequest) (*ApplyReplicatedResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -274,6 +297,9 @@ func (UnimplementedClusterServer) IngestChanges(context.Context, *IngestChangesR
 }
 func (UnimplementedClusterServer) RestoreRows(context.Context, *RestoreRowsRequest) (*RestoreRowsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RestoreRows not implemented")
+}
+func (UnimplementedClusterServer) ApplyReplicated(context.Context, *ApplyReplicatedRequest) (*ApplyReplicatedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApplyReplicated not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -476,6 +502,24 @@ func _Cluster_RestoreRows_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_ApplyReplicated_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApplyReplicatedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).ApplyReplicated(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_ApplyReplicated_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).ApplyReplicated(ctx, req.(*ApplyReplicatedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -522,6 +566,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RestoreRows",
 			Handler:    _Cluster_RestoreRows_Handler,
+		},
+		{
+			MethodName: "ApplyReplicated",
+			Handler:    _Cluster_ApplyReplicated_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
