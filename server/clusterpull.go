@@ -517,3 +517,17 @@ func (c *clusterMember) applyReplSchema(e clusteretcd.SchemaEntry) (applyResult,
 	}
 	return applyResult{resp: &emptypb.Empty{}}, true
 }
+
+// ingestTombstones keeps a moved span's replication tombstones (the
+// target's half of a move), so a peer's write older than a delete made
+// before the move, arriving after it, stays deleted here as on the source.
+func (c *clusterMember) ingestTombstones(req *clusterpb.IngestSpanRequest) error {
+	if len(req.GetTombstones()) == 0 {
+		return nil
+	}
+	ref, err := parseTable(req.GetTable())
+	if err != nil {
+		return toStatus(err)
+	}
+	return toStatus(c.s.engine.PutTombstones(ref.instance, ref.table, []table.RowSpan{{Start: req.GetStart(), End: req.GetEnd()}}, req.GetTombstones()))
+}

@@ -183,6 +183,45 @@ func TestReplicationIntoClusterOfNodes(t *testing.T) {
 	<-done
 	eventually(t, "b's writes during a move and a split on c", same("t"))
 
+	// 3b. Last-writer-wins across a move: c deletes a row while b, not
+	// yet pulled from, writes to it (earlier); the row's tablet then moves
+	// before c applies b's write. The delete's tombstone moves with the
+	// span, so b's older write stays deleted on c as it is on b.
+	row := "h-b"
+	write(b.client, row, "kept until c deletes it")
+	eventually(t, "the row on c", same("t"))
+	sc.nodes["n1"].srv.repl.Pause("b")
+	lm := bigtable.NewMutation()
+	lm.Set("f", "late", 1000, []byte("older than c's delete"))
+	if err := b.client.Open("t").Apply(ctx, row, lm); err != nil {
+		t.Fatal(err)
+	}
+	dm := bigtable.NewMutation()
+	dm.DeleteRow()
+	if err := sc.nodes["n3"].client.Open("t").Apply(ctx, row, dm); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	delete(want, row)
+	mu.Unlock()
+	tabs, err = sc.nodes["n1"].ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: scaleTable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tb := range tabs.Tablets {
+		if string(tb.Start) <= row && (len(tb.End) == 0 || row < string(tb.End)) {
+			to := "n1"
+			if tb.Owner == "n1" {
+				to = "n2"
+			}
+			if _, err := sc.nodes["n1"].ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: tb.Id, To: to}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sc.nodes["n1"].srv.repl.Resume("b")
+	eventually(t, "c's delete and b's older write settled alike on both sides", same("t"))
+
 	// 4. Schema changes on b: a table, a family, a GC rule.
 	if err := b.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "s",
 		ColumnFamilies: map[string]bigtable.Family{"f": {GCPolicy: bigtable.MaxVersionsPolicy(3)}}}); err != nil {

@@ -758,7 +758,13 @@ type IngestSpanRequest struct {
 	Table  string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
 	Tablet uint64                 `protobuf:"varint,2,opt,name=tablet,proto3" json:"tablet,omitempty"`
 	// The source's export of the span (table.SpanExport's encoding).
-	Export        []byte `protobuf:"bytes,3,opt,name=export,proto3" json:"export,omitempty"`
+	Export []byte `protobuf:"bytes,3,opt,name=export,proto3" json:"export,omitempty"`
+	// The replication tombstones of the span's rows [start, end)
+	// (table.Engine.SpanTombstones' encoding), so a peer's older write that
+	// arrives after the move stays deleted on the target.
+	Tombstones    []byte `protobuf:"bytes,4,opt,name=tombstones,proto3" json:"tombstones,omitempty"`
+	Start         []byte `protobuf:"bytes,5,opt,name=start,proto3" json:"start,omitempty"`
+	End           []byte `protobuf:"bytes,6,opt,name=end,proto3" json:"end,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -810,6 +816,27 @@ func (x *IngestSpanRequest) GetTablet() uint64 {
 func (x *IngestSpanRequest) GetExport() []byte {
 	if x != nil {
 		return x.Export
+	}
+	return nil
+}
+
+func (x *IngestSpanRequest) GetTombstones() []byte {
+	if x != nil {
+		return x.Tombstones
+	}
+	return nil
+}
+
+func (x *IngestSpanRequest) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *IngestSpanRequest) GetEnd() []byte {
+	if x != nil {
+		return x.End
 	}
 	return nil
 }
@@ -1525,11 +1552,16 @@ const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
 	"local_keys\x18\x05 \x01(\x03R\tlocalKeys\x12\x1f\n" +
 	"\vshared_ssts\x18\x06 \x01(\x03R\n" +
 	"sharedSsts\x12\x16\n" +
-	"\x06millis\x18\a \x01(\x03R\x06millis\"Y\n" +
+	"\x06millis\x18\a \x01(\x03R\x06millis\"\xa1\x01\n" +
 	"\x11IngestSpanRequest\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x16\n" +
 	"\x06tablet\x18\x02 \x01(\x04R\x06tablet\x12\x16\n" +
-	"\x06export\x18\x03 \x01(\fR\x06export\"\x14\n" +
+	"\x06export\x18\x03 \x01(\fR\x06export\x12\x1e\n" +
+	"\n" +
+	"tombstones\x18\x04 \x01(\fR\n" +
+	"tombstones\x12\x14\n" +
+	"\x05start\x18\x05 \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\x06 \x01(\fR\x03end\"\x14\n" +
 	"\x12IngestSpanResponse\"\xa8\x01\n" +
 	"\x11BackupRowsRequest\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x14\n" +
