@@ -27,6 +27,19 @@ func (m *Member) PutReplCheckpoint(ctx context.Context, origin, table string, va
 	return nil
 }
 
+// ReplCheckpoint reads one table's checkpoint of a peer cluster, nil if
+// none.
+func (m *Member) ReplCheckpoint(ctx context.Context, origin, table string) ([]byte, error) {
+	resp, err := m.cli.Get(ctx, m.replCkptKey(origin, table))
+	if err != nil {
+		return nil, fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	return resp.Kvs[0].Value, nil
+}
+
 // ReplCheckpoints reads every table's checkpoint of a peer cluster, by
 // table.
 func (m *Member) ReplCheckpoints(ctx context.Context, origin string) (map[string][]byte, error) {

@@ -531,3 +531,37 @@ func (c *clusterMember) ingestTombstones(req *clusterpb.IngestSpanRequest) error
 	}
 	return toStatus(c.s.engine.PutTombstones(ref.instance, ref.table, []table.RowSpan{{Start: req.GetStart(), End: req.GetEnd()}}, req.GetTombstones()))
 }
+
+// replCheckpoint is where this cluster has applied a peer's records of a
+// table (what consistency checks, replication status and diff ask): the
+// engine's checkpoint, or in a cluster of several nodes the cluster's.
+func (s *Server) replCheckpoint(m *table.Meta, origin string) (changestream.Position, bool, error) {
+	if s.cluster == nil || s.cluster.sink == nil {
+		return s.engine.Checkpoint(m, origin)
+	}
+	return s.cluster.sink.current(m, origin)
+}
+
+// current is the cluster's checkpoint of a table: this node's own when it
+// pulls (ahead of etcd by at most an empty stretch), else etcd's.
+func (k *clusterSink) current(m *table.Meta, origin string) (changestream.Position, bool, error) {
+	name := tableRef{instance: m.Instance, table: m.Name}.name()
+	k.mu.Lock()
+	if k.leading && k.loaded[origin] {
+		v, ok := k.ckpt[ckptKey{origin, name}]
+		k.mu.Unlock()
+		return v.Position, ok && v.TableID == m.ID, nil
+	}
+	k.mu.Unlock()
+	ctx, cancel := etcdCtx()
+	defer cancel()
+	b, err := k.c.m.ReplCheckpoint(ctx, origin, name)
+	if err != nil || b == nil {
+		return changestream.Position{}, false, err
+	}
+	var v ckptValue
+	if err := json.Unmarshal(b, &v); err != nil {
+		return changestream.Position{}, false, err
+	}
+	return v.Position, v.TableID == m.ID, nil
+}

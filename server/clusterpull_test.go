@@ -129,6 +129,25 @@ func TestReplicationIntoClusterOfNodes(t *testing.T) {
 		t.Fatal("n1 should be the node that pulls")
 	}
 
+	// 1b. WaitForReplication through the official admin client: on b it
+	// returns once c applied b's writes (c answers from its checkpoints in
+	// etcd), on a node of c once b applied c's and c applied b's.
+	for i, l := range letters()[:6] {
+		write(b.client, l+"-wait", "b")
+		write(sc.nodes[live[i%3]].client, l+"-waitc", "c")
+	}
+	for _, adm := range []*bigtable.AdminClient{b.admin, sc.nodes["n3"].admin} {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		err := adm.WaitForReplication(wctx, "t")
+		cancel()
+		if err != nil {
+			t.Fatalf("WaitForReplication: %v", err)
+		}
+	}
+	if ok, diff := same("t")(); !ok {
+		t.Fatalf("after WaitForReplication on b and on n3: %s", diff)
+	}
+
 	// 2. Overwrites and deletes on b of cells either side wrote.
 	for i, l := range letters() {
 		switch i % 4 {
