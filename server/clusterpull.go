@@ -301,6 +301,9 @@ func (k *clusterSink) send(d tablets.Directory, t tablets.Tablet, origin string,
 // ApplyReplicated is an owner's half: a peer's records of rows of a tablet
 // this node owns.
 func (s *clusterService) ApplyReplicated(ctx context.Context, req *clusterpb.ApplyReplicatedRequest) (*clusterpb.ApplyReplicatedResponse, error) {
+	if s.c.m == nil {
+		return nil, status.Error(codes.Unavailable, "ebbtable: this node has not joined its cluster yet; retry")
+	}
 	if req.GetOrigin() == "" || len(req.GetRecords()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "ebbtable: ApplyReplicated needs an origin and records")
 	}
