@@ -37,3 +37,19 @@ type Engine interface {
 }
 
 var _ Engine = (*table.Engine)(nil)
+
+// Sink is the part of Engine a puller applies a peer's answers to: the
+// schema changes, the records and the checkpoints.
+type Sink interface {
+	Tables(instance string) []*table.Meta
+	Table(instance, name string) (*table.Meta, error)
+	CreateTable(instance, name string, spec table.TableSpec) (*table.Meta, error)
+	DeleteTableAt(instance, name string, st storage.Stamp) error
+	ModifyFamiliesAt(instance, name string, mods []table.FamilyMod, st storage.Stamp) (*table.Meta, error)
+	DroppedTables() ([]table.DroppedTable, error)
+	Checkpoint(m *table.Meta, origin string) (changestream.Position, bool, error)
+	ApplyReplicated(m *table.Meta, origin string, recs []changestream.Record, through changestream.Position) (table.ReplicaStats, error)
+	TrimTombstones(below int64) (int, error)
+}
+
+var _ Sink = Engine(nil)

@@ -60,8 +60,18 @@ type Options struct {
 	// DataDir names this cluster's data in messages.
 	DataDir string
 	// SourceOnly: this cluster answers its peers' pulls but runs no
-	// puller (a cluster of several nodes, docs/replication.md).
+	// puller.
 	SourceOnly bool
+	// Sink is where pulled records and schema changes go and where the
+	// checkpoints are kept; nil: Engine. A cluster of several nodes passes
+	// one that sends records to their rows' owners and keeps checkpoints
+	// in etcd (docs/replication.md, "Pulling into a cluster of several
+	// nodes").
+	Sink Sink
+	// Pulls says whether this process pulls now (a cluster of several
+	// nodes pulls through one node at a time); nil: always. The pullers of
+	// a process that does not pull wait, checking again every PullWait.
+	Pulls func() bool
 	// PullWait is how long a pull asks the peer to wait for news; 0:
 	// PullWait, negative: not at all.
 	PullWait time.Duration
@@ -111,6 +121,9 @@ func New(o Options) *Replicator {
 	}
 	if o.PullWait == 0 {
 		o.PullWait = PullWait
+	}
+	if o.Sink == nil {
+		o.Sink = o.Engine
 	}
 	if o.Advertised == nil {
 		o.Advertised = func() string { return "" }
@@ -217,6 +230,14 @@ func (r *Replicator) run(id string) {
 			}
 			continue
 		}
+		if r.o.Pulls != nil && !r.o.Pulls() {
+			select {
+			case <-r.o.Pace.After(max(r.o.PullWait, PullWait)):
+			case <-r.ctx.Done():
+				return
+			}
+			continue
+		}
 		if _, ok := r.o.Peers.Get(id); !ok {
 			r.mu.Lock()
 			r.links[id].running = false
@@ -270,7 +291,7 @@ func (r *Replicator) PullOnce(ctx context.Context, id string) error {
 }
 
 func (r *Replicator) pullOnce(ctx context.Context, id string) error {
-	e := r.o.Engine
+	e := r.o.Sink
 	req := PullRequest{Cluster: r.o.ClusterID, Addr: r.o.Advertised(), Wait: max(r.o.PullWait, 0), Limit: PullLimit, Positions: map[string]changestream.Position{}}
 	for _, m := range e.Tables("") {
 		p, ok, err := e.Checkpoint(m, id)
@@ -299,7 +320,7 @@ func (r *Replicator) pullOnce(ctx context.Context, id string) error {
 
 // apply applies a peer's answer.
 func (r *Replicator) apply(id string, out *PullResponse) error {
-	e := r.o.Engine
+	e := r.o.Sink
 	if out.Cluster != id {
 		p, _ := r.o.Peers.Get(id)
 		return fmt.Errorf("ebbtable: peer at %s is cluster %q, not %q", p.Addr, out.Cluster, id)
@@ -395,7 +416,7 @@ func (r *Replicator) trimTombstones() {
 	if len(peers) == 0 || low <= 0 {
 		return
 	}
-	if n, err := r.o.Engine.TrimTombstones(low); err != nil {
+	if n, err := r.o.Sink.TrimTombstones(low); err != nil {
 		r.o.Log.Warn("replication: trimming tombstones", "err", err)
 	} else if n > 0 {
 		r.o.Log.Debug("replication: trimmed tombstones", "count", n)

@@ -37,7 +37,7 @@ func SchemaOf(m *table.Meta) TableSchema {
 // syncSchemas makes local schemas follow a peer's newer ones: tables it
 // created, families it added, changed or dropped, tables it deleted.
 func (r *Replicator) syncSchemas(peer string, catalog []TableSchema, dropped []table.DroppedTable) error {
-	e, log := r.o.Engine, r.o.Log
+	e, log := r.o.Sink, r.o.Log
 	for _, d := range dropped {
 		m, err := e.Table(d.Instance, d.Name)
 		if err != nil || !m.Stamp.Less(d.Stamp) {
@@ -114,6 +114,6 @@ func (r *Replicator) adoptFamilies(m *table.Meta, ts TableSchema) error {
 		// Same families: take the stamp so the comparison settles.
 		mods = []table.FamilyMod{{Name: m.Families[0].Name, Update: true, KeepGC: true}}
 	}
-	_, err := r.o.Engine.ModifyFamiliesAt(m.Instance, m.Name, mods, ts.Stamp)
+	_, err := r.o.Sink.ModifyFamiliesAt(m.Instance, m.Name, mods, ts.Stamp)
 	return err
 }

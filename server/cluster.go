@@ -109,6 +109,8 @@ type clusterMember struct {
 	store   storage.ObjectStore
 	stop    chan struct{}
 	wg      sync.WaitGroup
+	// sink applies pulled replication records (clusterpull.go).
+	sink *clusterSink
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn // by address

@@ -169,8 +169,15 @@ func (c *clusterMember) moveTablet(ctx context.Context, tableName string, id uin
 		c.moves.WithLabelValues("failed").Inc()
 		return res, toStatus(err)
 	}
+	// The span's replication tombstones go along (clusterpull.go).
+	tombs, err := c.s.engine.SpanTombstones(ref.instance, ref.table, t.Start, t.End)
+	if err != nil {
+		c.moves.WithLabelValues("failed").Inc()
+		return res, toStatus(err)
+	}
 	// The target commits after everything this node committed (clusterrepl.go).
-	if _, err := clusterpb.NewClusterClient(cc).IngestSpan(c.withCommitFloor(ctx), &clusterpb.IngestSpanRequest{Table: tableName, Tablet: id, Export: b}); err != nil {
+	if _, err := clusterpb.NewClusterClient(cc).IngestSpan(c.withCommitFloor(ctx), &clusterpb.IngestSpanRequest{Table: tableName, Tablet: id, Export: b,
+		Tombstones: tombs, Start: t.Start, End: t.End}); err != nil {
 		c.moves.WithLabelValues("failed").Inc()
 		return res, fmt.Errorf("ebbtable: node %s could not ingest %s: %w", to, t, err)
 	}

@@ -45,11 +45,9 @@ import (
 // (clusteretcd.PutReplPeer), so every node records changes for them from
 // the moment they join, and each node mirrors them in its own peer set.
 //
-// A cluster of several nodes does not pull (it is a source only): applying
-// a peer's records would have to be routed to the tablets' owners, its
-// checkpoints kept cluster-wide and schema changes sent through the schema
-// log (the plan is in docs/replication.md). A process with --etcd refuses
-// --join, and it does not start pullers for the peers that join it.
+// A cluster of several nodes pulls from its peers through one node
+// (clusterpull.go). A process with --etcd still refuses --join: the initial
+// copy of another cluster into several nodes is not built.
 
 // metaReplLocal marks a pull or snapshot one node of a cluster asks of
 // another: answered from the receiving node's engine alone.
@@ -149,6 +147,11 @@ func (s *Server) clusterPeerLoop() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := s.syncClusterPeers(ctx); err != nil {
 			s.log.Debug("replication: reading the cluster's peers", "err", err)
+		}
+		if k := s.cluster.sink; k != nil {
+			if err := k.trimFromEtcd(ctx); err != nil { // clusterpull.go
+				s.log.Debug("replication: trimming tombstones", "err", err)
+			}
 		}
 		cancel()
 		select {

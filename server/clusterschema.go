@@ -189,6 +189,9 @@ func (c *clusterMember) applyMore(ctx context.Context, e clusteretcd.SchemaEntry
 		if r, ok := c.applyView(ctx, e); ok { // clusterviews.go
 			return r
 		}
+		if r, ok := c.applyReplSchema(e); ok { // clusterpull.go
+			return r
+		}
 		err = status.Errorf(codes.Unimplemented, "ebbtable: unknown schema change %q", e.Method)
 	}
 	return applyResult{resp: resp, err: err}

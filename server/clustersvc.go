@@ -265,5 +265,8 @@ func (s *clusterService) IngestSpan(ctx context.Context, req *clusterpb.IngestSp
 	if err := s.c.ingestSpan(ctx, req.Export); err != nil {
 		return nil, err
 	}
+	if err := s.c.ingestTombstones(req); err != nil { // clusterpull.go
+		return nil, err
+	}
 	return &clusterpb.IngestSpanResponse{}, nil
 }

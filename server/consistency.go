@@ -75,7 +75,7 @@ func (s *Server) tableState(ref tableRef, m *table.Meta) replication.TableState 
 	ts := replication.TableState{
 		Self: s.opts.ClusterID, Instance: ref.instance, Table: ref.table, Status: peerApplied{s},
 		Checkpoint: func(origin string) (int64, bool, error) {
-			p, ok, err := s.engine.Checkpoint(m, origin)
+			p, ok, err := s.replCheckpoint(m, origin) // clusterpull.go
 			return p.Commit, ok, err
 		},
 	}

@@ -38,7 +38,7 @@ func (s *Server) consoleReplication(m *table.Meta) console.ReplicationState {
 		cp := console.Peer{ID: p.ID, Addr: p.Addr, Ready: p.Ready, Healthy: s.peers.healthy(p.ID), Paused: s.repl.Paused(p.ID)}
 		cp.MaxDelay, cp.HasDelay = s.repl.MaxDelay(p.ID)
 		if m != nil {
-			if pos, ok, err := s.engine.Checkpoint(m, p.ID); err == nil && ok && pos.Commit > 0 && pos.Commit < math.MaxInt64 {
+			if pos, ok, err := s.replCheckpoint(m, p.ID); err == nil && ok && pos.Commit > 0 && pos.Commit < math.MaxInt64 {
 				cp.Applied = time.UnixMicro(pos.Commit).UTC()
 			}
 		}

@@ -148,7 +148,7 @@ func (a *ebbAdmin) ReplicationDiff(ctx context.Context, in *ebbadminpb.Replicati
 	d := replication.Diff{Engine: s.engine, Meta: m, Bounds: bounds,
 		Local: replication.DiffSide{ID: s.opts.ClusterID, Cutoffs: s.ageCutoffs(m), Applied: map[string]int64{}}}
 	for _, p := range s.peers.list() {
-		if pos, ok, err := s.engine.Checkpoint(m, p.ID); err == nil && ok {
+		if pos, ok, err := s.replCheckpoint(m, p.ID); err == nil && ok {
 			d.Local.Applied[p.ID] = pos.Commit
 		}
 	}

@@ -203,7 +203,7 @@ func (a *ebbAdmin) ReplicationStatus(ctx context.Context, in *ebbadminpb.Replica
 	for _, p := range s.peers.list() {
 		low := int64(math.MaxInt64)
 		for _, m := range metas {
-			pos, ok, err := s.engine.Checkpoint(m, p.ID)
+			pos, ok, err := s.replCheckpoint(m, p.ID) // clusterpull.go
 			if err != nil {
 				return nil, toStatus(err)
 			}

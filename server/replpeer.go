@@ -177,6 +177,7 @@ var pullMaxBytes = replication.PullMaxBytes
 
 // newReplicator wires package replication to the server.
 func newReplicator(s *Server) *replication.Replicator {
+	sink, pulls := s.pullSink() // clusterpull.go
 	return replication.New(replication.Options{
 		ClusterID:  s.opts.ClusterID,
 		Advertised: s.advertised,
@@ -192,8 +193,10 @@ func newReplicator(s *Server) *replication.Replicator {
 		AdoptMeta:  func(es []replication.MetaEntry) error { return s.inst.adoptPeerMeta(es) },
 		OnReady:    func(id string) { s.inst.peerReady(id) },
 		DataDir:    s.opts.DataDir,
-		// A cluster of several nodes is a source only (clusterrepl.go).
-		SourceOnly: s.cluster != nil,
+		// A cluster of several nodes pulls through one node, which sends
+		// the records to their owners (clusterpull.go).
+		Sink:  sink,
+		Pulls: pulls,
 		// Tests lower the budget (see pullMaxBytes).
 		PullMaxBytes: pullMaxBytes,
 	})

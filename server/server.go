@@ -194,9 +194,10 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	if cl != nil && opts.Join != "" {
-		// clusterrepl.go: a cluster of several nodes replicates to its
-		// peers but does not pull from them.
-		return nil, fmt.Errorf("%w: --join with --etcd: a cluster of several nodes cannot join another cluster (it is a replication source only); join the other cluster to it instead", errInvalid)
+		// clusterpull.go: the initial copy into a cluster of several
+		// nodes is not built; replication both ways is.
+		return nil, fmt.Errorf("%w: --join with --etcd: a cluster of several nodes cannot copy another cluster's data yet; "+
+			"start the other cluster's process with --join pointing at a node of this cluster instead (replication then runs both ways; docs/replication.md)", errInvalid)
 	}
 	eng, err := table.Open(table.Options{Dir: opts.DataDir, Shared: cl.sharedOptions(), Clock: opts.Clock, Logger: opts.Logger, Visibility: opts.Visibility,
 		MaxSyncDuration: opts.MaxSyncDuration, Ballast: opts.Ballast, UndeleteRetention: max(opts.UndeleteRetention, 0),

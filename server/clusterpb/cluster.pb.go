@@ -758,7 +758,13 @@ type IngestSpanRequest struct {
 	Table  string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
 	Tablet uint64                 `protobuf:"varint,2,opt,name=tablet,proto3" json:"tablet,omitempty"`
 	// The source's export of the span (table.SpanExport's encoding).
-	Export        []byte `protobuf:"bytes,3,opt,name=export,proto3" json:"export,omitempty"`
+	Export []byte `protobuf:"bytes,3,opt,name=export,proto3" json:"export,omitempty"`
+	// The replication tombstones of the span's rows [start, end)
+	// (table.Engine.SpanTombstones' encoding), so a peer's older write that
+	// arrives after the move stays deleted on the target.
+	Tombstones    []byte `protobuf:"bytes,4,opt,name=tombstones,proto3" json:"tombstones,omitempty"`
+	Start         []byte `protobuf:"bytes,5,opt,name=start,proto3" json:"start,omitempty"`
+	End           []byte `protobuf:"bytes,6,opt,name=end,proto3" json:"end,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -810,6 +816,27 @@ func (x *IngestSpanRequest) GetTablet() uint64 {
 func (x *IngestSpanRequest) GetExport() []byte {
 	if x != nil {
 		return x.Export
+	}
+	return nil
+}
+
+func (x *IngestSpanRequest) GetTombstones() []byte {
+	if x != nil {
+		return x.Tombstones
+	}
+	return nil
+}
+
+func (x *IngestSpanRequest) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *IngestSpanRequest) GetEnd() []byte {
+	if x != nil {
+		return x.End
 	}
 	return nil
 }
@@ -1576,6 +1603,145 @@ func (x *ViewGroup) GetState() []byte {
 	return nil
 }
 
+type ApplyReplicatedRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Table string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	// The tablet the puller routed the records to, by the directory of
+	// revision `revision`.
+	Tablet   uint64 `protobuf:"varint,2,opt,name=tablet,proto3" json:"tablet,omitempty"`
+	Revision int64  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The peer cluster the records originated on.
+	Origin        string          `protobuf:"bytes,4,opt,name=origin,proto3" json:"origin,omitempty"`
+	Records       []*ChangeRecord `protobuf:"bytes,5,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyReplicatedRequest) Reset() {
+	*x = ApplyReplicatedRequest{}
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyReplicatedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyReplicatedRequest) ProtoMessage() {}
+
+func (x *ApplyReplicatedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyReplicatedRequest.ProtoReflect.Descriptor instead.
+func (*ApplyReplicatedRequest) Descriptor() ([]byte, []int) {
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ApplyReplicatedRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *ApplyReplicatedRequest) GetTablet() uint64 {
+	if x != nil {
+		return x.Tablet
+	}
+	return 0
+}
+
+func (x *ApplyReplicatedRequest) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ApplyReplicatedRequest) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *ApplyReplicatedRequest) GetRecords() []*ChangeRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+type ApplyReplicatedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Applied       int64                  `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
+	Superseded    int64                  `protobuf:"varint,2,opt,name=superseded,proto3" json:"superseded,omitempty"`
+	Skipped       int64                  `protobuf:"varint,3,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyReplicatedResponse) Reset() {
+	*x = ApplyReplicatedResponse{}
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyReplicatedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyReplicatedResponse) ProtoMessage() {}
+
+func (x *ApplyReplicatedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyReplicatedResponse.ProtoReflect.Descriptor instead.
+func (*ApplyReplicatedResponse) Descriptor() ([]byte, []int) {
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ApplyReplicatedResponse) GetApplied() int64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+func (x *ApplyReplicatedResponse) GetSuperseded() int64 {
+	if x != nil {
+		return x.Superseded
+	}
+	return 0
+}
+
+func (x *ApplyReplicatedResponse) GetSkipped() int64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
 var File_ebbtable_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
@@ -1628,11 +1794,16 @@ const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
 	"local_keys\x18\x05 \x01(\x03R\tlocalKeys\x12\x1f\n" +
 	"\vshared_ssts\x18\x06 \x01(\x03R\n" +
 	"sharedSsts\x12\x16\n" +
-	"\x06millis\x18\a \x01(\x03R\x06millis\"Y\n" +
+	"\x06millis\x18\a \x01(\x03R\x06millis\"\xa1\x01\n" +
 	"\x11IngestSpanRequest\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x16\n" +
 	"\x06tablet\x18\x02 \x01(\x04R\x06tablet\x12\x16\n" +
-	"\x06export\x18\x03 \x01(\fR\x06export\"\x14\n" +
+	"\x06export\x18\x03 \x01(\fR\x06export\x12\x1e\n" +
+	"\n" +
+	"tombstones\x18\x04 \x01(\fR\n" +
+	"tombstones\x12\x14\n" +
+	"\x05start\x18\x05 \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\x06 \x01(\fR\x03end\"\x14\n" +
 	"\x12IngestSpanResponse\"\xa8\x01\n" +
 	"\x11BackupRowsRequest\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x14\n" +
@@ -1685,7 +1856,19 @@ const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x06groups\x18\x01 \x03(\v2\x1e.ebbtable.cluster.v1.ViewGroupR\x06groups\"1\n" +
 	"\tViewGroup\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
-	"\x05state\x18\x02 \x01(\fR\x05state2\xb2\b\n" +
+	"\x05state\x18\x02 \x01(\fR\x05state\"\xb7\x01\n" +
+	"\x16ApplyReplicatedRequest\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\tR\x05table\x12\x16\n" +
+	"\x06tablet\x18\x02 \x01(\x04R\x06tablet\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x16\n" +
+	"\x06origin\x18\x04 \x01(\tR\x06origin\x12;\n" +
+	"\arecords\x18\x05 \x03(\v2!.ebbtable.cluster.v1.ChangeRecordR\arecords\"m\n" +
+	"\x17ApplyReplicatedResponse\x12\x18\n" +
+	"\aapplied\x18\x01 \x01(\x03R\aapplied\x12\x1e\n" +
+	"\n" +
+	"superseded\x18\x02 \x01(\x03R\n" +
+	"superseded\x12\x18\n" +
+	"\askipped\x18\x03 \x01(\x03R\askipped2\xa0\t\n" +
 	"\aCluster\x12Z\n" +
 	"\tListNodes\x12%.ebbtable.cluster.v1.ListNodesRequest\x1a&.ebbtable.cluster.v1.ListNodesResponse\x12Z\n" +
 	"\tDrainNode\x12%.ebbtable.cluster.v1.DrainNodeRequest\x1a&.ebbtable.cluster.v1.DrainNodeResponse\x12`\n" +
@@ -1700,7 +1883,8 @@ const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
 	"BackupRows\x12&.ebbtable.cluster.v1.BackupRowsRequest\x1a'.ebbtable.cluster.v1.BackupRowsResponse\x12f\n" +
 	"\rIngestChanges\x12).ebbtable.cluster.v1.IngestChangesRequest\x1a*.ebbtable.cluster.v1.IngestChangesResponse\x12`\n" +
 	"\vRestoreRows\x12'.ebbtable.cluster.v1.RestoreRowsRequest\x1a(.ebbtable.cluster.v1.RestoreRowsResponse\x12b\n" +
-	"\vViewPartial\x12'.ebbtable.cluster.v1.ViewPartialRequest\x1a(.ebbtable.cluster.v1.ViewPartialResponse0\x01B/Z-github.com/ebbtable/ebbtable/server/clusterpbb\x06proto3"
+	"\vViewPartial\x12'.ebbtable.cluster.v1.ViewPartialRequest\x1a(.ebbtable.cluster.v1.ViewPartialResponse0\x01\x12l\n" +
+	"\x0fApplyReplicated\x12+.ebbtable.cluster.v1.ApplyReplicatedRequest\x1a,.ebbtable.cluster.v1.ApplyReplicatedResponseB/Z-github.com/ebbtable/ebbtable/server/clusterpbb\x06proto3"
 
 var (
 	file_ebbtable_cluster_v1_cluster_proto_rawDescOnce sync.Once
@@ -1714,33 +1898,35 @@ func file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_ebbtable_cluster_v1_cluster_proto_rawDescData
 }
 
-var file_ebbtable_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_ebbtable_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_ebbtable_cluster_v1_cluster_proto_goTypes = []any{
-	(*Node)(nil),                  // 0: ebbtable.cluster.v1.Node
-	(*ListNodesRequest)(nil),      // 1: ebbtable.cluster.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),     // 2: ebbtable.cluster.v1.ListNodesResponse
-	(*DrainNodeRequest)(nil),      // 3: ebbtable.cluster.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),     // 4: ebbtable.cluster.v1.DrainNodeResponse
-	(*Tablet)(nil),                // 5: ebbtable.cluster.v1.Tablet
-	(*ListTabletsRequest)(nil),    // 6: ebbtable.cluster.v1.ListTabletsRequest
-	(*ListTabletsResponse)(nil),   // 7: ebbtable.cluster.v1.ListTabletsResponse
-	(*SplitTabletRequest)(nil),    // 8: ebbtable.cluster.v1.SplitTabletRequest
-	(*MergeTabletRequest)(nil),    // 9: ebbtable.cluster.v1.MergeTabletRequest
-	(*MoveTabletRequest)(nil),     // 10: ebbtable.cluster.v1.MoveTabletRequest
-	(*MoveTabletResponse)(nil),    // 11: ebbtable.cluster.v1.MoveTabletResponse
-	(*IngestSpanRequest)(nil),     // 12: ebbtable.cluster.v1.IngestSpanRequest
-	(*IngestSpanResponse)(nil),    // 13: ebbtable.cluster.v1.IngestSpanResponse
-	(*BackupRowsRequest)(nil),     // 14: ebbtable.cluster.v1.BackupRowsRequest
-	(*BackupRowsResponse)(nil),    // 15: ebbtable.cluster.v1.BackupRowsResponse
-	(*ChangeRecord)(nil),          // 16: ebbtable.cluster.v1.ChangeRecord
-	(*IngestChangesRequest)(nil),  // 17: ebbtable.cluster.v1.IngestChangesRequest
-	(*IngestChangesResponse)(nil), // 18: ebbtable.cluster.v1.IngestChangesResponse
-	(*RestoreRowsRequest)(nil),    // 19: ebbtable.cluster.v1.RestoreRowsRequest
-	(*RestoreRowsResponse)(nil),   // 20: ebbtable.cluster.v1.RestoreRowsResponse
-	(*ViewPartialRequest)(nil),    // 21: ebbtable.cluster.v1.ViewPartialRequest
-	(*ViewKeyRange)(nil),          // 22: ebbtable.cluster.v1.ViewKeyRange
-	(*ViewPartialResponse)(nil),   // 23: ebbtable.cluster.v1.ViewPartialResponse
-	(*ViewGroup)(nil),             // 24: ebbtable.cluster.v1.ViewGroup
+	(*Node)(nil),                    // 0: ebbtable.cluster.v1.Node
+	(*ListNodesRequest)(nil),        // 1: ebbtable.cluster.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),       // 2: ebbtable.cluster.v1.ListNodesResponse
+	(*DrainNodeRequest)(nil),        // 3: ebbtable.cluster.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),       // 4: ebbtable.cluster.v1.DrainNodeResponse
+	(*Tablet)(nil),                  // 5: ebbtable.cluster.v1.Tablet
+	(*ListTabletsRequest)(nil),      // 6: ebbtable.cluster.v1.ListTabletsRequest
+	(*ListTabletsResponse)(nil),     // 7: ebbtable.cluster.v1.ListTabletsResponse
+	(*SplitTabletRequest)(nil),      // 8: ebbtable.cluster.v1.SplitTabletRequest
+	(*MergeTabletRequest)(nil),      // 9: ebbtable.cluster.v1.MergeTabletRequest
+	(*MoveTabletRequest)(nil),       // 10: ebbtable.cluster.v1.MoveTabletRequest
+	(*MoveTabletResponse)(nil),      // 11: ebbtable.cluster.v1.MoveTabletResponse
+	(*IngestSpanRequest)(nil),       // 12: ebbtable.cluster.v1.IngestSpanRequest
+	(*IngestSpanResponse)(nil),      // 13: ebbtable.cluster.v1.IngestSpanResponse
+	(*BackupRowsRequest)(nil),       // 14: ebbtable.cluster.v1.BackupRowsRequest
+	(*BackupRowsResponse)(nil),      // 15: ebbtable.cluster.v1.BackupRowsResponse
+	(*ChangeRecord)(nil),            // 16: ebbtable.cluster.v1.ChangeRecord
+	(*IngestChangesRequest)(nil),    // 17: ebbtable.cluster.v1.IngestChangesRequest
+	(*IngestChangesResponse)(nil),   // 18: ebbtable.cluster.v1.IngestChangesResponse
+	(*RestoreRowsRequest)(nil),      // 19: ebbtable.cluster.v1.RestoreRowsRequest
+	(*RestoreRowsResponse)(nil),     // 20: ebbtable.cluster.v1.RestoreRowsResponse
+	(*ViewPartialRequest)(nil),      // 21: ebbtable.cluster.v1.ViewPartialRequest
+	(*ViewKeyRange)(nil),            // 22: ebbtable.cluster.v1.ViewKeyRange
+	(*ViewPartialResponse)(nil),     // 23: ebbtable.cluster.v1.ViewPartialResponse
+	(*ViewGroup)(nil),               // 24: ebbtable.cluster.v1.ViewGroup
+	(*ApplyReplicatedRequest)(nil),  // 25: ebbtable.cluster.v1.ApplyReplicatedRequest
+	(*ApplyReplicatedResponse)(nil), // 26: ebbtable.cluster.v1.ApplyReplicatedResponse
 }
 var file_ebbtable_cluster_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: ebbtable.cluster.v1.ListNodesResponse.nodes:type_name -> ebbtable.cluster.v1.Node
@@ -1749,33 +1935,36 @@ var file_ebbtable_cluster_v1_cluster_proto_depIdxs = []int32{
 	5,  // 3: ebbtable.cluster.v1.ViewPartialRequest.tablets:type_name -> ebbtable.cluster.v1.Tablet
 	22, // 4: ebbtable.cluster.v1.ViewPartialRequest.ranges:type_name -> ebbtable.cluster.v1.ViewKeyRange
 	24, // 5: ebbtable.cluster.v1.ViewPartialResponse.groups:type_name -> ebbtable.cluster.v1.ViewGroup
-	1,  // 6: ebbtable.cluster.v1.Cluster.ListNodes:input_type -> ebbtable.cluster.v1.ListNodesRequest
-	3,  // 7: ebbtable.cluster.v1.Cluster.DrainNode:input_type -> ebbtable.cluster.v1.DrainNodeRequest
-	6,  // 8: ebbtable.cluster.v1.Cluster.ListTablets:input_type -> ebbtable.cluster.v1.ListTabletsRequest
-	8,  // 9: ebbtable.cluster.v1.Cluster.SplitTablet:input_type -> ebbtable.cluster.v1.SplitTabletRequest
-	9,  // 10: ebbtable.cluster.v1.Cluster.MergeTablet:input_type -> ebbtable.cluster.v1.MergeTabletRequest
-	10, // 11: ebbtable.cluster.v1.Cluster.MoveTablet:input_type -> ebbtable.cluster.v1.MoveTabletRequest
-	12, // 12: ebbtable.cluster.v1.Cluster.IngestSpan:input_type -> ebbtable.cluster.v1.IngestSpanRequest
-	14, // 13: ebbtable.cluster.v1.Cluster.BackupRows:input_type -> ebbtable.cluster.v1.BackupRowsRequest
-	17, // 14: ebbtable.cluster.v1.Cluster.IngestChanges:input_type -> ebbtable.cluster.v1.IngestChangesRequest
-	19, // 15: ebbtable.cluster.v1.Cluster.RestoreRows:input_type -> ebbtable.cluster.v1.RestoreRowsRequest
-	21, // 16: ebbtable.cluster.v1.Cluster.ViewPartial:input_type -> ebbtable.cluster.v1.ViewPartialRequest
-	2,  // 17: ebbtable.cluster.v1.Cluster.ListNodes:output_type -> ebbtable.cluster.v1.ListNodesResponse
-	4,  // 18: ebbtable.cluster.v1.Cluster.DrainNode:output_type -> ebbtable.cluster.v1.DrainNodeResponse
-	7,  // 19: ebbtable.cluster.v1.Cluster.ListTablets:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	7,  // 20: ebbtable.cluster.v1.Cluster.SplitTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	7,  // 21: ebbtable.cluster.v1.Cluster.MergeTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	11, // 22: ebbtable.cluster.v1.Cluster.MoveTablet:output_type -> ebbtable.cluster.v1.MoveTabletResponse
-	13, // 23: ebbtable.cluster.v1.Cluster.IngestSpan:output_type -> ebbtable.cluster.v1.IngestSpanResponse
-	15, // 24: ebbtable.cluster.v1.Cluster.BackupRows:output_type -> ebbtable.cluster.v1.BackupRowsResponse
-	18, // 25: ebbtable.cluster.v1.Cluster.IngestChanges:output_type -> ebbtable.cluster.v1.IngestChangesResponse
-	20, // 26: ebbtable.cluster.v1.Cluster.RestoreRows:output_type -> ebbtable.cluster.v1.RestoreRowsResponse
-	23, // 27: ebbtable.cluster.v1.Cluster.ViewPartial:output_type -> ebbtable.cluster.v1.ViewPartialResponse
-	17, // [17:28] is the sub-list for method output_type
-	6,  // [6:17] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	16, // 6: ebbtable.cluster.v1.ApplyReplicatedRequest.records:type_name -> ebbtable.cluster.v1.ChangeRecord
+	1,  // 7: ebbtable.cluster.v1.Cluster.ListNodes:input_type -> ebbtable.cluster.v1.ListNodesRequest
+	3,  // 8: ebbtable.cluster.v1.Cluster.DrainNode:input_type -> ebbtable.cluster.v1.DrainNodeRequest
+	6,  // 9: ebbtable.cluster.v1.Cluster.ListTablets:input_type -> ebbtable.cluster.v1.ListTabletsRequest
+	8,  // 10: ebbtable.cluster.v1.Cluster.SplitTablet:input_type -> ebbtable.cluster.v1.SplitTabletRequest
+	9,  // 11: ebbtable.cluster.v1.Cluster.MergeTablet:input_type -> ebbtable.cluster.v1.MergeTabletRequest
+	10, // 12: ebbtable.cluster.v1.Cluster.MoveTablet:input_type -> ebbtable.cluster.v1.MoveTabletRequest
+	12, // 13: ebbtable.cluster.v1.Cluster.IngestSpan:input_type -> ebbtable.cluster.v1.IngestSpanRequest
+	14, // 14: ebbtable.cluster.v1.Cluster.BackupRows:input_type -> ebbtable.cluster.v1.BackupRowsRequest
+	17, // 15: ebbtable.cluster.v1.Cluster.IngestChanges:input_type -> ebbtable.cluster.v1.IngestChangesRequest
+	19, // 16: ebbtable.cluster.v1.Cluster.RestoreRows:input_type -> ebbtable.cluster.v1.RestoreRowsRequest
+	21, // 17: ebbtable.cluster.v1.Cluster.ViewPartial:input_type -> ebbtable.cluster.v1.ViewPartialRequest
+	25, // 18: ebbtable.cluster.v1.Cluster.ApplyReplicated:input_type -> ebbtable.cluster.v1.ApplyReplicatedRequest
+	2,  // 19: ebbtable.cluster.v1.Cluster.ListNodes:output_type -> ebbtable.cluster.v1.ListNodesResponse
+	4,  // 20: ebbtable.cluster.v1.Cluster.DrainNode:output_type -> ebbtable.cluster.v1.DrainNodeResponse
+	7,  // 21: ebbtable.cluster.v1.Cluster.ListTablets:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	7,  // 22: ebbtable.cluster.v1.Cluster.SplitTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	7,  // 23: ebbtable.cluster.v1.Cluster.MergeTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	11, // 24: ebbtable.cluster.v1.Cluster.MoveTablet:output_type -> ebbtable.cluster.v1.MoveTabletResponse
+	13, // 25: ebbtable.cluster.v1.Cluster.IngestSpan:output_type -> ebbtable.cluster.v1.IngestSpanResponse
+	15, // 26: ebbtable.cluster.v1.Cluster.BackupRows:output_type -> ebbtable.cluster.v1.BackupRowsResponse
+	18, // 27: ebbtable.cluster.v1.Cluster.IngestChanges:output_type -> ebbtable.cluster.v1.IngestChangesResponse
+	20, // 28: ebbtable.cluster.v1.Cluster.RestoreRows:output_type -> ebbtable.cluster.v1.RestoreRowsResponse
+	23, // 29: ebbtable.cluster.v1.Cluster.ViewPartial:output_type -> ebbtable.cluster.v1.ViewPartialResponse
+	26, // 30: ebbtable.cluster.v1.Cluster.ApplyReplicated:output_type -> ebbtable.cluster.v1.ApplyReplicatedResponse
+	19, // [19:31] is the sub-list for method output_type
+	7,  // [7:19] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_ebbtable_cluster_v1_cluster_proto_init() }
@@ -1789,7 +1978,7 @@ func file_ebbtable_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ebbtable_cluster_v1_cluster_proto_rawDesc), len(file_ebbtable_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

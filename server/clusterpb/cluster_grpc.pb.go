@@ -35,17 +35,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Cluster_ListNodes_FullMethodName     = "/ebbtable.cluster.v1.Cluster/ListNodes"
-	Cluster_DrainNode_FullMethodName     = "/ebbtable.cluster.v1.Cluster/DrainNode"
-	Cluster_ListTablets_FullMethodName   = "/ebbtable.cluster.v1.Cluster/ListTablets"
-	Cluster_SplitTablet_FullMethodName   = "/ebbtable.cluster.v1.Cluster/SplitTablet"
-	Cluster_MergeTablet_FullMethodName   = "/ebbtable.cluster.v1.Cluster/MergeTablet"
-	Cluster_MoveTablet_FullMethodName    = "/ebbtable.cluster.v1.Cluster/MoveTablet"
-	Cluster_IngestSpan_FullMethodName    = "/ebbtable.cluster.v1.Cluster/IngestSpan"
-	Cluster_BackupRows_FullMethodName    = "/ebbtable.cluster.v1.Cluster/BackupRows"
-	Cluster_IngestChanges_FullMethodName = "/ebbtable.cluster.v1.Cluster/IngestChanges"
-	Cluster_RestoreRows_FullMethodName   = "/ebbtable.cluster.v1.Cluster/RestoreRows"
-	Cluster_ViewPartial_FullMethodName   = "/ebbtable.cluster.v1.Cluster/ViewPartial"
+	Cluster_ListNodes_FullMethodName       = "/ebbtable.cluster.v1.Cluster/ListNodes"
+	Cluster_DrainNode_FullMethodName       = "/ebbtable.cluster.v1.Cluster/DrainNode"
+	Cluster_ListTablets_FullMethodName     = "/ebbtable.cluster.v1.Cluster/ListTablets"
+	Cluster_SplitTablet_FullMethodName     = "/ebbtable.cluster.v1.Cluster/SplitTablet"
+	Cluster_MergeTablet_FullMethodName     = "/ebbtable.cluster.v1.Cluster/MergeTablet"
+	Cluster_MoveTablet_FullMethodName      = "/ebbtable.cluster.v1.Cluster/MoveTablet"
+	Cluster_IngestSpan_FullMethodName      = "/ebbtable.cluster.v1.Cluster/IngestSpan"
+	Cluster_BackupRows_FullMethodName      = "/ebbtable.cluster.v1.Cluster/BackupRows"
+	Cluster_IngestChanges_FullMethodName   = "/ebbtable.cluster.v1.Cluster/IngestChanges"
+	Cluster_RestoreRows_FullMethodName     = "/ebbtable.cluster.v1.Cluster/RestoreRows"
+	Cluster_ViewPartial_FullMethodName     = "/ebbtable.cluster.v1.Cluster/ViewPartial"
+	Cluster_ApplyReplicated_FullMethodName = "/ebbtable.cluster.v1.Cluster/ApplyReplicated"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -94,6 +95,12 @@ type ClusterClient interface {
 	// exactly those (a move or split since), FAILED_PRECONDITION when the
 	// view's state cannot be merged (it is computed on read).
 	ViewPartial(ctx context.Context, in *ViewPartialRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ViewPartialResponse], error)
+	// ApplyReplicated applies a peer cluster's records of rows of one tablet
+	// this node owns, last-writer-wins, and answers once they are durable.
+	// The cluster's replication puller calls it (docs/replication.md,
+	// "Pulling into a cluster of several nodes"); UNAVAILABLE when this node
+	// does not own the tablet (it moved: the puller routes again).
+	ApplyReplicated(ctx context.Context, in *ApplyReplicatedRequest, opts ...grpc.CallOption) (*ApplyReplicatedResponse, error)
 }
 
 type clusterClient struct {
@@ -223,6 +230,16 @@ func (c *clusterClient) ViewPartial(ctx context.Context, in *ViewPartialRequest,
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Cluster_ViewPartialClient = grpc.ServerStreamingClient[ViewPartialResponse]
 
+func (c *clusterClient) ApplyReplicated(ctx context.Context, in *ApplyReplicatedRequest, opts ...grpc.CallOption) (*ApplyReplicatedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApplyReplicatedResponse)
+	err := c.cc.Invoke(ctx, Cluster_ApplyReplicated_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -269,6 +286,12 @@ type ClusterServer interface {
 	// exactly those (a move or split since), FAILED_PRECONDITION when the
 	// view's state cannot be merged (it is computed on read).
 	ViewPartial(*ViewPartialRequest, grpc.ServerStreamingServer[ViewPartialResponse]) error
+	// ApplyReplicated applies a peer cluster's records of rows of one tablet
+	// this node owns, last-writer-wins, and answers once they are durable.
+	// The cluster's replication puller calls it (docs/replication.md,
+	// "Pulling into a cluster of several nodes"); UNAVAILABLE when this node
+	// does not own the tablet (it moved: the puller routes again).
+	ApplyReplicated(context.Context, *ApplyReplicatedRequest) (*ApplyReplicatedResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -311,6 +334,9 @@ func (UnimplementedClusterServer) RestoreRows(context.Context, *RestoreRowsReque
 }
 func (UnimplementedClusterServer) ViewPartial(*ViewPartialRequest, grpc.ServerStreamingServer[ViewPartialResponse]) error {
 	return status.Error(codes.Unimplemented, "method ViewPartial not implemented")
+}
+func (UnimplementedClusterServer) ApplyReplicated(context.Context, *ApplyReplicatedRequest) (*ApplyReplicatedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ApplyReplicated not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -524,6 +550,24 @@ func _Cluster_ViewPartial_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Cluster_ViewPartialServer = grpc.ServerStreamingServer[ViewPartialResponse]
 
+func _Cluster_ApplyReplicated_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApplyReplicatedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).ApplyReplicated(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_ApplyReplicated_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).ApplyReplicated(ctx, req.(*ApplyReplicatedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -570,6 +614,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RestoreRows",
 			Handler:    _Cluster_RestoreRows_Handler,
+		},
+		{
+			MethodName: "ApplyReplicated",
+			Handler:    _Cluster_ApplyReplicated_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
