@@ -106,15 +106,13 @@ func TestSparseDeletionsAreLeftPending(t *testing.T) {
 	e := newEnv(t, table.HideEligible, Options{Pause: -1})
 	e.create(t, "t", map[string]string{"cf": "never"})
 	now := e.now()
-	rng := rand.New(rand.NewPCG(1, 2))
+	rng := rand.NewChaCha8([32]byte{1, 2})
 	var entries []table.RowMutation
 	for r := 0; r < 2000; r++ {
 		var muts []table.Mutation
 		for v := int64(0); v < 5; v++ {
 			val := make([]byte, 1024)
-			for i := range val {
-				val[i] = byte(rng.Uint32()) // incompressible: disk size follows logical size
-			}
+			rng.Read(val) // incompressible: disk size follows logical size
 			muts = append(muts, table.Mutation{Kind: table.SetCell, Family: "cf", Qualifier: []byte("q"), Timestamp: now - v*1000, Value: val})
 		}
 		entries = append(entries, table.RowMutation{Row: []byte(fmt.Sprintf("row%05d", r)), Mutations: muts})

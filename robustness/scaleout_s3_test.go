@@ -86,7 +86,7 @@ func TestScaleOutKillNineS3(t *testing.T) {
 		t.Setenv(k, "")
 	}
 	start := time.Now()
-	scaleOutKillNineOn(t, "s3://ebb/cluster", 3000, "--s3-endpoint", endpoint)
+	scaleOutKillNineOn(t, "s3://ebb/cluster", 1500, "--s3-endpoint", endpoint)
 	// Objects landed in the bucket: list it (moto answers unsigned GETs).
 	resp, err := http.Get(endpoint + "/ebb?list-type=2&prefix=cluster/")
 	if err != nil {

@@ -124,7 +124,7 @@ func scaleOutKillNine(t *testing.T, failover bool) {
 	if failover {
 		extra = []string{"--failover", "--checkpoint-interval", "2s"}
 	}
-	scaleOutKillNineOn(t, t.TempDir(), 3000, extra...)
+	scaleOutKillNineOn(t, t.TempDir(), 1500, extra...)
 }
 
 // scaleOutKillNineOn runs the test on shared storage shared (a directory

@@ -284,7 +284,11 @@ func TestClusterChangeStreamAcrossMoves(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-	waitAcked := func(n int) {
+	// Each step waits for this many more acknowledged writes (the writer
+	// keeps writing through every split, move and merge as well).
+	const perStep = 40
+	waitAcked := func(steps int) {
+		n := steps * perStep
 		testkit.Eventually(t, "more writes", 20*time.Second, func() (bool, string) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -332,7 +336,7 @@ func TestClusterChangeStreamAcrossMoves(t *testing.T) {
 		}
 		f.flush()
 	}
-	waitAcked(100)
+	waitAcked(1)
 	// Cells the collector will delete in a tablet that moves first.
 	gcTbl := sc.nodes["n3"].client.Open("t")
 	for _, ts := range []bigtable.Timestamp{1000, 2000} {
@@ -343,24 +347,24 @@ func TestClusterChangeStreamAcrossMoves(t *testing.T) {
 		}
 	}
 	split("d") // 1: [,d) [d,g)
-	waitAcked(200)
+	waitAcked(2)
 	move("a", "") // 2: [,d), holding b-gc, to another node
-	waitAcked(300)
+	waitAcked(3)
 	move("e", tabletAt("a").Owner) // 3: [d,g) to [,d)'s owner
-	waitAcked(400)
+	waitAcked(4)
 	split("t") // 4
-	waitAcked(500)
+	waitAcked(5)
 	move("q", "") // 5
-	waitAcked(600)
+	waitAcked(6)
 	if _, err := ops.MergeTablet(ctx, &clusterpb.MergeTabletRequest{Table: scaleTable, Tablet: tabletAt("a").Id}); err != nil {
 		t.Fatal(err) // 6: [,d) + [d,g)
 	}
 	f.flush()
-	waitAcked(700)
+	waitAcked(7)
 	move("a", "") // 7: the merged tablet
-	waitAcked(800)
+	waitAcked(8)
 	move("u", "") // 8
-	waitAcked(900)
+	waitAcked(9)
 	gcRun(t, sc.nodes[tabletAt("b").Owner]) // the moved tablet's new owner collects b-gc's old version
 	close(stop)
 	<-done

@@ -93,12 +93,10 @@ func TestCompactPacedGivesWayToWrites(t *testing.T) {
 	defer db.Close()
 	db.backlogged = func() bool { return true }
 	val := make([]byte, 200)
-	rng := rand.New(rand.NewPCG(3, 4))
+	rng := rand.NewChaCha8([32]byte{3, 4})
 	b := db.NewBatch()
 	for i := 0; i < 20_000; i++ {
-		for j := range val {
-			val[j] = byte(rng.Uint32())
-		}
+		rng.Read(val)
 		b.Set(CellKey(1, []byte(fmt.Sprintf("row%06d", i)), 1, []byte("q"), 1000), val, nil)
 	}
 	if err := b.Commit(nil); err != nil {
