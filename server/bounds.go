@@ -3,6 +3,7 @@ package server
 import (
 	"sync"
 
+	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
@@ -49,12 +50,26 @@ func (c meteredCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		c.sec.meters.m.Store(v, meter{err: err})
 		return nil
 	}
-	if err := c.CodecV2.Unmarshal(data, v); err != nil {
+	if err := c.unmarshal(data, v); err != nil {
 		c.sec.inflight.Add(-n)
 		return err
 	}
 	c.sec.meters.m.Store(v, meter{n: n})
 	return nil
+}
+
+// unmarshal decodes a MutateRows request by hand when it can
+// (decodeMutateRows), anything else through protobuf.
+func (c meteredCodec) unmarshal(data mem.BufferSlice, v any) error {
+	if req, ok := v.(*btpb.MutateRowsRequest); ok {
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		done := decodeMutateRows(buf.ReadOnlyData(), req)
+		buf.Free()
+		if done {
+			return nil
+		}
+	}
+	return c.CodecV2.Unmarshal(data, v)
 }
 
 // take returns and forgets what the codec noted about req; ok is false

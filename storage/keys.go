@@ -31,27 +31,20 @@ var ErrCorruptKey = errors.New("ebbtable: corrupt key")
 // escaped string is a prefix of another: 0x00 becomes 0x00 0xFF and the
 // string ends with 0x00 0x01.
 func appendEscaped(dst, b []byte) []byte {
-	for _, c := range b {
-		if c == 0 {
-			dst = append(dst, 0, 0xFF)
-			continue
-		}
-		dst = append(dst, c)
-	}
-	return append(dst, 0, 1)
+	return append(appendEscapedOpen(dst, b), 0, 1)
 }
 
 // appendEscapedOpen appends b escaped without the terminator, so that every
 // escaped string starting with b sorts at or after the result.
 func appendEscapedOpen(dst, b []byte) []byte {
-	for _, c := range b {
-		if c == 0 {
-			dst = append(dst, 0, 0xFF)
-			continue
+	for {
+		i := bytes.IndexByte(b, 0)
+		if i < 0 {
+			return append(dst, b...)
 		}
-		dst = append(dst, c)
+		dst = append(append(dst, b[:i]...), 0, 0xFF)
+		b = b[i+1:]
 	}
-	return dst
 }
 
 // readEscaped decodes an escaped string at the start of b and returns it and
@@ -113,9 +106,22 @@ func RowAfter(tableID uint64, row []byte) []byte {
 
 // ColumnPrefix is the prefix of every version of one column.
 func ColumnPrefix(tableID uint64, row []byte, familyID uint32, qualifier []byte) []byte {
-	k := RowPrefix(tableID, row)
-	k = binary.BigEndian.AppendUint32(k, familyID)
-	return appendEscaped(k, qualifier)
+	return appendColumnPrefix(make([]byte, 0, cellKeyCap(row, qualifier)), tableID, row, familyID, qualifier)
+}
+
+// cellKeyCap is the length of a cell key of row and qualifier when neither
+// holds a zero byte (which escaping doubles): the keys are allocated once.
+func cellKeyCap(row, qualifier []byte) int {
+	return 9 + len(row) + 2 + 4 + len(qualifier) + 2 + SuffixLen
+}
+
+// appendColumnPrefix appends ColumnPrefix's key to dst.
+func appendColumnPrefix(dst []byte, tableID uint64, row []byte, familyID uint32, qualifier []byte) []byte {
+	dst = append(dst, tagCell)
+	dst = binary.BigEndian.AppendUint64(dst, tableID)
+	dst = appendEscaped(dst, row)
+	dst = binary.BigEndian.AppendUint32(dst, familyID)
+	return appendEscaped(dst, qualifier)
 }
 
 // FamilyPrefix is the prefix of every cell of one family of one row.
@@ -126,6 +132,11 @@ func FamilyPrefix(tableID uint64, row []byte, familyID uint32) []byte {
 // CellKey encodes a cell key. Timestamps sort newest first.
 func CellKey(tableID uint64, row []byte, familyID uint32, qualifier []byte, ts int64) []byte {
 	return AppendSuffix(ColumnPrefix(tableID, row, familyID, qualifier), ts)
+}
+
+// AppendCellKey appends CellKey's key to dst.
+func AppendCellKey(dst []byte, tableID uint64, row []byte, familyID uint32, qualifier []byte, ts int64) []byte {
+	return AppendSuffix(appendColumnPrefix(dst, tableID, row, familyID, qualifier), ts)
 }
 
 // AppendSuffix appends the inverted timestamp suffix.

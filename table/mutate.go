@@ -109,6 +109,12 @@ func (p prepared) at(now int64) prepared {
 // prepare validates mutations against the schema and resolves server
 // timestamps. It changes nothing.
 func (e *Engine) prepare(m *Meta, row []byte, muts []Mutation) ([]prepared, error) {
+	return e.prepareAt(m, row, muts, clock.MillisTruncated(e.clock.Now()))
+}
+
+// prepareAt is prepare with the clock read once by the caller: now is the
+// server time for server timestamps and TTLs (ms-truncated micros).
+func (e *Engine) prepareAt(m *Meta, row []byte, muts []Mutation, now int64) ([]prepared, error) {
 	if err := validateRowKey(row); err != nil {
 		return nil, err
 	}
@@ -118,7 +124,6 @@ func (e *Engine) prepare(m *Meta, row []byte, muts []Mutation) ([]prepared, erro
 	if len(muts) > MaxMutationsPerRow {
 		return nil, fmt.Errorf("%w: %d mutations in one row, the limit is %d", ErrInvalid, len(muts), MaxMutationsPerRow)
 	}
-	now := clock.MillisTruncated(e.clock.Now())
 	out := make([]prepared, len(muts))
 	for i, mu := range muts {
 		p := prepared{Mutation: mu}
@@ -291,9 +296,15 @@ func (c *cellsOnly) add(e *Engine, m *Meta, row []byte, p prepared) error {
 	if p.Kind != SetCell && p.Kind != AddToCell && p.Kind != MergeToCell {
 		return nil
 	}
-	k := storage.CellKey(m.ID, row, p.familyID, p.Qualifier, p.Timestamp)
 	stripe := e.stripe(m.ID, row)
-	fresh, err := e.newest[stripe].put(e, k, p.Timestamp, c)
+	cn := &e.newest[stripe]
+	if !c.only && len(cn.cols) == 0 {
+		// Not looking, and the stripe remembers no column to raise: a
+		// bulk write's cells (put would not remember them either).
+		return nil
+	}
+	k := storage.CellKey(m.ID, row, p.familyID, p.Qualifier, p.Timestamp)
+	fresh, err := cn.put(e, k, p.Timestamp, c)
 	if err != nil {
 		return err
 	}
@@ -413,7 +424,9 @@ func (e *Engine) applyOne(b *pebble.Batch, m *Meta, row []byte, p prepared, stam
 	}
 	switch p.Kind {
 	case SetCell:
-		k := storage.CellKey(m.ID, row, p.familyID, p.Qualifier, p.Timestamp)
+		// The batch copies the key: most keys fit a buffer on the stack.
+		var kb [128]byte
+		k := storage.AppendCellKey(kb[:0], m.ID, row, p.familyID, p.Qualifier, p.Timestamp)
 		if err := e.markAgenda(b, m, p.familyID, row, p.Timestamp, p.ExpireAt); err != nil {
 			return nil, err
 		}
@@ -549,8 +562,9 @@ func (e *Engine) MutateRows(instance, table string, entries []RowMutation) ([]er
 	var rows [][]byte
 	needsRead := false
 	nCells := 0
+	prepNow := clock.MillisTruncated(e.clock.Now())
 	for i, en := range entries {
-		ps, err := e.prepare(m, en.Row, en.Mutations)
+		ps, err := e.prepareAt(m, en.Row, en.Mutations, prepNow)
 		if err != nil {
 			errs[i] = err
 			continue
