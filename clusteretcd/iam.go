@@ -105,7 +105,8 @@ func (m *Member) ListIAMPolicies(ctx context.Context) (map[string][]byte, error)
 // for longer than IAMFresh.
 
 // IAMFresh is how long after its last word from etcd the IAM cache is
-// trusted; IAMProgressEvery how often the member asks etcd for one.
+// trusted; IAMProgressEvery how often the member asks etcd for one (the
+// defaults of Options.IAMFresh and Options.IAMProgressEvery).
 const (
 	IAMFresh         = 3 * time.Second
 	IAMProgressEvery = time.Second
@@ -168,7 +169,7 @@ func (m *Member) ownIAMWrite(name string, value []byte, rev int64, gone bool) {
 // that changes).
 func (m *Member) iamCurrent() bool {
 	m.mu.RLock()
-	ok := m.synced && m.opts.Clock.Now().Sub(m.heard) < IAMFresh
+	ok := m.synced && m.opts.Clock.Now().Sub(m.heard) < m.opts.IAMFresh
 	m.mu.RUnlock()
 	if ok == !m.stale.Load() {
 		return ok
@@ -177,11 +178,16 @@ func (m *Member) iamCurrent() bool {
 		if ok {
 			m.log.Info("IAM cache current again: policies read from it")
 		} else {
-			m.log.Warn("IAM cache may be behind etcd (watch broken or silent): policies read from etcd until it catches up", "fresh", IAMFresh)
+			m.log.Warn("IAM cache may be behind etcd (watch broken or silent): policies read from etcd until it catches up", "fresh", m.opts.IAMFresh)
 		}
 	}
 	return ok
 }
+
+// IAMCacheCurrent reports whether the IAM cache answers now (the
+// CachedIAM calls): loaded, its watch unbroken and heard from within
+// Options.IAMFresh.
+func (m *Member) IAMCacheCurrent() bool { return m.iamCurrent() }
 
 // CachedIAMPolicies is GetIAMPolicies from the cache; ok false when the
 // cache is not known current (read etcd instead).
@@ -217,7 +223,7 @@ func (m *Member) CachedIAMList() (map[string][]byte, bool) {
 	return out, true
 }
 
-// requestProgress asks etcd, every IAMProgressEvery, to tell the watch
+// requestProgress asks etcd, every Options.IAMProgressEvery, to tell the watch
 // how far it is (a progress notification): the word that keeps the IAM
 // cache current when nothing changes.
 func (m *Member) requestProgress(wctx context.Context) {
@@ -226,7 +232,7 @@ func (m *Member) requestProgress(wctx context.Context) {
 		select {
 		case <-m.stop:
 			return
-		case <-m.opts.Clock.After(IAMProgressEvery):
+		case <-m.opts.Clock.After(m.opts.IAMProgressEvery):
 		}
 		m.mu.RLock()
 		synced := m.synced

@@ -13,11 +13,23 @@ import (
 // with its watch held (and a delete is not undone by the older put the
 // watch delivers after it); another node's cache gets them from its watch;
 // progress notifications keep a quiet cache current; a held watch makes
-// it stop answering within IAMFresh, a lost one at once until reloaded.
+// it stop answering within Options.IAMFresh (lowered here), a lost one
+// at once until reloaded.
 func TestIAMCache(t *testing.T) {
 	t.Parallel()
 	ep := etcdtest.Start(t)
-	a, b := join(t, ep, "a"), join(t, ep, "b")
+	const fresh, every = 500 * time.Millisecond, 100 * time.Millisecond
+	join := func(id string) *Member {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		m, err := Join(ctx, Options{Endpoints: []string{ep}, NodeID: id, Addr: id + ".addr", TTL: ttl, IAMFresh: fresh, IAMProgressEvery: every})
+		if err != nil {
+			t.Fatalf("join %s: %v", id, err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	a, b := join("a"), join("b")
 	ctx := context.Background()
 	cached := func(m *Member, name string) (string, bool) {
 		got, ok := m.CachedIAMPolicies([]string{name})
@@ -68,7 +80,7 @@ func TestIAMCache(t *testing.T) {
 	b.mu.RLock()
 	h := b.heard
 	b.mu.RUnlock()
-	poll.Eventually(t, "a progress notification", 10*IAMProgressEvery, func() (bool, string) {
+	poll.Eventually(t, "a progress notification", 10*time.Second, func() (bool, string) {
 		b.mu.RLock()
 		defer b.mu.RUnlock()
 		return b.heard.After(h), ""
@@ -77,10 +89,14 @@ func TestIAMCache(t *testing.T) {
 	// A held watch: not current within IAMFresh; current again once
 	// released.
 	hold := b.HoldWatch()
-	poll.Eventually(t, "b's cache, its watch held, to stop answering", IAMFresh+5*time.Second, func() (bool, string) {
+	start := time.Now()
+	poll.Eventually(t, "b's cache, its watch held, to stop answering", 10*time.Second, func() (bool, string) {
 		_, ok := b.CachedIAMPolicies([]string{"y"})
 		return !ok, ""
 	})
+	if d := time.Since(start); d > 5*fresh { // the default, IAMFresh, would be 3 s
+		t.Errorf("b's cache stopped answering %v after its watch was held, IAMFresh %v", d, fresh)
+	}
 	hold()
 	poll.Eventually(t, "b's cache current again", 10*time.Second, func() (bool, string) {
 		_, ok := b.CachedIAMPolicies([]string{"y"})

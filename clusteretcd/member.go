@@ -53,8 +53,12 @@ type Options struct {
 	Settings map[string]string
 	// DialTimeout for etcd. Default 5s.
 	DialTimeout time.Duration
-	Clock       clock.Clock
-	Logger      *slog.Logger
+	// IAMFresh and IAMProgressEvery (iam.go): how long after its last
+	// word from etcd the IAM cache is trusted, and how often the member
+	// asks for one; defaults the constants IAMFresh and IAMProgressEvery.
+	IAMFresh, IAMProgressEvery time.Duration
+	Clock                      clock.Clock
+	Logger                     *slog.Logger
 }
 
 func (o *Options) ensureDefaults() {
@@ -72,6 +76,12 @@ func (o *Options) ensureDefaults() {
 	}
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = 5 * time.Second
+	}
+	if o.IAMFresh <= 0 {
+		o.IAMFresh = IAMFresh
+	}
+	if o.IAMProgressEvery <= 0 {
+		o.IAMProgressEvery = IAMProgressEvery
 	}
 	if o.Clock == nil {
 		o.Clock = clock.Real{}

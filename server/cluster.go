@@ -83,6 +83,11 @@ type ClusterOptions struct {
 	// tablet that is down or busy moving before it fails; 0:
 	// DefaultPartWait.
 	RestorePartWait time.Duration
+
+	// iamFresh and iamProgressEvery (tests): clusteretcd.Options' (0: its
+	// defaults); iamCheckTimeout (tests) bounds the etcd read of an IAM
+	// check made while the cache is not current (0: iamTimeout).
+	iamFresh, iamProgressEvery, iamCheckTimeout time.Duration
 }
 
 // DefaultPartWait is the default of ClusterOptions.BackupPartWait and
@@ -153,6 +158,7 @@ type clusterMember struct {
 	moveBytes prometheus.Histogram
 	moves     *prometheus.CounterVec
 	forwarded *prometheus.CounterVec
+	iamCache  iamCacheMetrics // clusteriam.go
 }
 
 type gateKey struct {
@@ -263,11 +269,13 @@ func (c *clusterMember) newMetrics() {
 		Help: "Data requests (or parts of them) forwarded to the tablet's owner, by method."}, []string{"method"})
 	c.failMetrics = newFailoverMetrics()   // clusterfail.go
 	c.changes.carried = newCarriedMetric() // clusterfailchanges.go
+	c.newIAMCacheMetrics()                 // clusteriam.go
 }
 
 func (c *clusterMember) register(reg prometheus.Registerer) {
 	reg.MustRegister(c.moveBytes, c.moves, c.forwarded, c.changes.carried)
 	reg.MustRegister(c.failMetrics.collectors()...)
+	reg.MustRegister(c.iamCache.fallbacks, c.iamCache.stale)
 }
 
 // start joins the cluster (after the server listens: other nodes reach it
@@ -283,11 +291,13 @@ func (c *clusterMember) start(addr string) error {
 	defer cancel()
 	m, err := clusteretcd.Join(ctx, clusteretcd.Options{Endpoints: c.opts.Etcd, Prefix: c.opts.Prefix, NodeID: c.opts.NodeID, Addr: addr,
 		TTL: c.opts.LeaseTTL, PreviousLease: int64(prev), Clock: c.s.opts.Clock, Logger: c.s.log,
+		IAMFresh: c.opts.iamFresh, IAMProgressEvery: c.opts.iamProgressEvery,
 		Settings: c.clusterSettings()}) // clusterfail.go: every node runs with the same --failover
 	if err != nil {
 		return err
 	}
 	c.m = m
+	c.iamCache.member.Store(m)
 	if err := c.releasePrevious(ctx); err != nil { // clusterfresh.go: before the record changes
 		m.Close()
 		return err

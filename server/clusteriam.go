@@ -5,10 +5,12 @@ import (
 	"errors"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/iam/apiv1/iampb"
 	"github.com/ebbtable/ebbtable/clusteretcd"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -23,6 +25,51 @@ import (
 
 // iamTimeout bounds an etcd read or write of a policy.
 const iamTimeout = 10 * time.Second
+
+// iamCacheMetrics tell how often IAM checks miss the watch-fed cache
+// (clusteretcd/iam.go): ebbtable_iam_cache_fallbacks_total{result} counts
+// checks made while it was not current, which read etcd instead (etcd)
+// or found etcd unreachable and failed UNAVAILABLE (unavailable);
+// ebbtable_iam_cache_stale is 1 while it is not current (0 when it is,
+// and on a node outside a cluster).
+type iamCacheMetrics struct {
+	fallbacks *prometheus.CounterVec
+	stale     prometheus.GaugeFunc
+	member    atomic.Pointer[clusteretcd.Member] // set once joined
+}
+
+func (c *clusterMember) newIAMCacheMetrics() {
+	c.iamCache.fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ebbtable_iam_cache_fallbacks_total",
+		Help: "IAM checks made while the node's IAM cache was not current (cluster mode), by result: etcd (read etcd instead), unavailable (etcd unreachable: refused UNAVAILABLE)."}, []string{"result"})
+	for _, r := range []string{"etcd", "unavailable"} {
+		c.iamCache.fallbacks.WithLabelValues(r)
+	}
+	c.iamCache.stale = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ebbtable_iam_cache_stale",
+		Help: "1 while the node's IAM cache is not known current (its etcd watch broken, or silent for longer than the freshness bound): IAM checks read etcd. 0 otherwise, and outside a cluster."},
+		func() float64 {
+			if m := c.iamCache.member.Load(); m != nil && !m.IAMCacheCurrent() {
+				return 1
+			}
+			return 0
+		})
+}
+
+// iamFallback reads etcd for an IAM check the cache could not answer,
+// within iamCheckTimeout, and counts it.
+func (c *clusterMember) iamFallback(read func(context.Context) error) error {
+	d := c.opts.iamCheckTimeout
+	if d <= 0 {
+		d = iamTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := read(ctx); err != nil {
+		c.iamCache.fallbacks.WithLabelValues("unavailable").Inc()
+		return status.Errorf(codes.Unavailable, "%v", err)
+	}
+	c.iamCache.fallbacks.WithLabelValues("etcd").Inc()
+	return nil
+}
 
 // clusterIAM reports whether resource's policy is kept in etcd.
 func (s *Server) clusterIAM(resource string) bool {
@@ -146,11 +193,11 @@ func (s *Server) clusterIAMPolicies(inst string, rest []string) (map[string]*iam
 	}
 	got, ok := s.cluster.m.CachedIAMPolicies(names) // the watch-fed cache, while it is current
 	if !ok {
-		ctx, cancel := context.WithTimeout(context.Background(), iamTimeout)
-		defer cancel()
-		var err error
-		if got, err = s.cluster.m.GetIAMPolicies(ctx, names); err != nil {
-			return nil, status.Errorf(codes.Unavailable, "%v", err)
+		if err := s.cluster.iamFallback(func(ctx context.Context) (err error) {
+			got, err = s.cluster.m.GetIAMPolicies(ctx, names)
+			return err
+		}); err != nil {
+			return nil, err
 		}
 	}
 	out := map[string]*iampb.Policy{}
@@ -174,11 +221,11 @@ func (s *Server) clusterIAMPolicies(inst string, rest []string) (map[string]*iam
 func (s *Server) clusterGoverned() ([]string, error) {
 	all, ok := s.cluster.m.CachedIAMList()
 	if !ok {
-		ctx, cancel := context.WithTimeout(context.Background(), iamTimeout)
-		defer cancel()
-		var err error
-		if all, err = s.cluster.m.ListIAMPolicies(ctx); err != nil {
-			return nil, status.Errorf(codes.Unavailable, "%v", err)
+		if err := s.cluster.iamFallback(func(ctx context.Context) (err error) {
+			all, err = s.cluster.m.ListIAMPolicies(ctx)
+			return err
+		}); err != nil {
+			return nil, err
 		}
 	}
 	out := make([]string, 0, len(all))

@@ -23,7 +23,8 @@ type iamCluster struct {
 	t            testing.TB
 	secure       bool
 	etcd, shared string
-	stopEtcd     func()
+	cutEtcd      func()         // drops every connection to etcd, refuses new ones
+	healEtcd     func()         // lets nodes reach etcd again
 	tune         func(*Options) // set before start: adjusts each node's options
 	tokens, peer string
 	cred, dir    string
@@ -41,7 +42,7 @@ func newIAMCluster(t testing.TB, secure bool, ids ...string) *iamCluster {
 func newIAMClusterTuned(t testing.TB, secure bool, tune func(*Options), ids ...string) *iamCluster {
 	t.Helper()
 	c := &iamCluster{t: t, secure: secure, shared: t.TempDir(), dir: t.TempDir(), nodes: map[string]*Server{}, dirs: map[string]string{}}
-	c.etcd, c.stopEtcd = etcdtest.StartStoppable(t)
+	c.etcd, c.cutEtcd, c.healEtcd = etcdtest.StartCuttable(t)
 	c.tune = tune
 	if secure {
 		c.tokens, c.peer, c.cred = filepath.Join(c.dir, "tokens"), filepath.Join(c.dir, "peer"), filepath.Join(c.dir, "node")
