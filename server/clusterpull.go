@@ -264,7 +264,7 @@ func (k *clusterSink) route(name, origin string, recs []changestream.Record) (ta
 		}
 		select {
 		case <-changed:
-		case <-time.After(50 * time.Millisecond): // a directory the owner sees first
+		case <-k.c.s.opts.Clock.After(50 * time.Millisecond): // a directory the owner sees first
 		case <-k.c.stop:
 			return total, clusteretcd.ErrClosed
 		}

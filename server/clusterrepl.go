@@ -144,7 +144,7 @@ func (s *Server) syncClusterPeers(ctx context.Context) error {
 // clusterPeerLoop keeps the peer set in step with etcd.
 func (s *Server) clusterPeerLoop() {
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := s.stopCtx(5 * time.Second) // cut short by Close
 		if err := s.syncClusterPeers(ctx); err != nil {
 			s.log.Debug("replication: reading the cluster's peers", "err", err)
 		}
@@ -157,7 +157,7 @@ func (s *Server) clusterPeerLoop() {
 		select {
 		case <-s.stopping:
 			return
-		case <-time.After(time.Second):
+		case <-s.opts.Clock.After(time.Second):
 		}
 	}
 }
