@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/table"
 )
 
 // The live change-stream tail: the page polls changes.json, which returns
@@ -85,6 +87,10 @@ func (c *Console) changesJSON(w http.ResponseWriter, r *http.Request) {
 		}
 		lower = changestream.TimeKey(m.ID, max(from, horizon))
 	}
+	if c.opts.Changes != nil {
+		c.changesTail(w, r, m, now, horizon, fail)
+		return
+	}
 	b, err := c.opts.Engine.ReadChanges(m, lower, tailBatch)
 	if err != nil {
 		fail(http.StatusInternalServerError, err)
@@ -105,6 +111,82 @@ func (c *Console) changesJSON(w http.ResponseWriter, r *http.Request) {
 		// later commits all come after it.
 		rep.From = b.Closed + 1
 	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(rep)
+}
+
+// ChangeTail reads a table's change stream for the tail: the records after
+// q.After (a record's token) or else from q.From (commit microseconds),
+// through q.Until (commit microseconds, inclusive), in commit order, at
+// most q.Limit of them (Full: there may be more before q.Until). In a
+// cluster the server reads every tablet's records, wherever it is served,
+// and merges them.
+type ChangeTail func(ctx context.Context, m *table.Meta, q TailQuery) (TailBatch, error)
+
+// TailQuery is one poll's range of the change stream.
+type TailQuery struct {
+	After       string
+	From, Until int64
+	Limit       int
+}
+
+// TailBatch is what a ChangeTail read.
+type TailBatch struct {
+	Records []changestream.JSON
+	Full    bool
+}
+
+// tailWait bounds one poll of a ChangeTail.
+const tailWait = 30 * time.Second
+
+// changesTail answers a poll through Options.Changes: up to now, so the
+// next poll starts after now (or after the last record, when the batch
+// was full).
+func (c *Console) changesTail(w http.ResponseWriter, r *http.Request, m *table.Meta, now, horizon int64, fail func(int, error)) {
+	q := r.URL.Query()
+	tq := TailQuery{From: max(now-tailBack.Microseconds(), horizon), Until: now, Limit: tailBatch}
+	switch {
+	case q.Get("after") != "":
+		if _, err := changestream.ParseToken(q.Get("after")); err != nil {
+			fail(http.StatusBadRequest, err)
+			return
+		}
+		tq.After = q.Get("after")
+	case q.Get("from") != "":
+		from, err := strconv.ParseInt(q.Get("from"), 10, 64)
+		if err != nil || from < 0 {
+			fail(http.StatusBadRequest, errors.New("from must be microseconds since the epoch"))
+			return
+		}
+		tq.From = max(from, horizon)
+	}
+	if tq.After == "" && tq.From > now {
+		// Nothing can have committed yet after the last poll's end.
+		c.writeTail(w, changesReply{Records: []changestream.JSON{}, From: tq.From, Closed: fmtTime(time.UnixMicro(now))})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), tailWait)
+	defer cancel()
+	b, err := c.opts.Changes(ctx, m, tq)
+	if err != nil {
+		fail(http.StatusInternalServerError, err)
+		return
+	}
+	rep := changesReply{Records: b.Records, More: b.Full, Closed: fmtTime(time.UnixMicro(tq.Until))}
+	if rep.Records == nil {
+		rep.Records = []changestream.JSON{}
+	}
+	if b.Full && len(b.Records) > 0 {
+		rep.After = b.Records[len(b.Records)-1].Token
+	} else {
+		rep.More = false
+		rep.From = tq.Until + 1
+	}
+	c.writeTail(w, rep)
+}
+
+func (c *Console) writeTail(w http.ResponseWriter, rep changesReply) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	json.NewEncoder(w).Encode(rep)

@@ -50,6 +50,10 @@ type Options struct {
 	// sql.go) and the pages link to it. The console has no SQL of its
 	// own: the server runs the queries.
 	SQL SQLRunner
+	// Changes, when set, reads the change tail's records (in a cluster:
+	// every tablet's, merged in commit order); nil reads this node's
+	// engine.
+	Changes ChangeTail
 }
 
 // Console serves the web console. It is an http.Handler for the HTTP

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"time"
 
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
@@ -25,7 +26,8 @@ import (
 // heartbeats and closes, whose records are ebbtable's JSON lines (they
 // carry what a DataChange has no field for: the reason, the transaction
 // tag, the system flag). `ebbtable watch` reads every partition of the
-// table this way and merges them (cli/watch.go). In cluster mode the
+// table this way and merges them (package changestream/merge; the web
+// console's change tail does too, consolechanges.go). In cluster mode the
 // partition is read on its tablet's owner (clusterchanges.go); on one node
 // the one partition is the whole table.
 
@@ -101,9 +103,12 @@ func (a *ebbAdmin) watchPartition(in *ebbadminpb.WatchRequest, stream grpc.Serve
 		}
 		req.StartFrom = &btpb.ReadChangeStreamRequest_StartTime{StartTime: timestamppb.New(time.UnixMicro(start))}
 		// A forwarded call starts where this node placed it, not at the
-		// owner's "now".
-		in = proto.Clone(in).(*ebbadminpb.WatchRequest)
-		in.Since = time.UnixMicro(start).UTC().Format(time.RFC3339Nano)
+		// owner's "now"; "oldest" stays the owner's oldest (each node
+		// turned the stream on when it learned of it, a few ms apart).
+		if strings.TrimSpace(in.GetSince()) != "oldest" {
+			in = proto.Clone(in).(*ebbadminpb.WatchRequest)
+			in.Since = time.UnixMicro(start).UTC().Format(time.RFC3339Nano)
+		}
 	}
 	out := watchSink{a: a, stream: stream, excludeSystem: in.GetExcludeSystem()}
 	if a.s.cluster != nil {

@@ -15,11 +15,15 @@ func (s *Server) mountConsole(mux *http.ServeMux) error {
 	if s.opts.ConsoleOff {
 		return nil
 	}
+	var changes console.ChangeTail
+	if s.cluster != nil {
+		changes = s.consoleChanges // every tablet's records, not only this node's
+	}
 	c, err := console.New(console.Options{
 		Engine: s.engine, Collector: s.collector, RowTTL: s.ttl, Backups: s.backups,
 		Replication: s.consoleReplication, Gatherer: s.opts.Registry,
 		Clock: s.opts.Clock, Logger: s.log, Cluster: s.opts.ClusterID, Writes: s.opts.ConsoleWrites,
-		SQL: consoleSQL{d: &dataServer{s: s}},
+		SQL: consoleSQL{d: &dataServer{s: s}}, Changes: changes,
 	})
 	if err != nil {
 		return err

@@ -663,6 +663,12 @@ func (sec *security) httpHandler(next http.Handler) http.Handler {
 			http.Error(w, err.Error(), http.StatusForbidden)
 			return
 		}
+		if bearer != "" {
+			// What the console asks of other nodes (its change tail's
+			// partitions) carries the caller's token, as a forwarded
+			// call does (consolechanges.go).
+			r = r.WithContext(metadata.NewIncomingContext(r.Context(), metadata.Pairs("authorization", "Bearer "+bearer)))
+		}
 		next.ServeHTTP(w, r)
 	})
 }
