@@ -61,7 +61,12 @@ func (m *Member) GetBackupRecord(ctx context.Context, name string) (BackupRecord
 // ListBackupRecords reads the records whose names start with prefix, in
 // name order.
 func (m *Member) ListBackupRecords(ctx context.Context, prefix string) ([]BackupRecord, error) {
-	base := m.backupKey("")
+	return m.listRecords(ctx, m.backupKey(""), prefix)
+}
+
+// listRecords reads the records under base whose names start with
+// prefix, in name order (backups and restore operations).
+func (m *Member) listRecords(ctx context.Context, base, prefix string) ([]BackupRecord, error) {
 	resp, err := m.cli.Get(ctx, base+prefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("ebbtable: etcd: %w", err)
@@ -77,7 +82,11 @@ func (m *Member) ListBackupRecords(ctx context.Context, prefix string) ([]Backup
 // (ErrRecordChanged if it changed or went since) and returns the new
 // revision.
 func (m *Member) UpdateBackupRecord(ctx context.Context, name string, value []byte, rev int64) (int64, error) {
-	k := m.backupKey(name)
+	return m.updateRecord(ctx, m.backupKey(name), name, value, rev)
+}
+
+// updateRecord replaces key k, record name, if its revision is still rev.
+func (m *Member) updateRecord(ctx context.Context, k, name string, value []byte, rev int64) (int64, error) {
 	resp, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).Then(clientv3.OpPut(k, string(value))).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("ebbtable: etcd: %w", err)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/ebbtable/ebbtable/cluster"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -40,30 +39,13 @@ func (m *Member) GetOpRecord(ctx context.Context, name string) (BackupRecord, er
 
 // ListOpRecords reads every operation record, in name order.
 func (m *Member) ListOpRecords(ctx context.Context) ([]BackupRecord, error) {
-	base := m.opKey("")
-	resp, err := m.cli.Get(ctx, base, clientv3.WithPrefix())
-	if err != nil {
-		return nil, fmt.Errorf("ebbtable: etcd: %w", err)
-	}
-	out := make([]BackupRecord, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		out = append(out, BackupRecord{Name: strings.TrimPrefix(string(kv.Key), base), Value: kv.Value, Revision: kv.ModRevision})
-	}
-	return out, nil
+	return m.listRecords(ctx, m.opKey(""), "")
 }
 
 // UpdateOpRecord replaces a record read at revision rev (ErrRecordChanged
 // if it changed or went since) and returns the new revision.
 func (m *Member) UpdateOpRecord(ctx context.Context, name string, value []byte, rev int64) (int64, error) {
-	k := m.opKey(name)
-	resp, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).Then(clientv3.OpPut(k, string(value))).Commit()
-	if err != nil {
-		return 0, fmt.Errorf("ebbtable: etcd: %w", err)
-	}
-	if !resp.Succeeded {
-		return 0, fmt.Errorf("%w: %s", ErrRecordChanged, name)
-	}
-	return resp.Header.Revision, nil
+	return m.updateRecord(ctx, m.opKey(name), name, value, rev)
 }
 
 // DeleteOpRecord removes a record read at revision rev (any revision if

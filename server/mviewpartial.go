@@ -303,22 +303,8 @@ func (s *Server) scanMerged(ctx context.Context, inst, id string, ranges []table
 	}
 	s.mviews.mergedReads.Add(1)
 	slices.SortFunc(rows, func(a, b mergedRow) int { return bytes.Compare(a.pos, b.pos) })
-	var from []byte
-	if after != nil {
-		from = append(bytes.Clone(after), 0)
-	}
-	if len(ranges) == 0 {
-		ranges = []table.RowRange{{}}
-	}
-	for _, r := range ranges {
-		lo := append([]byte{'O'}, escKey(r.Start)...)
-		hi := []byte{'P'}
-		if r.End != nil {
-			hi = append([]byte{'O'}, escKey(r.End)...)
-		}
-		if from != nil && bytes.Compare(from, lo) > 0 {
-			lo = from
-		}
+	for _, b := range viewScanBounds(ranges, after) {
+		lo, hi := b[0], b[1]
 		i, _ := slices.BinarySearchFunc(rows, lo, func(m mergedRow, k []byte) int { return bytes.Compare(m.pos, k) })
 		for ; i < len(rows) && bytes.Compare(rows[i].pos, hi) < 0; i++ {
 			if err := ctx.Err(); err != nil {

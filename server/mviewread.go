@@ -98,22 +98,8 @@ func (s *Server) scanKept(ctx context.Context, inst, id string, ranges []table.R
 		vals, _ := x.(sqlquery.Struct)
 		return true, fn(k, vals)
 	}
-	var from []byte
-	if after != nil {
-		from = append(bytes.Clone(after), 0)
-	}
-	if len(ranges) == 0 {
-		ranges = []table.RowRange{{}}
-	}
-	for _, r := range ranges {
-		lo := append([]byte{'O'}, escKey(r.Start)...)
-		hi := []byte{'P'}
-		if r.End != nil {
-			hi = append([]byte{'O'}, escKey(r.End)...)
-		}
-		if from != nil && bytes.Compare(from, lo) > 0 {
-			lo = from
-		}
+	for _, b := range viewScanBounds(ranges, after) {
+		lo, hi := b[0], b[1]
 		if bytes.Compare(lo, hi) >= 0 {
 			continue
 		}
@@ -166,4 +152,30 @@ func readSpans(keys [][]byte, ranges []table.RowRange) []table.RowRange {
 		merged = append(merged, s)
 	}
 	return merged
+}
+
+// viewScanBounds are the stored view rows' key bounds [lo, hi) of each
+// range of view keys read (all of them when none), starting after key
+// after when it is set (a resumed read).
+func viewScanBounds(ranges []table.RowRange, after []byte) [][2][]byte {
+	var from []byte
+	if after != nil {
+		from = append(bytes.Clone(after), 0)
+	}
+	if len(ranges) == 0 {
+		ranges = []table.RowRange{{}}
+	}
+	out := make([][2][]byte, 0, len(ranges))
+	for _, r := range ranges {
+		lo := append([]byte{'O'}, escKey(r.Start)...)
+		hi := []byte{'P'}
+		if r.End != nil {
+			hi = append([]byte{'O'}, escKey(r.End)...)
+		}
+		if from != nil && bytes.Compare(from, lo) > 0 {
+			lo = from
+		}
+		out = append(out, [2][]byte{lo, hi})
+	}
+	return out
 }
