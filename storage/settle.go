@@ -67,6 +67,12 @@ type Settled struct {
 func (d *DB) Settle(ctx context.Context, max time.Duration) (Settled, error) {
 	timer := time.NewTimer(max)
 	defer timer.Stop()
+	// Pebble counts a deleted file out of its obsolete bytes only after
+	// the deletion event (once its whole job is done), so the last event
+	// can come before the metrics show nothing left: look again every
+	// settleRecheck as well, and once more when giving up.
+	recheck := time.NewTicker(settleRecheck)
+	defer recheck.Stop()
 	for {
 		wake := d.dels.wait() // before looking, so no deletion is missed
 		st, done, err := d.settled()
@@ -75,13 +81,20 @@ func (d *DB) Settle(ctx context.Context, max time.Duration) (Settled, error) {
 		}
 		select {
 		case <-wake:
+		case <-recheck.C:
 		case <-ctx.Done():
-			return st, nil
+			st, _, err = d.settled()
+			return st, err
 		case <-timer.C:
-			return st, nil
+			st, _, err = d.settled()
+			return st, err
 		}
 	}
 }
+
+// settleRecheck is how often Settle looks at Pebble's metrics again
+// without a deletion event.
+const settleRecheck = 50 * time.Millisecond
 
 // settled sizes the directory and tells whether obsolete files (zombies
 // aside) are still waiting for deletion.
