@@ -543,8 +543,9 @@ func readMemFile(fs vfs.FS, name string) ([]byte, error) {
 // export's table id, with every exported family under the same id
 // (ErrPrecondition otherwise); exports with shared SSTables need this
 // engine on the same object store. Ingesting the same export again is
-// harmless. Change-stream records and replication tombstones of the span
-// stay on the source (docs/scale-out.md).
+// harmless. The export holds neither the span's change-stream records nor
+// its replication tombstones: a cluster move ships them beside it
+// (IngestChanges, and SpanTombstones into PutTombstones; docs/scale-out.md).
 func (e *Engine) IngestSpan(ctx context.Context, x *SpanExport) error {
 	if err := e.enter(); err != nil {
 		return err
