@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,10 +11,6 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/console"
-	"github.com/ebbtable/ebbtable/internal/etcdtest"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // TestConsoleChangesPages reads the console's change tail of a table
@@ -79,52 +73,17 @@ func TestConsoleChangesPages(t *testing.T) {
 // (each node checks it as for a forwarded call).
 func TestConsoleChangesWithTokens(t *testing.T) {
 	t.Parallel()
-	tokens, peer := securityFiles(t)
-	dir := t.TempDir()
-	cred := filepath.Join(dir, "node")
-	if err := os.WriteFile(cred, []byte("node-secret-0123456789abc\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	etcd, shared := etcdtest.Start(t), t.TempDir()
-	nodes := map[string]*Server{}
-	for _, id := range []string{"n1", "n2", "n3"} {
-		srv, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DataDir: filepath.Join(dir, id),
-			Security: SecurityOptions{TokenFile: tokens, PeerCredentialFile: peer, NodeCredentialFile: cred},
-			Cluster:  &ClusterOptions{Etcd: []string{etcd}, NodeID: id, LeaseTTL: 2 * time.Second, SharedStorage: "file://" + shared}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := srv.Start(); err != nil {
-			srv.Close()
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { srv.Close() })
-		nodes[id] = srv
-	}
-	eventually(t, "three nodes", func() (bool, string) { return len(nodes["n1"].ClusterMember().Nodes()) == 3, "" })
-	conn, err := grpc.NewClient(nodes["n1"].Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(bearer(tokAdmin)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	c := newIAMClusterTuned(t, true, func(o *Options) { o.HTTPAddr = "127.0.0.1:0" }, "n1", "n2", "n3")
+	nodes := c.nodes
 	ctx := context.Background()
-	opts := []option.ClientOption{option.WithGRPCConn(conn), option.WithoutAuthentication()}
-	admin, err := bigtable.NewAdminClient(ctx, testProject, testInstance, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	client, err := bigtable.NewClientWithConfig(ctx, testProject, testInstance, bigtable.ClientConfig{MetricsProvider: bigtable.NoopMetricsProvider{}}, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	admin := c.admin("n1", tokAdmin)
+	client := c.data("n1", tokAdmin)
 	if err := admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", SplitKeys: []string{"g", "p"},
 		ChangeStreamRetention: 24 * time.Hour, ColumnFamilies: map[string]bigtable.Family{"f": {}}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range []string{"b", "k", "t"} {
-		if err := writeScale(t, client.Open("t"), r, "v"); err != nil {
+		if err := writeScale(t, client, r, "v"); err != nil {
 			t.Fatal(err)
 		}
 	}
