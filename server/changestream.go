@@ -74,6 +74,37 @@ func (s *Server) startAt(m *table.Meta, start int64) error {
 	return nil
 }
 
+// wholeTableStart is where a read of a table's one partition starts: the
+// request's start time (checked by startAt) or its one continuation token
+// (checked by tokenOK); given is false when the request names neither.
+func (s *Server) wholeTableStart(m *table.Meta, req *btpb.ReadChangeStreamRequest, tokenOK func(pos changestream.Position, tok string) error) (lower []byte, resume changestream.Position, given bool, err error) {
+	switch from := req.GetStartFrom().(type) {
+	case *btpb.ReadChangeStreamRequest_StartTime:
+		start := clock.Micros(from.StartTime.AsTime())
+		if err := s.startAt(m, start); err != nil {
+			return nil, resume, false, err
+		}
+		return changestream.TimeKey(m.ID, start), closedPosition(start - 1), true, nil
+	case *btpb.ReadChangeStreamRequest_ContinuationTokens:
+		toks := from.ContinuationTokens.GetTokens()
+		if len(toks) != 1 {
+			return nil, resume, false, status.Errorf(codes.InvalidArgument, "ebbtable: want exactly one continuation token for the one partition, got %d", len(toks))
+		}
+		if err := checkPartition(toks[0].GetPartition()); err != nil {
+			return nil, resume, false, err
+		}
+		pos, err := changestream.ParseToken(toks[0].GetToken())
+		if err != nil {
+			return nil, resume, false, status.Error(codes.InvalidArgument, err.Error())
+		}
+		if err := tokenOK(pos, toks[0].GetToken()); err != nil {
+			return nil, resume, false, err
+		}
+		return changestream.After(m.ID, pos), pos, true, nil
+	}
+	return nil, resume, false, nil
+}
+
 // GenerateInitialChangeStreamPartitions returns the one partition.
 func (d *dataServer) GenerateInitialChangeStreamPartitions(req *btpb.GenerateInitialChangeStreamPartitionsRequest, stream btpb.Bigtable_GenerateInitialChangeStreamPartitionsServer) error {
 	ref, err := parseTable(req.GetTableName())
@@ -216,32 +247,17 @@ func (d *dataServer) ReadChangeStream(req *btpb.ReadChangeStreamRequest, stream 
 		r.end = clock.Micros(et.AsTime())
 	}
 	now := clock.Micros(d.s.opts.Clock.Now())
-	switch from := req.GetStartFrom().(type) {
-	case *btpb.ReadChangeStreamRequest_StartTime:
-		start := clock.Micros(from.StartTime.AsTime())
-		if err := d.s.startAt(m, start); err != nil {
-			return err
-		}
-		r.lower = changestream.TimeKey(m.ID, start)
-		r.resume = closedPosition(start - 1)
-	case *btpb.ReadChangeStreamRequest_ContinuationTokens:
-		toks := from.ContinuationTokens.GetTokens()
-		if len(toks) != 1 {
-			return status.Errorf(codes.InvalidArgument, "ebbtable: want exactly one continuation token for the one partition, got %d", len(toks))
-		}
-		if err := checkPartition(toks[0].GetPartition()); err != nil {
-			return err
-		}
-		pos, err := changestream.ParseToken(toks[0].GetToken())
-		if err != nil {
-			return status.Error(codes.InvalidArgument, err.Error())
-		}
+	var given bool
+	r.lower, r.resume, given, err = d.s.wholeTableStart(m, req, func(pos changestream.Position, tok string) error {
 		if pos.Commit+1 < m.ChangeStream.Horizon(now) {
-			return status.Errorf(codes.OutOfRange, "ebbtable: continuation token %q points before the oldest retained change", toks[0].GetToken())
+			return status.Errorf(codes.OutOfRange, "ebbtable: continuation token %q points before the oldest retained change", tok)
 		}
-		r.lower = changestream.After(m.ID, pos)
-		r.resume = pos
-	default:
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if !given {
 		r.lower = changestream.TimeKey(m.ID, now)
 		r.resume = closedPosition(now - 1)
 	}

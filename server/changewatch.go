@@ -150,29 +150,12 @@ func (a *ebbAdmin) watchWholeTable(ctx context.Context, req *btpb.ReadChangeStre
 	if et := req.GetEndTime(); et != nil {
 		r.end = clock.Micros(et.AsTime())
 	}
-	switch from := req.GetStartFrom().(type) {
-	case *btpb.ReadChangeStreamRequest_StartTime:
-		start := clock.Micros(from.StartTime.AsTime())
-		if err := a.s.startAt(m, start); err != nil {
-			return err
-		}
-		r.lower, r.resume = changestream.TimeKey(m.ID, start), closedPosition(start-1)
-	case *btpb.ReadChangeStreamRequest_ContinuationTokens:
-		toks := from.ContinuationTokens.GetTokens()
-		if len(toks) != 1 {
-			return status.Errorf(codes.InvalidArgument, "ebbtable: want exactly one continuation token for the one partition, got %d", len(toks))
-		}
-		if err := checkPartition(toks[0].GetPartition()); err != nil {
-			return err
-		}
-		pos, err := changestream.ParseToken(toks[0].GetToken())
-		if err != nil {
-			return status.Error(codes.InvalidArgument, err.Error())
-		}
-		if err := a.s.startAt(m, pos.Commit+1); err != nil {
-			return err
-		}
-		r.lower, r.resume = changestream.After(m.ID, pos), pos
+	var err error
+	r.lower, r.resume, _, err = a.s.wholeTableStart(m, req, func(pos changestream.Position, _ string) error {
+		return a.s.startAt(m, pos.Commit+1)
+	})
+	if err != nil {
+		return err
 	}
 	r.closed = r.resume.Commit
 	whole := tablets.Range{Start: []byte{}}
