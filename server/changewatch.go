@@ -59,12 +59,7 @@ func toWatchPartition(p *btpb.StreamPartition) *ebbadminpb.WatchPartition {
 // watchPartition serves a Watch with a partition.
 func (a *ebbAdmin) watchPartition(in *ebbadminpb.WatchRequest, stream grpc.ServerStreamingServer[ebbadminpb.WatchResponse]) error {
 	ctx := stream.Context()
-	inst, err := instanceOf(in)
-	if err != nil {
-		return err
-	}
-	ref := tableRef{instance: inst, table: in.GetTable()}
-	m, err := a.s.streamedTable(ref)
+	ref, m, err := a.watchedTable(in)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/ebbtable/ebbtable/collector"
 	"github.com/ebbtable/ebbtable/gcrule"
 	"github.com/ebbtable/ebbtable/server/ebbadminpb"
+	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -234,15 +235,21 @@ func (a *ebbAdmin) Watch(in *ebbadminpb.WatchRequest, stream grpc.ServerStreamin
 	})
 }
 
-// tail positions a change-stream reader as the request asks and hands each
-// record to emit until the client cancels or until passes.
-func (a *ebbAdmin) tail(in *ebbadminpb.WatchRequest, stream grpc.ServerStream, emit func(changestream.Record) error) error {
+// watchedTable is the table a Watch names, its change stream on.
+func (a *ebbAdmin) watchedTable(in *ebbadminpb.WatchRequest) (tableRef, *table.Meta, error) {
 	inst, err := instanceOf(in)
 	if err != nil {
-		return err
+		return tableRef{}, nil, err
 	}
 	ref := tableRef{instance: inst, table: in.GetTable()}
 	m, err := a.s.streamedTable(ref)
+	return ref, m, err
+}
+
+// tail positions a change-stream reader as the request asks and hands each
+// record to emit until the client cancels or until passes.
+func (a *ebbAdmin) tail(in *ebbadminpb.WatchRequest, stream grpc.ServerStream, emit func(changestream.Record) error) error {
+	ref, m, err := a.watchedTable(in)
 	if err != nil {
 		return err
 	}
