@@ -42,6 +42,12 @@ func (m *Member) ListOpRecords(ctx context.Context) ([]BackupRecord, error) {
 	return m.listRecords(ctx, m.opKey(""), "")
 }
 
+// ListOpRecordsUnder reads the operation records whose names start with
+// prefix, in name order.
+func (m *Member) ListOpRecordsUnder(ctx context.Context, prefix string) ([]BackupRecord, error) {
+	return m.listRecords(ctx, m.opKey(""), prefix)
+}
+
 // UpdateOpRecord replaces a record read at revision rev (ErrRecordChanged
 // if it changed or went since) and returns the new revision.
 func (m *Member) UpdateOpRecord(ctx context.Context, name string, value []byte, rev int64) (int64, error) {
@@ -93,4 +99,56 @@ func decodeDirectory(b []byte) (cluster.Directory, error) {
 		return d, fmt.Errorf("ebbtable: undecodable tablet directory: %w", err)
 	}
 	return d, nil
+}
+
+// A backup's operation (CreateBackup, CopyBackup) is kept with the
+// backup's record: both are created in one transaction, and the backup's
+// outcome (its record READY, or gone) is written in the transaction that
+// ends its operation, so the two never disagree, whichever node (the
+// coordinator, or a sweep that found it gone) ends it.
+
+// CreateBackupWithOp adds a backup's record and its operation's record in
+// one transaction, if neither exists (ErrRecordExists), and returns their
+// revision.
+func (m *Member) CreateBackupWithOp(ctx context.Context, name string, value []byte, op string, opValue []byte) (int64, error) {
+	k, ok := m.backupKey(name), m.opKey(op)
+	resp, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0), clientv3.Compare(clientv3.CreateRevision(ok), "=", 0)).
+		Then(clientv3.OpPut(k, string(value)), clientv3.OpPut(ok, string(opValue))).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	if !resp.Succeeded {
+		return 0, fmt.Errorf("%w: %s", ErrRecordExists, name)
+	}
+	return resp.Header.Revision, nil
+}
+
+// EndBackupOp replaces operation record op, read at revision opRev, by
+// opValue and, in the same transaction, the backup's record read at
+// revision rev by value (deleted, with its IAM policy, if value is nil;
+// left alone if rev is 0). ErrRecordChanged if either changed since.
+func (m *Member) EndBackupOp(ctx context.Context, name string, value []byte, rev int64, op string, opValue []byte, opRev int64) error {
+	ok := m.opKey(op)
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(ok), "=", opRev)}
+	ops := []clientv3.Op{clientv3.OpPut(ok, string(opValue))}
+	if rev != 0 {
+		k := m.backupKey(name)
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", rev))
+		if value == nil {
+			ops = append(ops, clientv3.OpDelete(k), clientv3.OpDelete(m.iamKey(name)))
+		} else {
+			ops = append(ops, clientv3.OpPut(k, string(value)))
+		}
+	}
+	resp, err := m.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: %s", ErrRecordChanged, op)
+	}
+	if rev != 0 && value == nil {
+		m.ownIAMWrite(name, nil, resp.Header.Revision, true)
+	}
+	return nil
 }

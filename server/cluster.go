@@ -343,6 +343,7 @@ func (c *clusterMember) start(addr string) error {
 	go c.leaseFileLoop()
 	c.s.backups.OnExpiry(c.sweepBackups)                          // clusterbackup.go
 	c.s.ops.setRemote(c.remoteOperation, c.deleteRemoteOperation) // clusterrestoreop.go
+	c.s.ops.setRemoteList(c.listRemoteOperations)                 // clusterrestoreop.go
 	c.s.backups.ReportTotals(c.backupTotals)                      // clusterbackupmetrics.go
 	if c.opts.SplitBytes > 0 {
 		c.wg.Add(1)

@@ -28,6 +28,7 @@ import (
 	"github.com/ebbtable/ebbtable/storage"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
@@ -128,8 +129,8 @@ func (a *clusterAdmin) CreateBackup(ctx context.Context, req *adminpb.CreateBack
 			Name: done.Name, SourceTable: done.SourceTable, StartTime: ts(done.StartTime), EndTime: ts(done.EndTime),
 		}, nil)
 	}
-	_, err = c.startBackup(ctx, name, src, expire, opt, func(mf *backup.Manifest) error {
-		op, err = a.s.ops.pending(mf.Name, &adminpb.CreateBackupMetadata{Name: mf.Name, SourceTable: mf.SourceTable, StartTime: ts(mf.StartTime)})
+	_, err = c.startBackup(ctx, name, src, expire, opt, true, func(mf *backup.Manifest, opName string) error {
+		op, err = a.s.ops.pendingNamed(opName, createBackupMeta(mf))
 		return err
 	}, finish)
 	if err != nil {
@@ -138,11 +139,23 @@ func (a *clusterAdmin) CreateBackup(ctx context.Context, req *adminpb.CreateBack
 	return op.wait(a.s.opWait), nil
 }
 
-// startBackup checks a backup's request, records it CREATING and starts
-// making it in the background: started runs once it is recorded (an error
-// from it abandons the backup), finish with the outcome.
+// createBackupMeta is a CreateBackup operation's metadata (EndTime set
+// once done).
+func createBackupMeta(mf *backup.Manifest) *adminpb.CreateBackupMetadata {
+	meta := &adminpb.CreateBackupMetadata{Name: mf.Name, SourceTable: mf.SourceTable, StartTime: ts(mf.StartTime)}
+	if mf.State == backup.Ready {
+		meta.EndTime = ts(mf.EndTime)
+	}
+	return meta
+}
+
+// startBackup checks a backup's request, records it CREATING (with its
+// operation in etcd, if withOp: clusterbackupop.go) and starts making it
+// in the background: started runs once it is recorded, with the
+// operation's name (an error from it abandons the backup), finish with
+// the outcome.
 func (c *clusterMember) startBackup(ctx context.Context, name backup.Name, src tableRef, expire time.Time, opt backup.CreateOptions,
-	started func(*backup.Manifest) error, finish func(*backup.Manifest, error)) (*backup.Manifest, error) {
+	withOp bool, started func(mf *backup.Manifest, opName string) error, finish func(*backup.Manifest, error)) (*backup.Manifest, error) {
 	if err := c.needStore(); err != nil {
 		return nil, err
 	}
@@ -157,14 +170,24 @@ func (c *clusterMember) startBackup(ctx context.Context, name backup.Name, src t
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	maker, rev, err := c.createBackupRecord(ctx, name.String(), mf)
+	kind := ""
+	if withOp {
+		kind = opKindBackup
+	}
+	maker, opName, rev, err := c.createBackupWithOp(ctx, mf, kind, createBackupMeta(mf))
 	if err != nil {
 		return nil, err
 	}
-	if err = started(mf); err == nil {
+	var bop *backupOp
+	if withOp {
+		bop = &backupOp{name: opName, maker: maker, result: func(done *backup.Manifest) (proto.Message, proto.Message) {
+			return backupToProto(done, c.s.opts.Clock.Now()), createBackupMeta(done)
+		}}
+	}
+	if err = started(mf, opName); err == nil {
 		err = c.s.backups.Go(func(ctx context.Context) {
 			defer runningBackups.Delete(maker)
-			done, err := c.makeBackup(ctx, src, mf, rev)
+			done, err := c.makeBackup(ctx, src, mf, rev, bop)
 			if err != nil {
 				c.s.log.Error("cluster backup failed", "backup", mf.Name, "err", err)
 			}
@@ -174,7 +197,7 @@ func (c *clusterMember) startBackup(ctx context.Context, name backup.Name, src t
 		})
 	}
 	if err != nil {
-		c.abandonBackup(context.WithoutCancel(ctx), mf, rev)
+		c.abandonBackup(context.WithoutCancel(ctx), mf, rev, bop, err)
 		runningBackups.Delete(maker)
 		return nil, toStatus(err)
 	}
@@ -184,7 +207,7 @@ func (c *clusterMember) startBackup(ctx context.Context, name backup.Name, src t
 // createBackupAndWait makes a backup and waits for it (automated backups).
 func (c *clusterMember) createBackupAndWait(ctx context.Context, name backup.Name, src tableRef, expire time.Time, opt backup.CreateOptions) error {
 	ch := make(chan error, 1)
-	_, err := c.startBackup(ctx, name, src, expire, opt, func(*backup.Manifest) error { return nil },
+	_, err := c.startBackup(ctx, name, src, expire, opt, false, func(*backup.Manifest, string) error { return nil },
 		func(_ *backup.Manifest, err error) { ch <- err })
 	if err != nil {
 		return err
@@ -215,36 +238,34 @@ func (c *clusterMember) listBackups(ctx context.Context, inst, cluster string) (
 
 // makeBackup collects the parts and records the backup READY; on failure
 // it removes the record and whatever files were written.
-func (c *clusterMember) makeBackup(ctx context.Context, src tableRef, mf *backup.Manifest, rev int64) (*backup.Manifest, error) {
+func (c *clusterMember) makeBackup(ctx context.Context, src tableRef, mf *backup.Manifest, rev int64, bop *backupOp) (*backup.Manifest, error) {
 	parts, err := c.backupParts(ctx, src, mf.Objects)
 	if err != nil {
-		c.abandonBackup(context.WithoutCancel(ctx), mf, rev)
+		c.abandonBackup(context.WithoutCancel(ctx), mf, rev, bop, err)
 		return nil, err
 	}
-	return c.recordDone(ctx, mf, mf.Complete(parts, c.s.opts.Clock.Now()), rev)
+	return c.recordDone(ctx, mf, mf.Complete(parts, c.s.opts.Clock.Now()), rev, bop)
 }
 
 // recordDone replaces the record of mf (at revision rev) with done, its
-// finished form; when that fails it removes the backup as abandonBackup
-// does.
-func (c *clusterMember) recordDone(ctx context.Context, mf, done *backup.Manifest, rev int64) (*backup.Manifest, error) {
-	enc, err := backup.EncodeRecord(done, "")
+// finished form, ending its operation (if any) in the same transaction;
+// when that fails it removes the backup as abandonBackup does.
+func (c *clusterMember) recordDone(ctx context.Context, mf, done *backup.Manifest, rev int64, bop *backupOp) (*backup.Manifest, error) {
+	err := c.endBackup(ctx, mf, done, rev, bop, nil)
 	if err == nil {
-		if _, err = c.m.UpdateBackupRecord(ctx, mf.Name, enc, rev); err == nil {
-			return done, nil
-		}
-		err = recordStatus(err)
+		return done, nil
 	}
-	c.abandonBackup(context.WithoutCancel(ctx), mf, rev)
+	err = recordStatus(err)
+	c.abandonBackup(context.WithoutCancel(ctx), mf, rev, bop, err)
 	return nil, err
 }
 
-// abandonBackup removes a backup that was not finished.
-func (c *clusterMember) abandonBackup(ctx context.Context, mf *backup.Manifest, rev int64) {
-	if err := c.m.DeleteBackupRecord(ctx, mf.Name, rev); err != nil {
+// abandonBackup removes a backup that was not finished, failing its
+// operation (if any) with why.
+func (c *clusterMember) abandonBackup(ctx context.Context, mf *backup.Manifest, rev int64, bop *backupOp, why error) {
+	if err := c.endBackup(ctx, mf, nil, rev, bop, why); err != nil {
 		c.s.log.Warn("remove the record of a failed backup", "backup", mf.Name, "err", err)
 	}
-	c.removeObjects(mf.Objects)
 }
 
 // removeObjects deletes the files of a backup from the shared store.
@@ -448,6 +469,10 @@ func (c *clusterMember) askBackupRows(ctx context.Context, src tableRef, p table
 	return backup.Part{Start: p.Start, End: p.End, Files: files, Node: resp.Node, VersionTime: time.UnixMicro(resp.VersionMicros)}, nil
 }
 
+// testHookBackupOwner, when set by a test, runs on an owner before it
+// writes its part of a backup; an error fails the part.
+var testHookBackupOwner func(ctx context.Context, node string) error
+
 // backupRows is an owner's part of a backup: the rows' cells from one
 // snapshot, taken and read while the gates of the tablets holding them are
 // held (a move waits), written to the shared store.
@@ -463,6 +488,11 @@ func (c *clusterMember) backupRows(ctx context.Context, req *clusterpb.BackupRow
 		return nil, status.Error(codes.InvalidArgument, "ebbtable: a backup part needs an object directory and a plain file prefix")
 	}
 	c.catchUpTo(ctx, req.Revision)
+	if h := testHookBackupOwner; h != nil {
+		if err := h(ctx, c.opts.NodeID); err != nil {
+			return nil, err
+		}
+	}
 	tmpRoot := filepath.Join(c.s.opts.DataDir, "backups")
 	if err := os.MkdirAll(tmpRoot, 0o755); err != nil {
 		return nil, toStatus(err)
@@ -846,16 +876,21 @@ func (a *clusterAdmin) CopyBackup(ctx context.Context, req *adminpb.CopyBackupRe
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	maker, rev, err := c.createBackupRecord(ctx, dst.String(), mf)
+	meta := &adminpb.CopyBackupMetadata{Name: mf.Name, SourceBackupInfo: backupInfoProto(orig), Progress: &adminpb.OperationProgress{StartTime: ts(now)}}
+	maker, opName, rev, err := c.createBackupWithOp(ctx, mf, opKindCopy, meta)
 	if err != nil {
 		return nil, err
 	}
-	meta := &adminpb.CopyBackupMetadata{Name: mf.Name, SourceBackupInfo: backupInfoProto(orig), Progress: &adminpb.OperationProgress{StartTime: ts(now)}}
-	op, err := a.s.ops.pending(mf.Name, meta)
+	bop := &backupOp{name: opName, maker: maker, result: func(done *backup.Manifest) (proto.Message, proto.Message) {
+		m := proto.Clone(meta).(*adminpb.CopyBackupMetadata)
+		m.Progress = &adminpb.OperationProgress{ProgressPercent: 100, StartTime: ts(done.StartTime), EndTime: ts(done.EndTime)}
+		return backupToProto(done, c.s.opts.Clock.Now()), m
+	}}
+	op, err := a.s.ops.pendingNamed(opName, meta)
 	if err == nil {
 		err = a.s.backups.Go(func(ctx context.Context) {
 			defer runningBackups.Delete(maker)
-			done, err := c.copyBackup(ctx, orig, mf, rev)
+			done, err := c.copyBackup(ctx, orig, mf, rev, bop)
 			c.s.backups.CountOp("copy", err)
 			c.forgetBackupTotals()
 			if err != nil {
@@ -868,7 +903,7 @@ func (a *clusterAdmin) CopyBackup(ctx context.Context, req *adminpb.CopyBackupRe
 		})
 	}
 	if err != nil {
-		c.abandonBackup(context.WithoutCancel(ctx), mf, rev)
+		c.abandonBackup(context.WithoutCancel(ctx), mf, rev, bop, err)
 		runningBackups.Delete(maker)
 		return nil, toStatus(err)
 	}
@@ -877,7 +912,7 @@ func (a *clusterAdmin) CopyBackup(ctx context.Context, req *adminpb.CopyBackupRe
 
 // copyBackup copies the files and records the copy READY; on failure it
 // removes the record and the files copied.
-func (c *clusterMember) copyBackup(ctx context.Context, orig, mf *backup.Manifest, rev int64) (*backup.Manifest, error) {
+func (c *clusterMember) copyBackup(ctx context.Context, orig, mf *backup.Manifest, rev int64, bop *backupOp) (*backup.Manifest, error) {
 	var err error
 	for _, f := range orig.AllFiles() {
 		if err = c.copyObject(ctx, orig.Objects+f.Name, mf.Objects+f.Name, f.Bytes); err != nil {
@@ -886,10 +921,10 @@ func (c *clusterMember) copyBackup(ctx context.Context, orig, mf *backup.Manifes
 		}
 	}
 	if err != nil {
-		c.abandonBackup(context.WithoutCancel(ctx), mf, rev)
+		c.abandonBackup(context.WithoutCancel(ctx), mf, rev, bop, err)
 		return nil, err
 	}
-	return c.recordDone(ctx, mf, mf.Copied(c.s.opts.Clock.Now()), rev)
+	return c.recordDone(ctx, mf, mf.Copied(c.s.opts.Clock.Now()), rev, bop)
 }
 
 // copyObject copies one object of the shared store to a new name.

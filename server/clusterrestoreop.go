@@ -54,6 +54,9 @@ const restoreOpMark = "/operations/restore-"
 type restoreOp struct {
 	State string `json:"state"`
 	Maker string `json:"maker"`
+	// Kind is "" for a restore, opKindBackup or opKindCopy for a
+	// backup's operation (clusterbackupop.go).
+	Kind string `json:"kind,omitempty"`
 	// Entry is the begin entry's payload (restoreEntry, its ID and Op
 	// set).
 	Entry []byte `json:"entry"`
@@ -201,10 +204,16 @@ func (c *clusterMember) opFinish(ctx context.Context, name, maker string, resp p
 	})
 }
 
-// remoteOperation answers GetOperation for the restore operations kept in
-// etcd (ok false for the other names).
+// keptInEtcd reports whether an operation's name is one kept in etcd (a
+// restore's or a backup's).
+func keptInEtcd(name string) bool {
+	return strings.Contains(name, restoreOpMark) || strings.Contains(name, backupOpMark)
+}
+
+// remoteOperation answers GetOperation for the operations kept in etcd
+// (ok false for the other names).
 func (c *clusterMember) remoteOperation(ctx context.Context, name string) (*longrunningpb.Operation, bool, error) {
-	if !strings.Contains(name, restoreOpMark) || c.m == nil {
+	if !keptInEtcd(name) || c.m == nil {
 		return nil, false, nil
 	}
 	rec, err := c.m.GetOpRecord(ctx, name)
@@ -222,9 +231,32 @@ func (c *clusterMember) remoteOperation(ctx context.Context, name string) (*long
 	return op, err == nil, err
 }
 
-// deleteRemoteOperation forgets a restore operation kept in etcd.
+// listRemoteOperations lists the operations kept in etcd whose names start
+// with prefix.
+func (c *clusterMember) listRemoteOperations(ctx context.Context, prefix string) ([]*longrunningpb.Operation, error) {
+	if c.m == nil {
+		return nil, nil
+	}
+	recs, err := c.m.ListOpRecordsUnder(ctx, prefix)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "%v", err)
+	}
+	var out []*longrunningpb.Operation
+	for _, rec := range recs {
+		var r restoreOp
+		if json.Unmarshal(rec.Value, &r) != nil {
+			continue
+		}
+		if op, err := r.operation(); err == nil {
+			out = append(out, op)
+		}
+	}
+	return out, nil
+}
+
+// deleteRemoteOperation forgets an operation kept in etcd.
 func (c *clusterMember) deleteRemoteOperation(ctx context.Context, name string) (bool, error) {
-	if !strings.Contains(name, restoreOpMark) || c.m == nil {
+	if !keptInEtcd(name) || c.m == nil {
 		return false, nil
 	}
 	err := c.m.DeleteOpRecord(ctx, name, 0)
@@ -249,6 +281,10 @@ func (c *clusterMember) sweepRestoreOps(ctx context.Context) {
 	for _, rec := range recs {
 		var r restoreOp
 		if json.Unmarshal(rec.Value, &r) != nil {
+			continue
+		}
+		if r.Kind != "" {
+			c.sweepBackupOp(ctx, rec, r, now) // clusterbackupop.go
 			continue
 		}
 		ent, err := r.entry()

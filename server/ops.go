@@ -3,6 +3,9 @@ package server
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +29,9 @@ type operations struct {
 	// (clusterrestoreop.go); ok false for the others.
 	remote       func(ctx context.Context, name string) (op *longrunningpb.Operation, ok bool, err error)
 	deleteRemote func(ctx context.Context, name string) (ok bool, err error)
+	// listRemote lists the operations kept in etcd whose names start
+	// with a prefix (cluster mode).
+	listRemote func(ctx context.Context, prefix string) ([]*longrunningpb.Operation, error)
 }
 
 func newOperations() *operations {
@@ -179,4 +185,63 @@ func (o *operations) DeleteOperation(ctx context.Context, req *longrunningpb.Del
 	}
 	delete(o.ops, req.GetName())
 	return &emptypb.Empty{}, nil
+}
+
+// setRemoteList sets where the operations kept elsewhere are listed
+// (cluster mode).
+func (o *operations) setRemoteList(list func(context.Context, string) ([]*longrunningpb.Operation, error)) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.listRemote = list
+}
+
+// ListOperations lists the operations whose names start with the request's
+// name (without Bigtable's "operations/" prefix; empty: all), in name
+// order: this server's and, in cluster mode, those kept in etcd (which
+// answer for their names). Filters are not supported.
+func (o *operations) ListOperations(ctx context.Context, req *longrunningpb.ListOperationsRequest) (*longrunningpb.ListOperationsResponse, error) {
+	if strings.TrimSpace(req.GetFilter()) != "" {
+		return nil, status.Errorf(codes.Unimplemented, "ebbtable: ListOperations filters are not supported (got %q); list all and filter on the client", req.GetFilter())
+	}
+	prefix := strings.TrimPrefix(req.GetName(), "operations/")
+	o.mu.Lock()
+	listRemote := o.listRemote
+	byName := map[string]*longrunningpb.Operation{}
+	for name, op := range o.ops {
+		if strings.HasPrefix(name, prefix) {
+			byName[name] = op
+		}
+	}
+	o.mu.Unlock()
+	if listRemote != nil {
+		remote, err := listRemote(ctx, prefix)
+		if err != nil {
+			return nil, err
+		}
+		for _, op := range remote {
+			byName[op.GetName()] = op
+		}
+	}
+	list := make([]*longrunningpb.Operation, 0, len(byName))
+	for _, op := range byName {
+		list = append(list, op)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].GetName() < list[j].GetName() })
+	start := 0
+	if tok := req.GetPageToken(); tok != "" {
+		n, err := strconv.Atoi(tok)
+		if err != nil || n < 0 || n > len(list) {
+			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: bad page token %q", tok)
+		}
+		start = n
+	}
+	end := len(list)
+	if ps := int(req.GetPageSize()); ps > 0 && start+ps < end {
+		end = start + ps
+	}
+	resp := &longrunningpb.ListOperationsResponse{Operations: list[start:end]}
+	if end < len(list) {
+		resp.NextPageToken = strconv.Itoa(end)
+	}
+	return resp, nil
 }
