@@ -86,7 +86,7 @@ type ClusterOptions struct {
 
 	// iamFresh and iamProgressEvery (tests): clusteretcd.Options' (0: its
 	// defaults); iamCheckTimeout (tests) bounds the etcd read of an IAM
-	// check made while the cache is not current (0: iamTimeout).
+	// check made while the cache is not current (0: iamCheckWait).
 	iamFresh, iamProgressEvery, iamCheckTimeout time.Duration
 }
 

@@ -26,6 +26,14 @@ import (
 // iamTimeout bounds an etcd read or write of a policy.
 const iamTimeout = 10 * time.Second
 
+// iamCheckWait bounds the etcd read of an IAM check made while the cache
+// is not current (ClusterOptions.iamCheckTimeout in tests): with etcd
+// unreachable, the checked call fails UNAVAILABLE after this, rather than
+// holding the caller (and a server goroutine) for iamTimeout. etcd answers
+// in milliseconds when reachable; a client whose deadline is shorter gives
+// up at its own deadline.
+const iamCheckWait = 1500 * time.Millisecond
+
 // iamCacheMetrics tell how often IAM checks miss the watch-fed cache
 // (clusteretcd/iam.go): ebbtable_iam_cache_fallbacks_total{result} counts
 // checks made while it was not current, which read etcd instead (etcd)
@@ -55,11 +63,11 @@ func (c *clusterMember) newIAMCacheMetrics() {
 }
 
 // iamFallback reads etcd for an IAM check the cache could not answer,
-// within iamCheckTimeout, and counts it.
+// within iamCheckWait, and counts it.
 func (c *clusterMember) iamFallback(read func(context.Context) error) error {
 	d := c.opts.iamCheckTimeout
 	if d <= 0 {
-		d = iamTimeout
+		d = iamCheckWait
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
