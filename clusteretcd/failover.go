@@ -67,3 +67,40 @@ func (m *Member) ForgetDeadProgress(ctx context.Context, id string) (bool, error
 	}
 	return resp.Succeeded, nil
 }
+
+// KeptDirectoryAt is KeptDirectory with the kept key's mod revision.
+func (m *Member) KeptDirectoryAt(ctx context.Context, table string) (cluster.Directory, int64, bool, error) {
+	g, err := m.cli.Get(ctx, m.deletedKey(table))
+	if err != nil {
+		return cluster.Directory{}, 0, false, fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	if len(g.Kvs) == 0 {
+		return cluster.Directory{}, 0, false, nil
+	}
+	var d cluster.Directory
+	if err := json.Unmarshal(g.Kvs[0].Value, &d); err != nil {
+		return d, 0, false, fmt.Errorf("ebbtable: undecodable kept directory of %s: %w", table, err)
+	}
+	return d, g.Kvs[0].ModRevision, true, nil
+}
+
+// DropKeptAt removes, in one transaction, the kept directories of deleted
+// tables (table → the mod revision they were read at), only if none
+// changed or went since (false, nothing removed, if one did). An undelete
+// compares the kept directory's revision in its own transaction, so of an
+// undelete and this, exactly one wins: a table whose kept directory this
+// removed can no longer be undeleted.
+func (m *Member) DropKeptAt(ctx context.Context, revs map[string]int64) (bool, error) {
+	var cmps []clientv3.Cmp
+	var ops []clientv3.Op
+	for table, rev := range revs {
+		k := m.deletedKey(table)
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", rev))
+		ops = append(ops, clientv3.OpDelete(k))
+	}
+	resp, err := m.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return false, fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	return resp.Succeeded, nil
+}

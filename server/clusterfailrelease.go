@@ -31,6 +31,10 @@ const DefaultReleaseDeadAfter = time.Hour
 // checkpoint of is deleted and may be undeleted).
 var errNotYet = errors.New("ebbtable: not yet")
 
+// testHookReleaseKeptRead, when set by a test, runs in releaseDead once
+// a kept directory of a table in the dead node's catalog was read.
+var testHookReleaseKeptRead func(dead, table string)
+
 // releaseDead releases node dead's objects in the shared store (see
 // above); dirs are the live directories, none of which names dead.
 func (f *failover) releaseDead(ctx context.Context, dead string, dirs []tablets.Directory) error {
@@ -39,6 +43,12 @@ func (f *failover) releaseDead(ctx context.Context, dead string, dirs []tablets.
 	if err != nil {
 		return err
 	}
+	// The kept directories of deleted tables that name dead but can no
+	// longer be undeleted here: removed in one etcd transaction before
+	// anything is released, so an undelete racing with this release
+	// either lands first (the transaction fails: not yet) or finds no
+	// table to undelete (its kept directory is gone).
+	giveUp := map[string]int64{}
 	if ok {
 		live := map[string]uint64{}
 		for _, d := range dirs {
@@ -48,9 +58,12 @@ func (f *failover) releaseDead(ctx context.Context, dead string, dirs []tablets.
 			if id, ok := live[e.Table]; ok && id == e.TableID {
 				continue // taken over (dead owns nothing in dirs)
 			}
-			kd, kept, err := c.m.KeptDirectory(ctx, e.Table)
+			kd, krev, kept, err := c.m.KeptDirectoryAt(ctx, e.Table)
 			if err != nil {
 				return err
+			}
+			if h := testHookReleaseKeptRead; h != nil && kept {
+				h(dead, e.Table)
 			}
 			if !kept || kd.TableID != e.TableID || !ownsAny([]tablets.Directory{kd}, dead) {
 				// dirs may predate an undelete that moved the kept
@@ -72,7 +85,20 @@ func (f *failover) releaseDead(ctx context.Context, dead string, dirs []tablets.
 					return errNotYet // an undelete would need this checkpoint
 				}
 			}
+			// Purged here (so on every node), or undeleted since the
+			// kept directory was read: the transaction below tells.
+			giveUp[e.Table] = krev
 		}
+	}
+	if len(giveUp) > 0 {
+		dropped, err := c.m.DropKeptAt(ctx, giveUp)
+		if err != nil {
+			return err
+		}
+		if !dropped {
+			return errNotYet // undeleted meanwhile: taken over from the checkpoint
+		}
+		c.s.log.Info("dropped the kept directories of deleted tables of a node being released (they can no longer be undeleted)", "node", dead, "tables", len(giveUp))
 	}
 	if err := storage.PutObject(c.store, storage.ReleasedMarker(dead), []byte(c.opts.NodeID+"\n")); err != nil {
 		return err
