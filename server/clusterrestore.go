@@ -266,9 +266,19 @@ func (c *clusterMember) runRestore(ctx context.Context, ref tableRef, begin clus
 	if err == nil {
 		err = res.err
 	}
-	if err == nil {
-		err = c.restoreParts(ctx, ref, begin, progress)
+	if err != nil {
+		c.failRestore(ctx, ent, ent.Maker, err)
+		return nil, err
 	}
+	return c.finishRestore(ctx, ref, begin, ent, progress)
+}
+
+// finishRestore is a restore's coordination once its begin entry is
+// applied here: the owners' ingests, then the commit (or the abort). A
+// node that takes over the restore of a dead coordinator starts here
+// (resumeRestore, clusterrestoreop.go).
+func (c *clusterMember) finishRestore(ctx context.Context, ref tableRef, begin clusteretcd.SchemaEntry, ent restoreEntry, progress func(done, total int)) (*adminpb.Table, error) {
+	err := c.restoreParts(ctx, ref, begin, progress)
 	if err == nil {
 		err = c.opCommit(ctx, ent.Op, ent.Maker)
 	}
@@ -523,6 +533,14 @@ func (c *clusterMember) restoreRows(ctx context.Context, req *clusterpb.RestoreR
 	defer lr.mu.RUnlock()
 	if lr.r == nil {
 		return nil, status.Errorf(codes.Aborted, "ebbtable: the restore of %s was given up here", req.Table)
+	}
+	// Asked again (a coordinator that took the restore over asks for
+	// every tablet): only what this process has not ingested yet.
+	c.restoreMu.Lock()
+	spans = uncovered(spans, lr.done)
+	c.restoreMu.Unlock()
+	if len(spans) == 0 {
+		return &clusterpb.RestoreRowsResponse{Node: c.opts.NodeID}, nil
 	}
 	cells, n, err := c.ingestSpans(ctx, lr, spans)
 	if err != nil {

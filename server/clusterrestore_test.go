@@ -21,7 +21,14 @@ import (
 // per node (a, g, p, the rows of letters()), and its backup c1/bk.
 func restoreCluster(t *testing.T) *scaleCluster {
 	t.Helper()
-	sc := startScaleCluster(t, "n1", "n2", "n3")
+	return restoreClusterTuned(t, nil)
+}
+
+// restoreClusterTuned is restoreCluster with each node's options adjusted
+// by tune.
+func restoreClusterTuned(t *testing.T, tune func(*Options)) *scaleCluster {
+	t.Helper()
+	sc := startScaleClusterTuned(t, 0, tune, "n1", "n2", "n3")
 	sc.createTable(t, "n1", "g", "p")
 	ctx := context.Background()
 	tabs, err := sc.nodes["n1"].ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: scaleTable})
@@ -256,10 +263,12 @@ func TestScaleOutRestoreNodeRestarts(t *testing.T) {
 }
 
 // A coordinator that dies midway leaves reservations on the other nodes;
-// their sweep (the backup expiry loop) sees its maker gone and gives the
-// restore up cluster-wide: no directory, no reservation, the name free.
+// their sweep (the backup expiry loop) sees its maker gone and takes the
+// restore over. The dead node owns a tablet and stays down: once
+// --restore-part-wait passes, the restore is given up cluster-wide (no
+// directory, no reservation, the name free) and its operation fails.
 func TestScaleOutRestoreCoordinatorDies(t *testing.T) {
-	sc := restoreCluster(t)
+	sc := restoreClusterTuned(t, func(o *Options) { o.Cluster.RestorePartWait = 1500 * time.Millisecond })
 	ctx := context.Background()
 	release := holdRestoreOn(t, "n3")
 	op := startRestore(t, sc.nodes["n2"], "r")
@@ -280,13 +289,16 @@ func TestScaleOutRestoreCoordinatorDies(t *testing.T) {
 		defer c.restoreMu.Unlock()
 		return len(c.restores)
 	}
-	testkit.Eventually(t, "the sweep to give the restore up", 10*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "the resumed restore to give up", 10*time.Second, func() (bool, string) {
 		n1.srv.cluster.sweepRestores(ctx)
 		sc.nodes["n3"].srv.cluster.sweepRestores(ctx)
 		_, dir := n1.srv.ClusterMember().Directory(testInstanceName + "/tables/r")
 		r1, r3 := reservations("n1"), reservations("n3")
 		return !dir && r1 == 0 && r3 == 0, fmt.Sprintf("directory %v, reservations n1 %d n3 %d", dir, r1, r3)
 	})
+	if o, _ := getOp(t, n1, op.Name); !o.Done || status.Code(status.ErrorProto(o.GetError())) != codes.Unavailable || !strings.Contains(o.GetError().GetMessage(), "within 1.5s") {
+		t.Errorf("operation through n1: %v", o)
+	}
 	checkNoTable(t, sc, "r")
 	if err := n1.admin.RestoreTable(ctx, "r", "c1", "bk"); err != nil {
 		t.Fatalf("restore again: %v", err)

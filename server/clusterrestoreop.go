@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
@@ -26,7 +27,10 @@ import (
 // racing, one wins:
 //
 //	running     the coordinator (Maker) has the owners ingest their parts.
-//	            A sweep that finds Maker gone moves it to failed.
+//	            A sweep that finds Maker gone takes it over (Maker
+//	            becomes the sweeping node's) and coordinates the rest
+//	            itself (resumeRestore): the owners ingest what they lack,
+//	            then the commit.
 //	committing  every part was ingested; the commit entry is (being)
 //	            appended. A sweep that finds Maker gone takes it over
 //	            (Maker becomes the sweeping node's) and appends the commit
@@ -296,11 +300,7 @@ func (c *clusterMember) sweepRestoreOps(ctx context.Context) {
 			if c.backupRunning(r.Maker) {
 				continue
 			}
-			why := status.Errorf(codes.Aborted, "ebbtable: the restore of %s was given up: its coordinator %s is gone", ent.TableID, r.Maker)
-			if err := c.opFinish(ctx, rec.Name, r.Maker, nil, why); err != nil {
-				continue // moved on by another node meanwhile
-			}
-			c.abortRestore(ctx, ent, why)
+			c.resumeRestore(ctx, rec.Name, r.Maker, ent)
 		case opCommitting:
 			if c.backupRunning(r.Maker) {
 				continue
@@ -317,6 +317,101 @@ func (c *clusterMember) sweepRestoreOps(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// resumeRestore takes over a running restore whose coordinator (dead) is
+// gone: the record's maker becomes this node's, the backup is marked as
+// being read by it, and this node coordinates the rest in the background
+// (finishRestore: every owner is asked for its tablets again and ingests
+// what it lacks, then the commit), so the client's operation completes.
+// A restore whose directory is gone (given up) only has its operation
+// failed.
+func (c *clusterMember) resumeRestore(ctx context.Context, name, dead string, ent restoreEntry) {
+	ref := tableRef{instance: ent.Instance, table: ent.TableID}
+	if d, ok := c.m.Directory(ref.name()); !ok || d.TableID != ent.ID {
+		why := status.Errorf(codes.Aborted, "ebbtable: the restore of %s was given up: its coordinator %s is gone", ent.TableID, dead)
+		c.opFinish(ctx, name, dead, nil, why)
+		return
+	}
+	maker := c.opts.NodeID + "/" + randomID()
+	var meta adminpb.RestoreTableMetadata
+	if err := c.updateOp(ctx, name, func(r *restoreOp) error {
+		if r.State != opRunning || r.Maker != dead {
+			return errOpMoved
+		}
+		if op, err := r.operation(); err == nil {
+			op.GetMetadata().UnmarshalTo(&meta)
+		}
+		r.Maker = maker
+		return nil
+	}); err != nil {
+		return
+	}
+	runningBackups.Store(maker, true)
+	ent.Maker = maker
+	c.s.log.Info("resuming a restore whose coordinator is gone", "table", ref.name(), "coordinator", dead)
+	err := c.s.backups.Go(func(ctx context.Context) {
+		defer runningBackups.Delete(maker)
+		t, err := c.resumedRestore(ctx, ref, ent, &meta)
+		c.s.backups.CountOp("restore", err)
+		if err != nil {
+			c.s.log.Error("resumed cluster restore failed", "table", ref.name(), "err", err)
+		} else {
+			c.s.log.Info("resumed cluster restore done", "table", t.GetName())
+		}
+	})
+	if err != nil {
+		runningBackups.Delete(maker)
+		c.failRestore(ctx, ent, maker, err)
+	}
+}
+
+// resumedRestore is resumeRestore's background part.
+func (c *clusterMember) resumedRestore(ctx context.Context, ref tableRef, ent restoreEntry, meta *adminpb.RestoreTableMetadata) (*adminpb.Table, error) {
+	fail := func(err error) (*adminpb.Table, error) {
+		c.failRestore(ctx, ent, ent.Maker, err)
+		return nil, err
+	}
+	mf, _, err := backup.DecodeRecord(ent.Record)
+	if err != nil {
+		return fail(status.Errorf(codes.DataLoss, "%v", err))
+	}
+	bn, err := parseBackup(mf.Name)
+	if err != nil {
+		return fail(err)
+	}
+	// The backup is read again: marked so (it fails if the backup was
+	// deleted once its first coordinator was gone).
+	if _, err := c.markRestoring(ctx, bn, ent.Maker, true); err != nil {
+		return fail(err)
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		c.markRestoring(uctx, bn, ent.Maker, false)
+	}()
+	if err := c.waitAppliedSeq(ctx, ent.ID); err != nil {
+		return fail(status.Errorf(codes.Unavailable, "ebbtable: node %s has not applied the restore's entry: %v", c.opts.NodeID, err))
+	}
+	payload, err := json.Marshal(ent)
+	if err != nil {
+		return fail(err)
+	}
+	begin := clusteretcd.SchemaEntry{Seq: ent.ID, TableID: ent.ID, Method: restoreBegin, Table: ref.name(), Request: payload}
+	var mu sync.Mutex
+	start := meta.GetProgress().GetStartTime()
+	return c.finishRestore(ctx, ref, begin, ent, func(done, total int) {
+		mu.Lock()
+		defer mu.Unlock()
+		pct := int32(done * 100 / max(total, 1))
+		if pct < meta.GetProgress().GetProgressPercent() {
+			return
+		}
+		meta.Progress = &adminpb.OperationProgress{StartTime: start, ProgressPercent: pct}
+		if err := c.opProgress(ctx, ent.Op, ent.Maker, meta); err != nil {
+			c.s.log.Warn("write a restore's progress", "table", ref.name(), "err", err)
+		}
+	})
 }
 
 // resumeCommit commits a restore whose coordinator died after every part

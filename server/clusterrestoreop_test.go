@@ -91,9 +91,9 @@ func TestScaleOutRestoreOpThroughAnyNode(t *testing.T) {
 	}
 }
 
-// The coordinator is killed midway: a client waiting through another node
-// gets the operation's failure once a sweep gives the restore up, the
-// name is free, and a second restore works.
+// The coordinator is killed midway: a sweep of another node takes the
+// restore over and completes it once the dead node (owner of a tablet)
+// is back, and a client waiting through a third node gets the table.
 func TestScaleOutRestoreOpCoordinatorKilled(t *testing.T) {
 	sc := restoreCluster(t)
 	ctx := context.Background()
@@ -115,27 +115,30 @@ func TestScaleOutRestoreOpCoordinatorKilled(t *testing.T) {
 		_, live := n1.srv.ClusterMember().Node("n2")
 		return !live, "n2 still listed"
 	})
-	testkit.Eventually(t, "the sweep to give the restore up", 10*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "the sweep to take the restore over", 10*time.Second, func() (bool, string) {
 		n3.srv.cluster.sweepRestores(ctx)
-		_, dir := n1.srv.ClusterMember().Directory(testInstanceName + "/tables/r")
-		return !dir, "directory still there; " + restoreOpState(t, n1, op.Name)
+		s := restoreOpState(t, n1, op.Name)
+		return strings.Contains(s, `"maker":"n3/`), s
 	})
-	err := <-waited
-	if status.Code(err) != codes.Aborted || !strings.Contains(err.Error(), "coordinator n2/") {
+	// n2 back (it owns a tablet of r): the restore goes through.
+	t.Cleanup(sc.start(t, "n2", sc.nodes["n2"].dir).stop)
+	if err := <-waited; err != nil {
 		t.Fatalf("wait through n1: %v", err)
 	}
-	checkNoTable(t, sc, "r")
-	if err := n1.admin.RestoreTable(ctx, "r", "c1", "bk"); err != nil {
-		t.Fatalf("restore again: %v", err)
+	for _, id := range []string{"n1", "n2", "n3"} {
+		if keys, _ := readTableVia(t, sc.nodes[id], "r"); keys != strings.Join(letters(), ",") {
+			t.Errorf("r through %s: %s", id, keys)
+		}
 	}
-	if keys, _ := readTableVia(t, n3, "r"); keys != strings.Join(letters(), ",") {
-		t.Errorf("r after the second restore: %s", keys)
+	if o, meta := getOp(t, n3, op.Name); !o.Done || o.GetError() != nil || meta.GetProgress().GetProgressPercent() != 100 {
+		t.Errorf("operation through n3: %v", o)
 	}
 }
 
 // The coordinator dies and every other node restarts (their reservations
-// are gone at open): a sweep of a restarted node still gives the restore
-// up from its operation record, and the name is free again.
+// are gone at open): a sweep of a restarted node still takes the restore
+// over from its operation record and, the dead node back, completes it
+// (the restarted owners ingest their parts again).
 func TestScaleOutRestoreCoordinatorDeadOthersRestarted(t *testing.T) {
 	sc := restoreCluster(t)
 	ctx := context.Background()
@@ -166,20 +169,19 @@ func TestScaleOutRestoreCoordinatorDeadOthersRestarted(t *testing.T) {
 		_, live := n1.srv.ClusterMember().Node("n2")
 		return !live, "n2 still listed"
 	})
-	testkit.Eventually(t, "a restarted node's sweep to give the restore up", 10*time.Second, func() (bool, string) {
+	testkit.Eventually(t, "a restarted node's sweep to take the restore over", 10*time.Second, func() (bool, string) {
 		n1.srv.cluster.sweepRestores(ctx)
-		_, dir := n1.srv.ClusterMember().Directory(testInstanceName + "/tables/r")
-		return !dir, "the name is still taken; " + restoreOpState(t, n1, op.Name)
+		s := restoreOpState(t, n1, op.Name)
+		return strings.Contains(s, `"maker":"n1/`), s
 	})
-	if o, _ := getOp(t, sc.nodes["n3"], op.Name); !o.Done || o.GetError() == nil {
-		t.Errorf("operation through n3: %v", o)
+	t.Cleanup(sc.start(t, "n2", sc.nodes["n2"].dir).stop)
+	if _, err := waitOpVia(t, sc.nodes["n3"], op, 30*time.Second); err != nil {
+		t.Fatalf("wait through n3: %v", err)
 	}
-	checkNoTable(t, sc, "r")
-	if err := n1.admin.RestoreTable(ctx, "r", "c1", "bk"); err != nil {
-		t.Fatalf("restore again: %v", err)
-	}
-	if keys, _ := readTableVia(t, sc.nodes["n3"], "r"); keys != strings.Join(letters(), ",") {
-		t.Errorf("r after the second restore: %s", keys)
+	for _, id := range []string{"n1", "n2", "n3"} {
+		if keys, _ := readTableVia(t, sc.nodes[id], "r"); keys != strings.Join(letters(), ",") {
+			t.Errorf("r through %s: %s", id, keys)
+		}
 	}
 }
 
