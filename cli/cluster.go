@@ -50,7 +50,7 @@ func (f *clusterFlags) register(fl *pflag.FlagSet) {
 	fl.DurationVar(&f.checkpoint, "checkpoint-interval", 30*time.Second, "cluster mode with --failover: how often a node checkpoints its tablets (and truncates its commit log) while writes arrive")
 	fl.DurationVar(&f.backupWait, "backup-part-wait", server.DefaultPartWait, "cluster mode: how long a backup through this node waits for a tablet whose owner is down (until it is back, or its tablets are taken over by --failover) or busy moving it, before the backup fails UNAVAILABLE")
 	fl.DurationVar(&f.restoreWait, "restore-part-wait", server.DefaultPartWait, "cluster mode: how long a restore through this node waits for the owner of a tablet that is down or busy moving, before the restore fails (and is given up)")
-	fl.DurationVar(&f.releaseDead, "release-dead-after", server.DefaultReleaseDeadAfter, "cluster mode with --failover: how long a dead node whose tablets were all taken over may come back with its data directory; then its shared SSTables, commit log and checkpoints are deleted and that directory is refused (negative: never)")
+	fl.DurationVar(&f.releaseDead, "release-dead-after", server.DefaultReleaseDeadAfter, "cluster mode: how long a dead node whose tablets were all taken over (with --failover), or a node that left cleanly (drained, then stopped), may come back with its data directory; then its references to shared SSTables are released (and, with --failover, its commit log and checkpoints deleted) and that directory is refused (negative: never)")
 }
 
 // options turns the flags into cluster options, nil without --etcd.

@@ -72,8 +72,10 @@ type ClusterOptions struct {
 	// ReleaseDeadAfter is how long, with Failover, a dead node whose
 	// tablets were all taken over may still come back with its data
 	// directory: then its shared SSTables are released and that directory
-	// is refused (clusterfailrelease.go); 0: DefaultReleaseDeadAfter,
-	// negative: never.
+	// is refused (clusterfailrelease.go); also how long a node that left
+	// cleanly (drained, stopped) may come back before the same
+	// (clustercreatorleave.go); 0: DefaultReleaseDeadAfter, negative:
+	// never.
 	ReleaseDeadAfter time.Duration
 	// BackupPartWait bounds how long a backup waits for a tablet whose
 	// owner is down (back, or its tablets taken over) or busy moving it
@@ -114,6 +116,7 @@ type clusterMember struct {
 	store   storage.ObjectStore
 	stop    chan struct{}
 	wg      sync.WaitGroup
+	left    leftNodes // nodes that left cleanly (clustercreatorleave.go)
 	// sink applies pulled replication records (clusterpull.go).
 	sink *clusterSink
 
@@ -342,6 +345,7 @@ func (c *clusterMember) start(addr string) error {
 	go c.applyLoop()
 	go c.leaseFileLoop()
 	c.s.backups.OnExpiry(c.sweepBackups)                          // clusterbackup.go
+	c.s.backups.OnExpiry(c.releaseLeft)                           // clustercreatorleave.go
 	c.s.ops.setRemote(c.remoteOperation, c.deleteRemoteOperation) // clusterrestoreop.go
 	c.s.ops.setRemoteList(c.listRemoteOperations)                 // clusterrestoreop.go
 	c.s.backups.ReportTotals(c.backupTotals)                      // clusterbackupmetrics.go

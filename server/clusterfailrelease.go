@@ -38,7 +38,12 @@ var testHookReleaseKeptRead func(dead, table string)
 // releaseDead releases node dead's objects in the shared store (see
 // above); dirs are the live directories, none of which names dead.
 func (f *failover) releaseDead(ctx context.Context, dead string, dirs []tablets.Directory) error {
-	c := f.c
+	return f.c.releaseNode(ctx, dead, dirs)
+}
+
+// releaseNode is releaseDead, also used for a node that left the cluster
+// cleanly (clustercreatorleave.go).
+func (c *clusterMember) releaseNode(ctx context.Context, dead string, dirs []tablets.Directory) error {
 	cat, ok, err := storage.ReadCatalog(c.store, dead)
 	if err != nil {
 		return err
