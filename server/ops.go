@@ -208,7 +208,7 @@ func (o *operations) ListOperations(ctx context.Context, req *longrunningpb.List
 	listRemote := o.listRemote
 	byName := map[string]*longrunningpb.Operation{}
 	for name, op := range o.ops {
-		if strings.HasPrefix(name, prefix) {
+		if opUnder(name, prefix) {
 			byName[name] = op
 		}
 	}
@@ -219,7 +219,9 @@ func (o *operations) ListOperations(ctx context.Context, req *longrunningpb.List
 			return nil, err
 		}
 		for _, op := range remote {
-			byName[op.GetName()] = op
+			if opUnder(op.GetName(), prefix) {
+				byName[op.GetName()] = op
+			}
 		}
 	}
 	list := make([]*longrunningpb.Operation, 0, len(byName))
@@ -244,4 +246,13 @@ func (o *operations) ListOperations(ctx context.Context, req *longrunningpb.List
 		resp.NextPageToken = strconv.Itoa(end)
 	}
 	return resp, nil
+}
+
+// opUnder reports whether resource name is prefix or under it ("" or a
+// prefix ending in "/" matches as a plain prefix).
+func opUnder(name, prefix string) bool {
+	if prefix == "" || strings.HasSuffix(prefix, "/") {
+		return strings.HasPrefix(name, prefix)
+	}
+	return name == prefix || strings.HasPrefix(name, prefix+"/")
 }
