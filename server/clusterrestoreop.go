@@ -361,8 +361,10 @@ func (c *clusterMember) resumeRestore(ctx context.Context, name, dead string, en
 		}
 	})
 	if err != nil {
+		// This node is stopping: its maker is gone with it, so another
+		// node's sweep takes the restore over again.
 		runningBackups.Delete(maker)
-		c.failRestore(ctx, ent, maker, err)
+		c.s.log.Info("not resuming a restore: this node is stopping", "table", ref.name())
 	}
 }
 
