@@ -63,12 +63,18 @@ func (c *clusterMember) newIAMCacheMetrics() {
 }
 
 // iamFallback reads etcd for an IAM check the cache could not answer,
-// within iamCheckWait, and counts it.
-func (c *clusterMember) iamFallback(read func(context.Context) error) error {
+// within iamCheckWait or the request's deadline (ctx's) if sooner, and
+// counts it.
+func (c *clusterMember) iamFallback(ctx context.Context, read func(context.Context) error) error {
 	d := c.opts.iamCheckTimeout
 	if d <= 0 {
 		d = iamCheckWait
 	}
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	// Not the request's own context: nothing of it goes to etcd but the
+	// bound.
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	if err := read(ctx); err != nil {
@@ -194,14 +200,14 @@ func (s *Server) dropClusterIAM(resource string) error {
 // the member's watch-fed cache (clusteretcd/iam.go) while it is known
 // current, else from etcd (one request); those with no bindings are left
 // out.
-func (s *Server) clusterIAMPolicies(inst string, rest []string) (map[string]*iampb.Policy, error) {
+func (s *Server) clusterIAMPolicies(ctx context.Context, inst string, rest []string) (map[string]*iampb.Policy, error) {
 	names := make([]string, len(rest))
 	for i, r := range rest {
 		names[i] = strings.TrimSuffix(inst+"/"+r, "/")
 	}
 	got, ok := s.cluster.m.CachedIAMPolicies(names) // the watch-fed cache, while it is current
 	if !ok {
-		if err := s.cluster.iamFallback(func(ctx context.Context) (err error) {
+		if err := s.cluster.iamFallback(ctx, func(ctx context.Context) (err error) {
 			got, err = s.cluster.m.GetIAMPolicies(ctx, names)
 			return err
 		}); err != nil {
@@ -229,7 +235,7 @@ func (s *Server) clusterIAMPolicies(inst string, rest []string) (map[string]*iam
 func (s *Server) clusterGoverned() ([]string, error) {
 	all, ok := s.cluster.m.CachedIAMList()
 	if !ok {
-		if err := s.cluster.iamFallback(func(ctx context.Context) (err error) {
+		if err := s.cluster.iamFallback(context.Background(), func(ctx context.Context) (err error) {
 			all, err = s.cluster.m.ListIAMPolicies(ctx)
 			return err
 		}); err != nil {

@@ -101,12 +101,18 @@ func walkResources(m protoreflect.Message, depth int, out *[]string) {
 // iamPolicies reads the policies stored for the resources of path in one
 // scan of inst's policies; those with no bindings are left out.
 func (s *Server) iamPolicies(inst string, path []iamRes) (map[string]*iampb.Policy, error) {
+	return s.iamPoliciesCtx(context.Background(), inst, path)
+}
+
+// iamPoliciesCtx is iamPolicies for a request with ctx (whose deadline
+// bounds a cluster node's etcd read).
+func (s *Server) iamPoliciesCtx(ctx context.Context, inst string, path []iamRes) (map[string]*iampb.Policy, error) {
 	if s.cluster != nil { // kept in etcd: clusteriam.go
 		rest := make([]string, len(path))
 		for i, r := range path {
 			rest[i] = r.rest
 		}
-		return s.clusterIAMPolicies(inst, rest)
+		return s.clusterIAMPolicies(ctx, inst, rest)
 	}
 	want := make(map[string]bool, len(path))
 	for _, r := range path {
@@ -157,12 +163,18 @@ func (s *Server) iamAllows(members []string, permission, name string) (iamDecisi
 // iamAllowsWith is iamAllows with name's own policy taken as replaced by
 // override (when not nil): what a SetIamPolicy would leave.
 func (s *Server) iamAllowsWith(members []string, permission, name string, override *iampb.Policy) (iamDecision, string, error) {
+	return s.iamDecide(context.Background(), members, permission, name, override)
+}
+
+// iamDecide is iamAllowsWith for a request with ctx (whose deadline bounds
+// a cluster node's etcd read).
+func (s *Server) iamDecide(ctx context.Context, members []string, permission, name string, override *iampb.Policy) (iamDecision, string, error) {
 	inst, path, ok := iamPath(name)
 	if !ok {
 		return iamDecision{}, permission, nil
 	}
 	permission = auth.PermissionFor(permission, path[0].kind)
-	pols, err := s.iamPolicies(inst, path)
+	pols, err := s.iamPoliciesCtx(ctx, inst, path)
 	if err != nil {
 		return iamDecision{}, permission, err
 	}
@@ -191,6 +203,12 @@ func (s *Server) iamAllowsWith(members []string, permission, name string, overri
 // checkIAM is the IAM step of authorization, after the token's role and
 // instances have allowed the call.
 func (s *Server) checkIAM(p auth.Principal, method string, req any) error {
+	return s.checkIAMCtx(context.Background(), p, method, req)
+}
+
+// checkIAMCtx is checkIAM for a request with ctx (whose deadline bounds a
+// cluster node's etcd read).
+func (s *Server) checkIAMCtx(ctx context.Context, p auth.Principal, method string, req any) error {
 	if p.Token == nil {
 		return nil // authentication off, a peer, or an open method
 	}
@@ -199,7 +217,7 @@ func (s *Server) checkIAM(p auth.Principal, method string, req any) error {
 		return nil
 	}
 	for _, name := range resourcesOf(req) {
-		d, want, err := s.iamAllows(p.Token.Members, perm, name)
+		d, want, err := s.iamDecide(ctx, p.Token.Members, perm, name, nil)
 		if err != nil {
 			return toStatus(err)
 		}
@@ -228,7 +246,7 @@ func (s *Server) callerHolds(ctx context.Context, resource string, permissions [
 		if !auth.TokenHolds(p.Token.Role, perm) {
 			continue
 		}
-		d, _, err := s.iamAllows(p.Token.Members, perm, resource)
+		d, _, err := s.iamDecide(ctx, p.Token.Members, perm, resource, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -249,7 +267,7 @@ func (s *Server) keepsSetter(ctx context.Context, method, resource string, p *ia
 		return nil
 	}
 	perm, _ := auth.Permission(method)
-	d, want, err := s.iamAllowsWith(pr.Token.Members, perm, resource, p)
+	d, want, err := s.iamDecide(ctx, pr.Token.Members, perm, resource, p)
 	if err != nil {
 		return toStatus(err)
 	}

@@ -116,7 +116,7 @@ type security struct {
 	denied   *prometheus.CounterVec
 	// iam checks a request against the IAM policies it meets, once the
 	// token allowed it (Server.checkIAM; nil: not checked).
-	iam func(p auth.Principal, method string, req any) error
+	iam func(ctx context.Context, p auth.Principal, method string, req any) error
 	// httpIAM checks an HTTP request needing role need against every IAM
 	// policy (Server.consoleIAM; nil: not checked).
 	httpIAM func(p auth.Principal, need auth.Role) error
@@ -509,7 +509,7 @@ func (sec *security) unary() grpc.UnaryServerInterceptor {
 				return nil, sec.authError(err)
 			}
 		}
-		if err := sec.checkIAM(p, info.FullMethod, req); err != nil {
+		if err := sec.checkIAM(ctx, p, info.FullMethod, req); err != nil {
 			return nil, err
 		}
 		return h(withPrincipal(ctx, p), req)
@@ -566,16 +566,16 @@ func (g *guardedStream) RecvMsg(m any) error {
 			return g.sec.authError(err)
 		}
 	}
-	return g.sec.checkIAM(g.p, g.method, m)
+	return g.sec.checkIAM(g.ServerStream.Context(), g.p, g.method, m)
 }
 
 // checkIAM runs the IAM step: a denial is counted and answers
 // PERMISSION_DENIED; a failure to read the policies keeps its own status.
-func (sec *security) checkIAM(p auth.Principal, method string, req any) error {
+func (sec *security) checkIAM(ctx context.Context, p auth.Principal, method string, req any) error {
 	if sec.iam == nil || p.Token == nil {
 		return nil
 	}
-	err := sec.iam(p, method, req)
+	err := sec.iam(ctx, p, method, req)
 	if errors.Is(err, auth.ErrDenied) {
 		return sec.authError(err)
 	}

@@ -242,7 +242,7 @@ func New(opts Options) (*Server, error) {
 	eng.SetRowExpiry(rowttl.RowExpired)
 	s := &Server{opts: opts, engine: eng, collector: col, ttl: job, backups: bk, opWait: defaultOpWait, ops: newOperations(), health: health.NewServer(), log: opts.Logger,
 		stopping: make(chan struct{}), sec: sec, cluster: cl}
-	sec.iam, sec.httpIAM = s.checkIAM, s.consoleIAM
+	sec.iam, sec.httpIAM = s.checkIAMCtx, s.consoleIAM
 	self = s
 	srv.Store(s)
 	if p := early.Load(); p != nil {
