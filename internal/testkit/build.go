@@ -69,22 +69,24 @@ var (
 	built   = map[string]string{} // pkg and name -> path, built by this process
 )
 
-// runStamp names the process that started this one (normally the go
-// command running the suite): its pid and start time, so a pid reused
-// later does not match. It is "" where /proc cannot tell.
+// runStamp names the go command that started this test binary: its pid
+// and start time, so a pid reused later does not match. It is "" when the
+// parent is not the go command (a test binary run by hand from a shell,
+// which may run it again after a source change, or through go test -exec)
+// or where /proc cannot tell.
 func runStamp() string {
 	ppid := os.Getppid()
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", ppid))
 	if err != nil {
 		return ""
 	}
-	// The fields after the command name, which is in parentheses and may
-	// hold spaces: state is field 3, the start time field 22.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
+	// pid (comm) state ...: the command name is in parentheses and may
+	// hold spaces; after it, state is field 3 and the start time field 22.
+	open, end := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
+	if open < 0 || end < open || string(stat[open+1:end]) != "go" {
 		return ""
 	}
-	fields := strings.Fields(string(stat[i+1:]))
+	fields := strings.Fields(string(stat[end+1:]))
 	if len(fields) < 20 {
 		return ""
 	}
