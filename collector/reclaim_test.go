@@ -21,7 +21,7 @@ func TestPassReclaimsDiskSpace(t *testing.T) {
 	now := e.now()
 	val := bytes.Repeat([]byte("x"), 1024)
 	var entries []table.RowMutation
-	for r := 0; r < 4000; r++ {
+	for r := 0; r < 2000; r++ {
 		var muts []table.Mutation
 		for v := int64(0); v < 4; v++ {
 			muts = append(muts, table.Mutation{Kind: table.SetCell, Family: "cf", Qualifier: []byte("q"), Timestamp: now - v*1000, Value: val})

@@ -33,7 +33,7 @@ func dirBytes(t *testing.T, dir string) int64 {
 	return n
 }
 
-// reclaimEnv writes 4,000 rows of four 1 KiB versions (half flushed to an
+// reclaimEnv writes 2,000 rows of four 1 KiB versions (half flushed to an
 // SSTable, half in the memtable and WAL) under rule never, then sets
 // maxversions=1: a pass collects three quarters of the table.
 func reclaimEnv(t *testing.T) (*env, string) {
@@ -63,11 +63,11 @@ func reclaimEnv(t *testing.T) (*env, string) {
 			t.Fatal(err)
 		}
 	}
-	write(0, 2000)
+	write(0, 1000)
 	if err := eng.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	write(2000, 4000)
+	write(1000, 2000)
 	if _, err := eng.ModifyFamilies(inst, "t", []table.FamilyMod{{Name: "cf", Update: true, GC: gcrule.MaxVersions(1)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -92,8 +92,8 @@ func TestReclaimReportsWhatCameBack(t *testing.T) {
 	st := e.pass(t)
 	after := dirBytes(t, dir)
 	t.Logf("directory %d → %d bytes (%d freed); the pass reports %d freed, %d still being deleted", before, after, before-after, st.ReclaimedBytes, st.ReclaimDeletingBytes)
-	if st.Collected != 12000 || st.Compaction == 0 {
-		t.Fatalf("pass %+v; want 12,000 cells collected and a compaction", st)
+	if st.Collected != 6000 || st.Compaction == 0 {
+		t.Fatalf("pass %+v; want 6,000 cells collected and a compaction", st)
 	}
 	if after*2 > before {
 		t.Fatalf("the directory holds %d of %d bytes after collecting three quarters of it", after, before)
@@ -122,8 +122,8 @@ func TestReclaimReportsFilesReadsHold(t *testing.T) {
 	}
 	st := e.pass(t)
 	t.Logf("the pass reports %d freed, %d still being deleted; directory %d bytes", st.ReclaimedBytes, st.ReclaimDeletingBytes, dirBytes(t, dir))
-	if st.ReclaimDeletingBytes < 8<<20 {
-		t.Fatalf("pass %+v: want the SSTables the open read holds (about 16 MiB) reported as still being deleted", st)
+	if st.ReclaimDeletingBytes < 4<<20 {
+		t.Fatalf("pass %+v: want the SSTables the open read holds (about 8 MiB) reported as still being deleted", st)
 	}
 	held := dirBytes(t, dir)
 	if err := it.Close(); err != nil {

@@ -9,6 +9,7 @@
 package testkit
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -41,7 +43,57 @@ func BuildEbbtable(prefix string) (bin string, cleanup func(), err error) {
 // Build builds the main package pkg (of this module or a module it
 // requires) as BuildEbbtable does, into a file called name, and returns
 // its path.
+//
+// Asking the go command whether a binary is up to date costs half a
+// CPU-second (it loads and hashes some 300 packages), so Build asks once
+// per run of the suite: a stamp next to the binary names the go command
+// that ran the test binary which built it (its pid and start time, from
+// /proc), and a test binary run by the same go command uses the binary
+// as it is. Another run, a test binary run by hand or through go test
+// -exec, or a system without /proc asks the go command again.
 func Build(pkg, name string) (bin string, err error) {
+	builtMu.Lock()
+	defer builtMu.Unlock()
+	if bin, ok := built[pkg+" "+name]; ok {
+		return bin, nil
+	}
+	bin, err = build(pkg, name)
+	if err == nil {
+		built[pkg+" "+name] = bin
+	}
+	return bin, err
+}
+
+var (
+	builtMu sync.Mutex
+	built   = map[string]string{} // pkg and name -> path, built by this process
+)
+
+// runStamp names the go command that started this test binary: its pid
+// and start time, so a pid reused later does not match. It is "" when the
+// parent is not the go command (a test binary run by hand from a shell,
+// which may run it again after a source change, or through go test -exec)
+// or where /proc cannot tell.
+func runStamp() string {
+	ppid := os.Getppid()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", ppid))
+	if err != nil {
+		return ""
+	}
+	// pid (comm) state ...: the command name is in parentheses and may
+	// hold spaces; after it, state is field 3 and the start time field 22.
+	open, end := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
+	if open < 0 || end < open || string(stat[open+1:end]) != "go" {
+		return ""
+	}
+	fields := strings.Fields(string(stat[end+1:]))
+	if len(fields) < 20 {
+		return ""
+	}
+	return fmt.Sprintf("%d %s", ppid, fields[19])
+}
+
+func build(pkg, name string) (bin string, err error) {
 	gomod, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("locating the module: %w", err)
@@ -61,10 +113,25 @@ func Build(pkg, name string) (bin string, err error) {
 	}
 	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
 	bin = filepath.Join(dir, name)
+	stampFile := bin + ".run"
+	stamp := runStamp()
+	if stamp != "" {
+		if b, err := os.ReadFile(stampFile); err == nil && string(b) == pkg+" "+stamp {
+			if _, err := os.Stat(bin); err == nil {
+				return bin, nil // built in this run of the suite
+			}
+		}
+	}
+	os.Remove(stampFile)
 	build := exec.Command("go", "build", "-o", bin, pkg)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return "", fmt.Errorf("building %s: %w", pkg, err)
+	}
+	if stamp != "" {
+		if err := os.WriteFile(stampFile, []byte(pkg+" "+stamp), 0o600); err != nil {
+			return "", err
+		}
 	}
 	return bin, nil
 }
