@@ -563,12 +563,21 @@ func (l *diskLoad) checkReads(t *testing.T) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var live, later, undurable []string
+	var live, later, undurable, racedReads []string
 	for k, w := range l.writes {
 		how, seen := l.seen[k]
-		// Reads see only durable writes: what one returned survives.
+		// Reads see only durable writes: what one returned survives. A
+		// write whose sync the kernel reported done as the disk died (it
+		// ended after the fault) may be read and then lost: the same
+		// kernel race as a lost acknowledgement (docs/reliability.md),
+		// reported, and failed on only with -diskfault.strict.
 		if seen && l.restarted && !l.seenLater[k] {
-			undurable = append(undurable, fmt.Sprintf("%s (%v: %v) was returned by %s", k, w.out, w.err, how))
+			what := fmt.Sprintf("%s (%v: %v) was returned by %s", k, w.out, w.err, how)
+			if l.raceAtFault && !*diskfaultStrict && !w.end.Before(l.faultAt) {
+				racedReads = append(racedReads, what)
+			} else {
+				undurable = append(undurable, what)
+			}
 		}
 		if seen && (w.out == failed || w.out == uncertain) {
 			live = append(live, fmt.Sprintf("%s: its write returned %v, yet %s returned its value", k, w.err, how))
@@ -580,6 +589,10 @@ func (l *diskLoad) checkReads(t *testing.T) {
 	slices.Sort(live)
 	slices.Sort(later)
 	slices.Sort(undurable)
+	slices.Sort(racedReads)
+	if len(racedReads) > 0 {
+		t.Logf("%d writes read while the disk died were gone after the restart (a kernel race, see docs/reliability.md; -diskfault.strict fails on it): %s", len(racedReads), sample(racedReads))
+	}
 	if len(undurable) > 0 {
 		t.Errorf("reads on the live server returned %d writes that were gone after the restart (not durable when read): %s", len(undurable), sample(undurable))
 	}
@@ -722,9 +735,10 @@ func (p *faultProc) exitedWithin(d time.Duration) bool {
 	return true
 }
 
-// diskfaultStrict makes a write acknowledged as the disk died (after the
-// EIO test's shutdown ioctl) and then lost fail the test: see raceAtFault.
-var diskfaultStrict = flag.Bool("diskfault.strict", false, "TestDiskEIOFailStop: fail when a write acknowledged after the shutdown ioctl was lost")
+// diskfaultStrict makes a write acknowledged (or read) as the disk died
+// (after the EIO test's shutdown ioctl) and then lost fail the test: see
+// raceAtFault.
+var diskfaultStrict = flag.Bool("diskfault.strict", false, "TestDiskEIOFailStop: fail when a write acknowledged or read after the shutdown ioctl was lost")
 
 var serveFlagsOnce struct {
 	sync.Once
