@@ -7,8 +7,8 @@ import (
 )
 
 // Piles. A read that seeks past a column's hidden tail because it holds
-// more hidden versions than the scanner steps over (skipSteps) reports the
-// row: such a column piles up versions a pass has not collected yet, and
+// more hidden versions than the scanner steps over (skipSteps, or one for a
+// column hotColumns remembers) reports the row: such a column piles up versions a pass has not collected yet, and
 // the collector may visit it before the next pass (collector/piles.go).
 
 // PileHook receives the table id and the cell-key prefix of a row (storage
