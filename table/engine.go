@@ -175,6 +175,9 @@ type Engine struct {
 	gcGen gcGens
 	// pileHook receives rows reads found piling up hidden versions (piles.go).
 	pileHook atomic.Pointer[pileHookBox]
+	// hot remembers the columns whose hidden tails reads recently left
+	// with a seek (read.go, skipColumn).
+	hot hotColumns
 	// moves counts span moves (span.go).
 	moves moveCounters
 	// clog, when set, receives batches of user writes first (commitlog.go).

@@ -433,17 +433,43 @@ func init() { skipSteps.Store(3) }
 // column of many versions costs a seek, not a walk. Column prefixes are
 // prefix-free (the qualifier is escaped and terminated), so a key of col
 // is one that starts with it.
+//
+// A column a read recently left with a seek (Engine.hot) gets one step
+// before the seek, not skipSteps: a hot column's next versions are hidden
+// ones the seek passes anyway. A column that ends within its steps is
+// forgotten.
 func (s *scanner) skipColumn(col []byte) bool {
-	for range skipSteps.Load() {
+	steps := skipSteps.Load()
+	var (
+		sum  uint64
+		slot *atomic.Uint64
+		hot  bool
+	)
+	if steps > 1 {
+		sum, slot = s.e.hot.sum(col)
+		if hot = slot.Load() == sum; hot {
+			steps = 1
+		}
+	}
+	for range steps {
 		if !s.it.Next() {
+			if hot {
+				slot.CompareAndSwap(sum, 0)
+			}
 			return false
 		}
 		if !bytes.HasPrefix(s.it.Key(), col) {
+			if hot {
+				slot.CompareAndSwap(sum, 0)
+			}
 			return true
 		}
 		s.seen++
 	}
 	s.sought = true
+	if slot != nil && !hot {
+		slot.Store(sum)
+	}
 	// NextPrefix (the comparer's Split ends a cell key's prefix at its
 	// column, and its ImmediateSuccessor is the column's end) moves only the
 	// levels still inside the column, where a seek would reposition every
