@@ -126,7 +126,7 @@ func (s *Server) syncClusterPeers(ctx context.Context) error {
 		if err := json.Unmarshal(v, &pi); err != nil {
 			return fmt.Errorf("ebbtable: replication peer %s in etcd: %w", id, err)
 		}
-		if old, ok := s.peers.get(pi.ID); ok && old == pi {
+		if old, ok := s.peers.get(pi.ID); ok && old.Same(pi) {
 			continue
 		}
 		if err := s.peers.addLocal(pi); err != nil {
@@ -151,6 +151,9 @@ func (s *Server) clusterPeerLoop() {
 		if k := s.cluster.sink; k != nil {
 			if err := k.trimFromEtcd(ctx); err != nil { // clusterpull.go
 				s.log.Debug("replication: trimming tombstones", "err", err)
+			}
+			if err := k.readShared(ctx); err != nil { // clusterreplshare.go
+				s.log.Debug("replication: reading what the puller shared", "err", err)
 			}
 		}
 		cancel()
