@@ -374,8 +374,19 @@ func (c *clusterMember) importCells(m *table.Meta, pairs [][2][]byte) error {
 func (c *clusterMember) importTombstones(m *table.Meta, pairs [][2][]byte) error {
 	name := tableRef{instance: m.Instance, table: m.Name}.name()
 	for _, n := range c.m.Nodes() {
-		if err := c.sendImport(n.ID, &clusterpb.ImportSnapshotRequest{Table: name, Tombstones: true}, pairs); err != nil {
-			return fmt.Errorf("ebbtable: node %s: %w", n.ID, err)
+		for attempt := 0; ; attempt++ {
+			err := c.sendImport(n.ID, &clusterpb.ImportSnapshotRequest{Table: name, Tombstones: true}, pairs)
+			if err == nil {
+				break
+			}
+			if attempt >= applyRetries || status.Code(err) != codes.Unavailable {
+				return fmt.Errorf("ebbtable: node %s: %w", n.ID, err)
+			}
+			select { // a node that has not applied the table's creation yet
+			case <-c.s.opts.Clock.After(50 * time.Millisecond):
+			case <-c.stop:
+				return clusteretcd.ErrClosed
+			}
 		}
 	}
 	return nil

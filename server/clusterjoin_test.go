@@ -171,3 +171,55 @@ func TestClusterJoinsCluster(t *testing.T) {
 	link(false)
 	eventually(t, "writes after n1 died everywhere", same(live...))
 }
+
+// TestClusterJoinStartsOver: a copy that stopped (its node is gone) is
+// thrown away by the node that joins next: the tables it made are
+// deleted, the seed's data copied again, and replication runs on. Here
+// the seed is a process alone, and the stopped copy left a table t
+// holding a row the seed never had.
+func TestClusterJoinStartsOver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a := startCluster(t, "a", "", "")
+	if err := a.admin.CreateTable(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.admin.CreateColumnFamily(ctx, "t", "f"); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range letters() {
+		if err := writeScale(t, a.client.Open("t"), l, "a "+l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := &scaleCluster{etcd: etcdtest.Start(t), shared: t.TempDir(), nodes: map[string]*scaleNode{},
+		tune: func(o *Options) { o.ClusterID = "b" }}
+	m1 := b.start(t, "m1", filepath.Join(t.TempDir(), "m1"))
+	t.Cleanup(m1.stop)
+	b.createTable(t, "m1")
+	if err := writeScale(t, m1.client.Open("t"), "stale", "left by the stopped copy"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m1.srv.ClusterMember().PutReplJoin(ctx, []byte(`{"seed":"`+a.srv.Addr()+`","node":"gone"}`), 0); err != nil {
+		t.Fatal(err)
+	}
+	b.tune = func(o *Options) { o.ClusterID, o.Join = "b", a.srv.Addr() }
+	m2 := b.start(t, "m2", filepath.Join(t.TempDir(), "m2"))
+	t.Cleanup(m2.stop)
+	if err := writeScale(t, a.client.Open("t"), "z-later", "after the join"); err != nil {
+		t.Fatal(err)
+	}
+	want, _, err := dumpVia(a.client, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*scaleNode{m1, m2} {
+		eventually(t, "a's rows, and only those, through "+n.id, func() (bool, string) {
+			got, _, err := dumpVia(n.client, "t")
+			if err != nil {
+				return false, err.Error()
+			}
+			return got == want, firstDiff(want, got)
+		})
+	}
+}
