@@ -218,6 +218,7 @@ func (ps *peerSet) conn(id string) (*grpc.ClientConn, error) {
 		}
 		addr := p.addr()
 		if err := ps.s.sec.allowPeer(addr); err != nil {
+			p.failOver() // another node of the peer may be allowed
 			return nil, err
 		}
 		c, err := grpc.NewClient("passthrough:///"+addr, ps.s.sec.peerDialOptions(addr, ps.s.opts.MaxMessageBytes)...)
