@@ -13,15 +13,17 @@ import (
 // several nodes"), so every node answers alike:
 //   - each peer's closed timestamp through which the cluster has applied
 //     every table (repl/through/PEER), written at most every
-//     throughShareEvery: every node's replication status and
+//     throughShareEvery: every node's replication status (which reads it
+//     afresh on a node that does not pull) and
 //     ebbtable_replication_max_delay_seconds tell the delay;
 //   - the instance metadata of the peer's last answer (repl/meta/PEER),
 //     written when it changes: every node adopts the peer's clusters, app
 //     profiles, schema bundles, authorized views and declared instances.
 // The other nodes read both every second (clusterPeerLoop).
 
-// throughShareEvery bounds how often the puller writes a peer's through.
-const throughShareEvery = 500 * time.Millisecond
+// throughShareEvery bounds how often the puller writes a peer's through
+// (about once per idle pull: PullWait).
+const throughShareEvery = 250 * time.Millisecond
 
 // clusterNodeAddrs are the addresses of the cluster's live nodes, which a
 // peer may pull from; nil outside a cluster.
@@ -84,15 +86,24 @@ func (s *Server) adoptAndShare(id string, list []replication.MetaEntry) error {
 	return nil
 }
 
-// readShared takes what the puller shared: the delays, and the peers'
-// metadata that changed since this node last adopted it.
-func (k *clusterSink) readShared(ctx context.Context) error {
+// readThroughs takes the peers' throughs the puller shared (replication
+// status on a node that does not pull reads them afresh).
+func (k *clusterSink) readThroughs(ctx context.Context) error {
 	thr, err := k.c.m.ReplThroughs(ctx)
 	if err != nil {
 		return err
 	}
 	for id, v := range thr {
 		k.s.repl.NoteThrough(id, v)
+	}
+	return nil
+}
+
+// readShared takes what the puller shared: the delays, and the peers'
+// metadata that changed since this node last adopted it.
+func (k *clusterSink) readShared(ctx context.Context) error {
+	if err := k.readThroughs(ctx); err != nil {
+		return err
 	}
 	vals, revs, err := k.c.m.ReplMetas(ctx)
 	if err != nil {
