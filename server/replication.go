@@ -199,7 +199,7 @@ func (a *ebbAdmin) ReplicationStatus(ctx context.Context, in *ebbadminpb.Replica
 	} else {
 		metas = s.engine.Tables("")
 	}
-	if k := s.cluster; k != nil && k.sink != nil && !k.pullsHere() {
+	if k := s.cluster; k != nil && k.m != nil && k.sink != nil && !k.pullsHere() {
 		if err := k.sink.readThroughs(ctx); err != nil { // clusterreplshare.go: what the puller shared, fresh
 			return nil, toStatus(err)
 		}
