@@ -95,7 +95,7 @@ func init() {
 	const cl = "ebbtable.cluster.v1.Cluster"
 	add(cl, viewer, "ListNodes", "ListTablets")
 	add(cl, admin, "DrainNode", "SplitTablet", "MergeTablet")
-	add(cl, Requirement{Role: Admin, Node: true}, "MoveTablet", "IngestSpan", "BackupRows", "IngestChanges", "RestoreRows", "ApplyReplicated")
+	add(cl, Requirement{Role: Admin, Node: true}, "MoveTablet", "IngestSpan", "BackupRows", "IngestChanges", "RestoreRows", "ApplyReplicated", "ImportSnapshot")
 	// A node reading a materialized view asks each owner of the table's
 	// tablets for its part of the view's state.
 	add(cl, Requirement{Role: Admin, Node: true}, "ViewPartial")

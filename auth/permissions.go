@@ -232,7 +232,7 @@ func init() {
 	perm(cl, "bigtable.clusters.get", "ListNodes")
 	perm(cl, "bigtable.clusters.update", "DrainNode")
 	perm(cl, "bigtable.tables.get", "ListTablets")
-	perm(cl, "bigtable.tables.update", "SplitTablet", "MergeTablet", "MoveTablet", "IngestSpan", "IngestChanges", "ApplyReplicated")
+	perm(cl, "bigtable.tables.update", "SplitTablet", "MergeTablet", "MoveTablet", "IngestSpan", "IngestChanges", "ApplyReplicated", "ImportSnapshot")
 	perm(cl, "bigtable.backups.create", "BackupRows")
 	perm(cl, "bigtable.backups.restore", "RestoreRows")
 	perm(cl, "bigtable.tables.readRows", "ViewPartial")

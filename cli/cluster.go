@@ -66,9 +66,6 @@ func (f *clusterFlags) options(cmd *cobra.Command) (*server.ClusterOptions, erro
 	if f.nodeID == "" {
 		return nil, usagef("--etcd needs --node-id")
 	}
-	if cmd.Flags().Changed("join") {
-		return nil, usagef("--etcd and --join do not go together: a cluster of several nodes cannot copy another cluster's data yet; start the other cluster's process with --join pointing at a node of this one (replication then runs both ways)")
-	}
 	var eps []string
 	for _, e := range strings.Split(f.etcd, ",") {
 		if e = strings.TrimSpace(e); e != "" {

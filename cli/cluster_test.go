@@ -16,7 +16,6 @@ func TestClusterServeFlags(t *testing.T) {
 		{"node id alone", []string{"--node-id", "n1"}, "--node-id needs --etcd"},
 		{"shared storage alone", []string{"--shared-storage", "file:///tmp/x"}, "--shared-storage needs --etcd"},
 		{"etcd without node id", []string{"--etcd", "127.0.0.1:2379"}, "--etcd needs --node-id"},
-		{"etcd and join", []string{"--etcd", "127.0.0.1:2379", "--node-id", "n1", "--join", "127.0.0.1:1"}, "--etcd and --join do not go together"},
 		{"short lease", []string{"--etcd", "127.0.0.1:2379", "--node-id", "n1", "--lease-ttl", "100ms"}, "--lease-ttl 100ms must be at least 1s"},
 		{"failover alone", []string{"--failover"}, "--failover needs --etcd"},
 		{"failover without shared storage", []string{"--etcd", "127.0.0.1:2379", "--node-id", "n1", "--failover"}, "--failover needs --shared-storage"},

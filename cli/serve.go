@@ -139,7 +139,7 @@ SIGHUP re-reads the certificate, its key and the token file.`,
 	fl.StringVar(&f.httpAddr, "http-addr", "localhost:8087", `metrics and health address, HOST:PORT, or "off" to disable`)
 	fl.StringVar(&f.visibility, "gc-visibility", "hidden", "cells a GC rule makes eligible: hidden at once, or readable until-collected")
 	fl.StringVar(&f.clusterID, "cluster-id", "ebbtable", "this process's cluster id in the instance (each replicating process needs its own)")
-	fl.StringVar(&f.join, "join", "", "HOST:PORT of a running cluster: join its instance as a further cluster, copying its data before serving (not with --etcd: the other cluster joins a cluster of several nodes instead, and replication runs both ways, docs/replication.md)")
+	fl.StringVar(&f.join, "join", "", "HOST:PORT of a running cluster: join its instance as a further cluster, copying its data before serving (with --etcd, give it to every node: the cluster joins once, one node copies, docs/replication.md)")
 	fl.StringVar(&f.advertise, "advertise-addr", "", "HOST:PORT peers reach this process at (default: the listen address)")
 	fl.StringVar(&f.debugClock, "debug-clock", "", `debugging only: run on a clock that 'ebbtable debug clock' can move forward, starting at this RFC 3339 time (or "now")`)
 	fl.DurationVar(&f.gcInterval, "gc-interval", time.Minute, "start a garbage-collection pass this often")

@@ -113,7 +113,11 @@ func (r *Replicator) collect(positions map[string]changestream.Position, limit i
 		return nil, err
 	}
 	out.Dropped = drops
-	out.Peers = append(out.Peers, PeerInfo{ID: r.o.ClusterID, Addr: r.o.Advertised(), Ready: true})
+	self := PeerInfo{ID: r.o.ClusterID, Addr: r.o.Advertised(), Ready: true}
+	if r.o.Nodes != nil {
+		self.Nodes = r.o.Nodes()
+	}
+	out.Peers = append(out.Peers, self)
 	out.Peers = append(out.Peers, r.o.Peers.List()...)
 	if r.o.AgeCutoffs != nil {
 		out.AgeCutoffs = map[FamilyKey]int64{}

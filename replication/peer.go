@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/ebbtable/ebbtable/changestream"
@@ -29,6 +30,15 @@ type PeerInfo struct {
 	Addr string `json:"addr"`
 	// Ready is set once the peer finished copying the instance's data.
 	Ready bool `json:"ready"`
+	// Nodes are the addresses of the live nodes of a peer of several
+	// nodes, as its last answer listed them (empty for a process alone):
+	// this cluster pulls from any of them.
+	Nodes []string `json:"nodes,omitempty"`
+}
+
+// Same says whether two infos say the same.
+func (p PeerInfo) Same(q PeerInfo) bool {
+	return p.ID == q.ID && p.Addr == q.Addr && p.Ready == q.Ready && slices.Equal(p.Nodes, q.Nodes)
 }
 
 // Directory is the registry of peers the puller reads and grows (the

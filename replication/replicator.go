@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -49,9 +50,10 @@ type Options struct {
 	// a table; nil: none.
 	AgeCutoffs func(*table.Meta) map[string]int64
 	// LocalMeta lists the instance metadata that travels with pulls, and
-	// AdoptMeta merges a peer's; nil: none travels.
+	// AdoptMeta merges a peer's (the peer's id, its list); nil: none
+	// travels.
 	LocalMeta func() ([]MetaEntry, error)
-	AdoptMeta func([]MetaEntry) error
+	AdoptMeta func(id string, list []MetaEntry) error
 	// OnReady is told when a cluster that joined through this one
 	// finished its copy; nil: nothing.
 	OnReady func(id string)
@@ -75,6 +77,14 @@ type Options struct {
 	// PullWait is how long a pull asks the peer to wait for news; 0:
 	// PullWait, negative: not at all.
 	PullWait time.Duration
+	// Nodes lists the addresses of this cluster's live nodes, sent to
+	// peers with every answer so they pull from any of them; nil: this
+	// process alone.
+	Nodes func() []string
+	// OnThrough is told when the source's closed timestamp through which
+	// every table is applied here advances (a cluster of several nodes
+	// publishes it, so every node knows the delay); nil: nothing.
+	OnThrough func(id string, through int64)
 }
 
 // Replicator runs one puller per peer and answers peers' pulls. Run starts
@@ -330,7 +340,7 @@ func (r *Replicator) apply(id string, out *PullResponse) error {
 		return err
 	}
 	if r.o.AdoptMeta != nil {
-		if err := r.o.AdoptMeta(out.InstanceMeta); err != nil {
+		if err := r.o.AdoptMeta(id, out.InstanceMeta); err != nil {
 			return err
 		}
 	}
@@ -366,17 +376,30 @@ func (r *Replicator) apply(id string, out *PullResponse) error {
 	if complete && out.Closed > 0 {
 		r.mu.Lock()
 		r.through[id] = max(r.through[id], out.Closed)
+		through := r.through[id]
 		now := r.o.Clock.Now()
 		trim := now.Sub(r.lastTrim) > TombstoneTrimEvery
 		if trim {
 			r.lastTrim = now
 		}
 		r.mu.Unlock()
+		if r.o.OnThrough != nil {
+			r.o.OnThrough(id, through)
+		}
 		if trim {
 			r.trimTombstones()
 		}
 	}
 	return nil
+}
+
+// NoteThrough records a source's closed timestamp through which another
+// node of this cluster (the one that pulls) has every table applied, so
+// MaxDelay and the delay metric answer on every node.
+func (r *Replicator) NoteThrough(id string, through int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.through[id] = max(r.through[id], through)
 }
 
 // LearnPeers adds clusters a peer knows and this one does not (a third
@@ -391,11 +414,20 @@ func (r *Replicator) LearnPeers(list []PeerInfo) {
 		if !known && ps.Gone(pi.ID) {
 			continue // removed here with DeleteCluster
 		}
-		if known && old.Addr == pi.Addr && (old.Ready || !pi.Ready) {
-			continue
-		}
 		if known {
 			pi.Ready = pi.Ready || old.Ready
+			if pi.Nodes == nil {
+				// A third cluster's list (it keeps no nodes of this
+				// peer, or an older one): keep those known here, and the
+				// address in use when it names one of them.
+				pi.Nodes = old.Nodes
+				if slices.Contains(old.Nodes, pi.Addr) {
+					pi.Addr = old.Addr
+				}
+			}
+			if old.Same(pi) {
+				continue
+			}
 		}
 		if err := ps.Add(pi); err != nil {
 			r.o.Log.Warn("replication: cannot record peer", "peer", pi.ID, "err", err)

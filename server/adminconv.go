@@ -177,7 +177,7 @@ func rawCellOf(c *ebbadminpb.RawCell) table.RawCell {
 func peersPB(ps []replication.PeerInfo) []*ebbadminpb.PeerInfo {
 	var out []*ebbadminpb.PeerInfo
 	for _, p := range ps {
-		out = append(out, &ebbadminpb.PeerInfo{Id: p.ID, Addr: p.Addr, Ready: p.Ready})
+		out = append(out, &ebbadminpb.PeerInfo{Id: p.ID, Addr: p.Addr, Ready: p.Ready, Nodes: p.Nodes})
 	}
 	return out
 }
@@ -185,7 +185,7 @@ func peersPB(ps []replication.PeerInfo) []*ebbadminpb.PeerInfo {
 func peersOf(ps []*ebbadminpb.PeerInfo) []replication.PeerInfo {
 	var out []replication.PeerInfo
 	for _, p := range ps {
-		out = append(out, replication.PeerInfo{ID: p.GetId(), Addr: p.GetAddr(), Ready: p.GetReady()})
+		out = append(out, replication.PeerInfo{ID: p.GetId(), Addr: p.GetAddr(), Ready: p.GetReady(), Nodes: p.GetNodes()})
 	}
 	return out
 }

@@ -72,6 +72,11 @@ type clusterSink struct {
 	ckpt   map[ckptKey]ckptValue
 	// trimmed is the tombstone bound this node last trimmed at.
 	trimmed int64
+	// What this node shared with the others, or took from etcd
+	// (clusterreplshare.go).
+	thruShared map[string]time.Time
+	metaShared map[string]string
+	metaRevs   map[string]int64
 }
 
 type ckptKey struct{ origin, table string }
@@ -90,7 +95,8 @@ func (s *Server) pullSink() (replication.Sink, func() bool) {
 	if s.cluster == nil {
 		return nil, nil
 	}
-	k := &clusterSink{s: s, c: s.cluster, loaded: map[string]bool{}, ckpt: map[ckptKey]ckptValue{}}
+	k := &clusterSink{s: s, c: s.cluster, loaded: map[string]bool{}, ckpt: map[ckptKey]ckptValue{},
+		thruShared: map[string]time.Time{}, metaShared: map[string]string{}, metaRevs: map[string]int64{}}
 	s.cluster.sink = k
 	return k, k.pulls
 }
@@ -467,6 +473,8 @@ func (k *clusterSink) DeleteTableAt(instance, name string, st storage.Stamp) err
 func (c *clusterMember) applyReplSchema(e clusteretcd.SchemaEntry) (applyResult, bool) {
 	switch e.Method {
 	case replCreateTable, replModifyFamilies, replDeleteTable:
+	case replImportTable:
+		return c.applyReplImport(e), true // clusterjoin.go
 	default:
 		return applyResult{}, false
 	}

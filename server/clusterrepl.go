@@ -28,7 +28,8 @@ import (
 //
 // Each node of such a cluster records the changes of the tablets it owns in
 // its own engine's change stream, stamped by its own commit sequence. A
-// peer cluster pulls from one node (the one whose address it knows); that
+// peer cluster pulls from one node (the one whose address it knows, or the
+// next of the nodes each answer lists when that one fails); that
 // node asks every node of its cluster for its records (EbbAdmin/Pull and
 // Snapshot carrying metaReplLocal, answered from the node's engine alone)
 // and merges them: it keeps, per table, the records committed at or before
@@ -46,8 +47,7 @@ import (
 // the moment they join, and each node mirrors them in its own peer set.
 //
 // A cluster of several nodes pulls from its peers through one node
-// (clusterpull.go). A process with --etcd still refuses --join: the initial
-// copy of another cluster into several nodes is not built.
+// (clusterpull.go), and joins an instance with --join (clusterjoin.go).
 
 // metaReplLocal marks a pull or snapshot one node of a cluster asks of
 // another: answered from the receiving node's engine alone.
@@ -126,7 +126,7 @@ func (s *Server) syncClusterPeers(ctx context.Context) error {
 		if err := json.Unmarshal(v, &pi); err != nil {
 			return fmt.Errorf("ebbtable: replication peer %s in etcd: %w", id, err)
 		}
-		if old, ok := s.peers.get(pi.ID); ok && old == pi {
+		if old, ok := s.peers.get(pi.ID); ok && old.Same(pi) {
 			continue
 		}
 		if err := s.peers.addLocal(pi); err != nil {
@@ -151,6 +151,9 @@ func (s *Server) clusterPeerLoop() {
 		if k := s.cluster.sink; k != nil {
 			if err := k.trimFromEtcd(ctx); err != nil { // clusterpull.go
 				s.log.Debug("replication: trimming tombstones", "err", err)
+			}
+			if err := k.readShared(ctx); err != nil { // clusterreplshare.go
+				s.log.Debug("replication: reading what the puller shared", "err", err)
 			}
 		}
 		cancel()

@@ -18,6 +18,8 @@ import (
 
 const notJoined = "ebbtable: this node is joining its cluster; retry"
 
+const notJoinedInstance = "ebbtable: this cluster is copying the instance's data (--join); retry"
+
 func (s *Server) joining(method string) bool {
 	return s.cluster != nil && !s.cluster.joined.Load() && !strings.HasPrefix(method, "/grpc.health.v1.Health/")
 }
@@ -27,6 +29,9 @@ func (s *Server) joiningUnary() grpc.UnaryServerInterceptor {
 		if s.joining(info.FullMethod) {
 			return nil, status.Error(codes.Unavailable, notJoined)
 		}
+		if s.clientsWaitForJoin(info.FullMethod) { // clusterjoin.go
+			return nil, status.Error(codes.Unavailable, notJoinedInstance)
+		}
 		return handler(ctx, req)
 	}
 }
@@ -35,6 +40,9 @@ func (s *Server) joiningStream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if s.joining(info.FullMethod) {
 			return status.Error(codes.Unavailable, notJoined)
+		}
+		if s.clientsWaitForJoin(info.FullMethod) { // clusterjoin.go
+			return status.Error(codes.Unavailable, notJoinedInstance)
 		}
 		return handler(srv, ss)
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -52,6 +53,45 @@ type peer struct {
 	lastErr     error
 	// lastFail is when a call to the peer last failed.
 	lastFail time.Time
+	// cur is the address in use, one of addrs(info); "": info.Addr.
+	cur string
+}
+
+// addrs are the addresses a peer is reached at: the one it gave, then
+// the other live nodes of a peer of several nodes.
+func addrs(pi peerInfo) []string {
+	out := []string{pi.Addr}
+	for _, a := range pi.Nodes {
+		if a != "" && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// addr is the address in use.
+func (p *peer) addr() string {
+	if p.cur != "" {
+		return p.cur
+	}
+	return p.info.Addr
+}
+
+// failOver turns to the next address of a peer of several nodes after a
+// call failed UNAVAILABLE (its node is down or cut off, or cannot answer
+// for its cluster): the next call dials another node. The caller holds
+// the set's lock.
+func (p *peer) failOver() {
+	all := addrs(p.info)
+	if len(all) < 2 {
+		return
+	}
+	next := all[(slices.Index(all, p.addr())+1)%len(all)]
+	if p.conn != nil {
+		p.conn.Close()
+		p.conn = nil
+	}
+	p.cur = next
 }
 
 // peerSet is the registry of peers.
@@ -101,9 +141,12 @@ func (ps *peerSet) addLocal(pi peerInfo) error {
 		p = &peer{}
 		ps.m[pi.ID] = p
 	}
-	if p.info.Addr != pi.Addr && p.conn != nil {
-		p.conn.Close()
-		p.conn = nil
+	if !slices.Contains(addrs(pi), p.addr()) || p.cur == "" && p.info.Addr != pi.Addr {
+		if p.conn != nil {
+			p.conn.Close()
+			p.conn = nil
+		}
+		p.cur = ""
 	}
 	p.info = pi
 	onAdd := ps.onAdd
@@ -173,10 +216,12 @@ func (ps *peerSet) conn(id string) (*grpc.ClientConn, error) {
 		if ps.closed {
 			return nil, status.Error(codes.Unavailable, "ebbtable: this server is shutting down")
 		}
-		if err := ps.s.sec.allowPeer(p.info.Addr); err != nil {
+		addr := p.addr()
+		if err := ps.s.sec.allowPeer(addr); err != nil {
+			p.failOver() // another node of the peer may be allowed
 			return nil, err
 		}
-		c, err := grpc.NewClient("passthrough:///"+p.info.Addr, ps.s.sec.peerDialOptions(p.info.Addr, ps.s.opts.MaxMessageBytes)...)
+		c, err := grpc.NewClient("passthrough:///"+addr, ps.s.sec.peerDialOptions(addr, ps.s.opts.MaxMessageBytes)...)
 		if err != nil {
 			return nil, err
 		}
@@ -195,6 +240,9 @@ func (ps *peerSet) contact(id string, err error) {
 			p.lastContact = ps.s.opts.Clock.Now()
 		} else {
 			p.lastFail = ps.s.opts.Clock.Now()
+			if c := status.Code(err); c == codes.Unavailable || c == codes.DeadlineExceeded {
+				p.failOver()
+			}
 		}
 	}
 }

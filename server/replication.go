@@ -199,6 +199,11 @@ func (a *ebbAdmin) ReplicationStatus(ctx context.Context, in *ebbadminpb.Replica
 	} else {
 		metas = s.engine.Tables("")
 	}
+	if k := s.cluster; k != nil && k.m != nil && k.sink != nil && !k.pullsHere() {
+		if err := k.sink.readThroughs(ctx); err != nil { // clusterreplshare.go: what the puller shared, fresh
+			return nil, toStatus(err)
+		}
+	}
 	out := &ebbadminpb.ReplicationStatusResponse{Cluster: s.opts.ClusterID, Closed: s.engine.ClosedTimestamp(), Applied: map[string]int64{}}
 	for _, p := range s.peers.list() {
 		low := int64(math.MaxInt64)

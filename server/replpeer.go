@@ -178,7 +178,7 @@ var pullMaxBytes = replication.PullMaxBytes
 // newReplicator wires package replication to the server.
 func newReplicator(s *Server) *replication.Replicator {
 	sink, pulls := s.pullSink() // clusterpull.go
-	return replication.New(replication.Options{
+	o := replication.Options{
 		ClusterID:  s.opts.ClusterID,
 		Advertised: s.advertised,
 		Engine:     s.engine,
@@ -190,16 +190,26 @@ func newReplicator(s *Server) *replication.Replicator {
 		Registry:   s.opts.Registry,
 		AgeCutoffs: s.ageCutoffs,
 		LocalMeta:  s.localMeta,
-		AdoptMeta:  func(es []replication.MetaEntry) error { return s.inst.adoptPeerMeta(es) },
-		OnReady:    func(id string) { s.inst.peerReady(id) },
-		DataDir:    s.opts.DataDir,
+		AdoptMeta: func(id string, es []replication.MetaEntry) error {
+			if s.cluster != nil {
+				return s.adoptAndShare(id, es) // clusterreplshare.go
+			}
+			return s.inst.adoptPeerMeta(es)
+		},
+		Nodes:   s.clusterNodeAddrs, // clusterreplshare.go
+		OnReady: func(id string) { s.inst.peerReady(id) },
+		DataDir: s.opts.DataDir,
 		// A cluster of several nodes pulls through one node, which sends
 		// the records to their owners (clusterpull.go).
 		Sink:  sink,
 		Pulls: pulls,
 		// Tests lower the budget (see pullMaxBytes).
 		PullMaxBytes: pullMaxBytes,
-	})
+	}
+	if k := s.cluster; k != nil && k.sink != nil { // clusterreplshare.go
+		o.OnThrough = k.sink.shareThrough
+	}
+	return replication.New(o)
 }
 
 // localMeta is the instance metadata that travels with pulls: clusters and

@@ -176,6 +176,9 @@ type Server struct {
 	sec     *security
 	// cluster is this node's membership in a cluster (nil alone).
 	cluster *clusterMember
+	// replJoinPending: started with --join in a cluster, which has not
+	// joined yet (clusterjoin.go).
+	replJoinPending atomic.Bool
 }
 
 // New opens the engine and builds the services. It does not listen yet.
@@ -192,12 +195,6 @@ func New(opts Options) (*Server, error) {
 	cl, err := newClusterMember(&opts)
 	if err != nil {
 		return nil, err
-	}
-	if cl != nil && opts.Join != "" {
-		// clusterpull.go: the initial copy into a cluster of several
-		// nodes is not built; replication both ways is.
-		return nil, fmt.Errorf("%w: --join with --etcd: a cluster of several nodes cannot copy another cluster's data yet; "+
-			"start the other cluster's process with --join pointing at a node of this cluster instead (replication then runs both ways; docs/replication.md)", errInvalid)
 	}
 	eng, err := table.Open(table.Options{Dir: opts.DataDir, Shared: cl.sharedOptions(), Clock: opts.Clock, Logger: opts.Logger, Visibility: opts.Visibility,
 		MaxSyncDuration: opts.MaxSyncDuration, Ballast: opts.Ballast, UndeleteRetention: max(opts.UndeleteRetention, 0),
@@ -243,6 +240,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{opts: opts, engine: eng, collector: col, ttl: job, backups: bk, opWait: defaultOpWait, ops: newOperations(), health: health.NewServer(), log: opts.Logger,
 		stopping: make(chan struct{}), sec: sec, cluster: cl}
 	sec.iam, sec.httpIAM = s.checkIAMCtx, s.consoleIAM
+	s.replJoinPending.Store(cl != nil && opts.Join != "")
 	self = s
 	srv.Store(s)
 	if p := early.Load(); p != nil {
@@ -312,7 +310,7 @@ func (s *Server) Start() error {
 	}
 	s.lis = s.sec.listen(lis)
 	lis = s.lis
-	if s.opts.Join != "" {
+	if s.opts.Join != "" && s.cluster == nil {
 		if err := s.joinCluster(s.opts.Join); err != nil {
 			lis.Close()
 			return err
@@ -359,6 +357,20 @@ func (s *Server) Start() error {
 			return err
 		}
 		go s.clusterPeerLoop()
+		if s.opts.Join != "" { // clusterjoin.go
+			if err := s.clusterJoinInstance(s.opts.Join); err != nil {
+				s.grpc.Stop()
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := s.syncClusterPeers(ctx)
+			cancel()
+			if err != nil {
+				s.grpc.Stop()
+				return err
+			}
+			s.replJoinPending.Store(false)
+		}
 	}
 	s.collector.Start()
 	s.backups.Start()

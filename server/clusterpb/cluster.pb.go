@@ -1682,6 +1682,139 @@ func (x *ApplyReplicatedRequest) GetRecords() []*ChangeRecord {
 	return nil
 }
 
+type ImportSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Table string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	// The tablet the cells were routed to, by the directory of revision
+	// `revision`; 0 with tombstones.
+	Tablet   uint64 `protobuf:"varint,2,opt,name=tablet,proto3" json:"tablet,omitempty"`
+	Revision int64  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Tombstones instead of cells.
+	Tombstones bool `protobuf:"varint,4,opt,name=tombstones,proto3" json:"tombstones,omitempty"`
+	// Raw keys and values as the peer's snapshot has them (its table id;
+	// the node moves them to the cluster's).
+	Keys          [][]byte `protobuf:"bytes,5,rep,name=keys,proto3" json:"keys,omitempty"`
+	Values        [][]byte `protobuf:"bytes,6,rep,name=values,proto3" json:"values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportSnapshotRequest) Reset() {
+	*x = ImportSnapshotRequest{}
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportSnapshotRequest) ProtoMessage() {}
+
+func (x *ImportSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*ImportSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ImportSnapshotRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *ImportSnapshotRequest) GetTablet() uint64 {
+	if x != nil {
+		return x.Tablet
+	}
+	return 0
+}
+
+func (x *ImportSnapshotRequest) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ImportSnapshotRequest) GetTombstones() bool {
+	if x != nil {
+		return x.Tombstones
+	}
+	return false
+}
+
+func (x *ImportSnapshotRequest) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *ImportSnapshotRequest) GetValues() [][]byte {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+type ImportSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pairs         int64                  `protobuf:"varint,1,opt,name=pairs,proto3" json:"pairs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportSnapshotResponse) Reset() {
+	*x = ImportSnapshotResponse{}
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportSnapshotResponse) ProtoMessage() {}
+
+func (x *ImportSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*ImportSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ImportSnapshotResponse) GetPairs() int64 {
+	if x != nil {
+		return x.Pairs
+	}
+	return 0
+}
+
 type ApplyReplicatedResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Applied       int64                  `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
@@ -1693,7 +1826,7 @@ type ApplyReplicatedResponse struct {
 
 func (x *ApplyReplicatedResponse) Reset() {
 	*x = ApplyReplicatedResponse{}
-	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[26]
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1705,7 +1838,7 @@ func (x *ApplyReplicatedResponse) String() string {
 func (*ApplyReplicatedResponse) ProtoMessage() {}
 
 func (x *ApplyReplicatedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[26]
+	mi := &file_ebbtable_cluster_v1_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1718,7 +1851,7 @@ func (x *ApplyReplicatedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyReplicatedResponse.ProtoReflect.Descriptor instead.
 func (*ApplyReplicatedResponse) Descriptor() ([]byte, []int) {
-	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{26}
+	return file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ApplyReplicatedResponse) GetApplied() int64 {
@@ -1862,13 +1995,25 @@ const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x06tablet\x18\x02 \x01(\x04R\x06tablet\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x16\n" +
 	"\x06origin\x18\x04 \x01(\tR\x06origin\x12;\n" +
-	"\arecords\x18\x05 \x03(\v2!.ebbtable.cluster.v1.ChangeRecordR\arecords\"m\n" +
+	"\arecords\x18\x05 \x03(\v2!.ebbtable.cluster.v1.ChangeRecordR\arecords\"\xad\x01\n" +
+	"\x15ImportSnapshotRequest\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\tR\x05table\x12\x16\n" +
+	"\x06tablet\x18\x02 \x01(\x04R\x06tablet\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x1e\n" +
+	"\n" +
+	"tombstones\x18\x04 \x01(\bR\n" +
+	"tombstones\x12\x12\n" +
+	"\x04keys\x18\x05 \x03(\fR\x04keys\x12\x16\n" +
+	"\x06values\x18\x06 \x03(\fR\x06values\".\n" +
+	"\x16ImportSnapshotResponse\x12\x14\n" +
+	"\x05pairs\x18\x01 \x01(\x03R\x05pairs\"m\n" +
 	"\x17ApplyReplicatedResponse\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x03R\aapplied\x12\x1e\n" +
 	"\n" +
 	"superseded\x18\x02 \x01(\x03R\n" +
 	"superseded\x12\x18\n" +
-	"\askipped\x18\x03 \x01(\x03R\askipped2\xa0\t\n" +
+	"\askipped\x18\x03 \x01(\x03R\askipped2\x8b\n" +
+	"\n" +
 	"\aCluster\x12Z\n" +
 	"\tListNodes\x12%.ebbtable.cluster.v1.ListNodesRequest\x1a&.ebbtable.cluster.v1.ListNodesResponse\x12Z\n" +
 	"\tDrainNode\x12%.ebbtable.cluster.v1.DrainNodeRequest\x1a&.ebbtable.cluster.v1.DrainNodeResponse\x12`\n" +
@@ -1884,7 +2029,8 @@ const file_ebbtable_cluster_v1_cluster_proto_rawDesc = "" +
 	"\rIngestChanges\x12).ebbtable.cluster.v1.IngestChangesRequest\x1a*.ebbtable.cluster.v1.IngestChangesResponse\x12`\n" +
 	"\vRestoreRows\x12'.ebbtable.cluster.v1.RestoreRowsRequest\x1a(.ebbtable.cluster.v1.RestoreRowsResponse\x12b\n" +
 	"\vViewPartial\x12'.ebbtable.cluster.v1.ViewPartialRequest\x1a(.ebbtable.cluster.v1.ViewPartialResponse0\x01\x12l\n" +
-	"\x0fApplyReplicated\x12+.ebbtable.cluster.v1.ApplyReplicatedRequest\x1a,.ebbtable.cluster.v1.ApplyReplicatedResponseB/Z-github.com/ebbtable/ebbtable/server/clusterpbb\x06proto3"
+	"\x0fApplyReplicated\x12+.ebbtable.cluster.v1.ApplyReplicatedRequest\x1a,.ebbtable.cluster.v1.ApplyReplicatedResponse\x12i\n" +
+	"\x0eImportSnapshot\x12*.ebbtable.cluster.v1.ImportSnapshotRequest\x1a+.ebbtable.cluster.v1.ImportSnapshotResponseB/Z-github.com/ebbtable/ebbtable/server/clusterpbb\x06proto3"
 
 var (
 	file_ebbtable_cluster_v1_cluster_proto_rawDescOnce sync.Once
@@ -1898,7 +2044,7 @@ func file_ebbtable_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_ebbtable_cluster_v1_cluster_proto_rawDescData
 }
 
-var file_ebbtable_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_ebbtable_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_ebbtable_cluster_v1_cluster_proto_goTypes = []any{
 	(*Node)(nil),                    // 0: ebbtable.cluster.v1.Node
 	(*ListNodesRequest)(nil),        // 1: ebbtable.cluster.v1.ListNodesRequest
@@ -1926,7 +2072,9 @@ var file_ebbtable_cluster_v1_cluster_proto_goTypes = []any{
 	(*ViewPartialResponse)(nil),     // 23: ebbtable.cluster.v1.ViewPartialResponse
 	(*ViewGroup)(nil),               // 24: ebbtable.cluster.v1.ViewGroup
 	(*ApplyReplicatedRequest)(nil),  // 25: ebbtable.cluster.v1.ApplyReplicatedRequest
-	(*ApplyReplicatedResponse)(nil), // 26: ebbtable.cluster.v1.ApplyReplicatedResponse
+	(*ImportSnapshotRequest)(nil),   // 26: ebbtable.cluster.v1.ImportSnapshotRequest
+	(*ImportSnapshotResponse)(nil),  // 27: ebbtable.cluster.v1.ImportSnapshotResponse
+	(*ApplyReplicatedResponse)(nil), // 28: ebbtable.cluster.v1.ApplyReplicatedResponse
 }
 var file_ebbtable_cluster_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: ebbtable.cluster.v1.ListNodesResponse.nodes:type_name -> ebbtable.cluster.v1.Node
@@ -1948,20 +2096,22 @@ var file_ebbtable_cluster_v1_cluster_proto_depIdxs = []int32{
 	19, // 16: ebbtable.cluster.v1.Cluster.RestoreRows:input_type -> ebbtable.cluster.v1.RestoreRowsRequest
 	21, // 17: ebbtable.cluster.v1.Cluster.ViewPartial:input_type -> ebbtable.cluster.v1.ViewPartialRequest
 	25, // 18: ebbtable.cluster.v1.Cluster.ApplyReplicated:input_type -> ebbtable.cluster.v1.ApplyReplicatedRequest
-	2,  // 19: ebbtable.cluster.v1.Cluster.ListNodes:output_type -> ebbtable.cluster.v1.ListNodesResponse
-	4,  // 20: ebbtable.cluster.v1.Cluster.DrainNode:output_type -> ebbtable.cluster.v1.DrainNodeResponse
-	7,  // 21: ebbtable.cluster.v1.Cluster.ListTablets:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	7,  // 22: ebbtable.cluster.v1.Cluster.SplitTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	7,  // 23: ebbtable.cluster.v1.Cluster.MergeTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
-	11, // 24: ebbtable.cluster.v1.Cluster.MoveTablet:output_type -> ebbtable.cluster.v1.MoveTabletResponse
-	13, // 25: ebbtable.cluster.v1.Cluster.IngestSpan:output_type -> ebbtable.cluster.v1.IngestSpanResponse
-	15, // 26: ebbtable.cluster.v1.Cluster.BackupRows:output_type -> ebbtable.cluster.v1.BackupRowsResponse
-	18, // 27: ebbtable.cluster.v1.Cluster.IngestChanges:output_type -> ebbtable.cluster.v1.IngestChangesResponse
-	20, // 28: ebbtable.cluster.v1.Cluster.RestoreRows:output_type -> ebbtable.cluster.v1.RestoreRowsResponse
-	23, // 29: ebbtable.cluster.v1.Cluster.ViewPartial:output_type -> ebbtable.cluster.v1.ViewPartialResponse
-	26, // 30: ebbtable.cluster.v1.Cluster.ApplyReplicated:output_type -> ebbtable.cluster.v1.ApplyReplicatedResponse
-	19, // [19:31] is the sub-list for method output_type
-	7,  // [7:19] is the sub-list for method input_type
+	26, // 19: ebbtable.cluster.v1.Cluster.ImportSnapshot:input_type -> ebbtable.cluster.v1.ImportSnapshotRequest
+	2,  // 20: ebbtable.cluster.v1.Cluster.ListNodes:output_type -> ebbtable.cluster.v1.ListNodesResponse
+	4,  // 21: ebbtable.cluster.v1.Cluster.DrainNode:output_type -> ebbtable.cluster.v1.DrainNodeResponse
+	7,  // 22: ebbtable.cluster.v1.Cluster.ListTablets:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	7,  // 23: ebbtable.cluster.v1.Cluster.SplitTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	7,  // 24: ebbtable.cluster.v1.Cluster.MergeTablet:output_type -> ebbtable.cluster.v1.ListTabletsResponse
+	11, // 25: ebbtable.cluster.v1.Cluster.MoveTablet:output_type -> ebbtable.cluster.v1.MoveTabletResponse
+	13, // 26: ebbtable.cluster.v1.Cluster.IngestSpan:output_type -> ebbtable.cluster.v1.IngestSpanResponse
+	15, // 27: ebbtable.cluster.v1.Cluster.BackupRows:output_type -> ebbtable.cluster.v1.BackupRowsResponse
+	18, // 28: ebbtable.cluster.v1.Cluster.IngestChanges:output_type -> ebbtable.cluster.v1.IngestChangesResponse
+	20, // 29: ebbtable.cluster.v1.Cluster.RestoreRows:output_type -> ebbtable.cluster.v1.RestoreRowsResponse
+	23, // 30: ebbtable.cluster.v1.Cluster.ViewPartial:output_type -> ebbtable.cluster.v1.ViewPartialResponse
+	28, // 31: ebbtable.cluster.v1.Cluster.ApplyReplicated:output_type -> ebbtable.cluster.v1.ApplyReplicatedResponse
+	27, // 32: ebbtable.cluster.v1.Cluster.ImportSnapshot:output_type -> ebbtable.cluster.v1.ImportSnapshotResponse
+	20, // [20:33] is the sub-list for method output_type
+	7,  // [7:20] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -1978,7 +2128,7 @@ func file_ebbtable_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ebbtable_cluster_v1_cluster_proto_rawDesc), len(file_ebbtable_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -47,6 +47,7 @@ const (
 	Cluster_RestoreRows_FullMethodName     = "/ebbtable.cluster.v1.Cluster/RestoreRows"
 	Cluster_ViewPartial_FullMethodName     = "/ebbtable.cluster.v1.Cluster/ViewPartial"
 	Cluster_ApplyReplicated_FullMethodName = "/ebbtable.cluster.v1.Cluster/ApplyReplicated"
+	Cluster_ImportSnapshot_FullMethodName  = "/ebbtable.cluster.v1.Cluster/ImportSnapshot"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -101,6 +102,13 @@ type ClusterClient interface {
 	// "Pulling into a cluster of several nodes"); UNAVAILABLE when this node
 	// does not own the tablet (it moved: the puller routes again).
 	ApplyReplicated(ctx context.Context, in *ApplyReplicatedRequest, opts ...grpc.CallOption) (*ApplyReplicatedResponse, error)
+	// ImportSnapshot writes a run of a peer cluster's snapshot into this
+	// node's engine while the cluster joins that peer (docs/replication.md,
+	// "Joining with a cluster of several nodes"): cells of rows of one tablet
+	// this node owns (UNAVAILABLE when it does not: the copying node routes
+	// them again), or replication tombstones (every node keeps them), and
+	// answers once they are durable.
+	ImportSnapshot(ctx context.Context, in *ImportSnapshotRequest, opts ...grpc.CallOption) (*ImportSnapshotResponse, error)
 }
 
 type clusterClient struct {
@@ -240,6 +248,16 @@ func (c *clusterClient) ApplyReplicated(ctx context.Context, in *ApplyReplicated
 	return out, nil
 }
 
+func (c *clusterClient) ImportSnapshot(ctx context.Context, in *ImportSnapshotRequest, opts ...grpc.CallOption) (*ImportSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ImportSnapshotResponse)
+	err := c.cc.Invoke(ctx, Cluster_ImportSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -292,6 +310,13 @@ type ClusterServer interface {
 	// "Pulling into a cluster of several nodes"); UNAVAILABLE when this node
 	// does not own the tablet (it moved: the puller routes again).
 	ApplyReplicated(context.Context, *ApplyReplicatedRequest) (*ApplyReplicatedResponse, error)
+	// ImportSnapshot writes a run of a peer cluster's snapshot into this
+	// node's engine while the cluster joins that peer (docs/replication.md,
+	// "Joining with a cluster of several nodes"): cells of rows of one tablet
+	// this node owns (UNAVAILABLE when it does not: the copying node routes
+	// them again), or replication tombstones (every node keeps them), and
+	// answers once they are durable.
+	ImportSnapshot(context.Context, *ImportSnapshotRequest) (*ImportSnapshotResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -337,6 +362,9 @@ func (UnimplementedClusterServer) ViewPartial(*ViewPartialRequest, grpc.ServerSt
 }
 func (UnimplementedClusterServer) ApplyReplicated(context.Context, *ApplyReplicatedRequest) (*ApplyReplicatedResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ApplyReplicated not implemented")
+}
+func (UnimplementedClusterServer) ImportSnapshot(context.Context, *ImportSnapshotRequest) (*ImportSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ImportSnapshot not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -568,6 +596,24 @@ func _Cluster_ApplyReplicated_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Cluster_ImportSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ImportSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).ImportSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_ImportSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).ImportSnapshot(ctx, req.(*ImportSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -618,6 +664,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ApplyReplicated",
 			Handler:    _Cluster_ApplyReplicated_Handler,
+		},
+		{
+			MethodName: "ImportSnapshot",
+			Handler:    _Cluster_ImportSnapshot_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -2747,10 +2747,13 @@ func (x *Position) GetIndex() uint32 {
 }
 
 type PeerInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
-	Ready         bool                   `protobuf:"varint,3,opt,name=ready,proto3" json:"ready,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Addr  string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	Ready bool                   `protobuf:"varint,3,opt,name=ready,proto3" json:"ready,omitempty"`
+	// The addresses of the live nodes of a cluster of several nodes (empty
+	// for a cluster of one process): a peer pulls from any of them.
+	Nodes         []string `protobuf:"bytes,4,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2804,6 +2807,13 @@ func (x *PeerInfo) GetReady() bool {
 		return x.Ready
 	}
 	return false
+}
+
+func (x *PeerInfo) GetNodes() []string {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
 }
 
 // GcRule is a garbage-collection rule (gcrule.Rule); no field set is no
@@ -6053,11 +6063,12 @@ const file_ebbtable_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"tiebreaker\x18\x02 \x01(\x05R\n" +
 	"tiebreaker\x12\x14\n" +
-	"\x05index\x18\x03 \x01(\rR\x05index\"D\n" +
+	"\x05index\x18\x03 \x01(\rR\x05index\"Z\n" +
 	"\bPeerInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12\x14\n" +
-	"\x05ready\x18\x03 \x01(\bR\x05ready\"\xd1\x01\n" +
+	"\x05ready\x18\x03 \x01(\bR\x05ready\x12\x14\n" +
+	"\x05nodes\x18\x04 \x03(\tR\x05nodes\"\xd1\x01\n" +
 	"\x06GcRule\x12$\n" +
 	"\rmax_age_nanos\x18\x01 \x01(\x03H\x00R\vmaxAgeNanos\x12#\n" +
 	"\fmax_versions\x18\x02 \x01(\x03H\x00R\vmaxVersions\x122\n" +
