@@ -25,10 +25,10 @@ import (
 var clusterViewQueries = map[string]string{
 	"sums": "SELECT f['g'] AS _key, COUNT(*) AS c, COUNT(f['v']) AS n, SUM(TO_INT64(f['v'])) AS s, AVG(TO_INT64(f['v'])) AS a, " +
 		"MIN(f['v']) AS mn, MAX(TO_INT64(f['v'])) AS mx FROM t GROUP BY f['g']",
-	"lists":    maintQueries["lists"],
-	"floats":   "SELECT f['h'] AS _key, SUM(CAST(TO_INT64(f['v']) AS FLOAT64) / 4) AS fs, AVG(CAST(TO_INT64(f['v']) AS FLOAT64) / 4) AS fa, MIN(f['g']) AS g FROM t GROUP BY f['h']",
-	"global":   maintQueries["global"],
-	"rows":     "SELECT _key, COUNT(f['v']) AS n, MAX(f['h']) AS h FROM t GROUP BY _key",
+	"lists":  maintQueries["lists"],
+	"floats": "SELECT f['h'] AS _key, SUM(CAST(TO_INT64(f['v']) AS FLOAT64) / 4) AS fs, AVG(CAST(TO_INT64(f['v']) AS FLOAT64) / 4) AS fa, MIN(f['g']) AS g FROM t GROUP BY f['h']",
+	"global": maintQueries["global"],
+	"rows":   "SELECT _key, COUNT(f['v']) AS n, MAX(f['h']) AS h FROM t GROUP BY _key",
 	"distinct": "SELECT f['g'] AS _key, COUNT(DISTINCT f['v']) AS d, SUM(DISTINCT TO_INT64(f['v'])) AS sd, AVG(DISTINCT TO_INT64(f['v'])) AS ad, " +
 		"MIN(DISTINCT f['h']) AS mn, MAX(DISTINCT TO_INT64(f['v'])) AS mx, BIT_OR(DISTINCT TO_INT64(f['v'])) AS bo, BIT_XOR(DISTINCT TO_INT64(f['v'])) AS bx, " +
 		"COUNT(*) AS n FROM t GROUP BY f['g']",
