@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,22 +20,23 @@ var (
 )
 
 // BenchmarkConsoleTail measures what the web console's change tail costs a
-// three-node cluster (console/changes.go, consolechanges.go): the CPU of
-// the whole process (the three nodes, etcd, and the poller standing in for
-// the browser) per second, in four phases of -console.tailsecs each:
+// three-node cluster (console/changes.go, consolechanges.go), as CPU of the
+// whole process (the three nodes, etcd and the poller standing in for the
+// browser) above the same cluster left idle:
 //
-//   - idle: no tail open, no writes (the baseline);
-//   - tail: one tail open on n2, no writes: tail-cpu-ms/s is its cost
-//     above idle;
-//   - writes: 50 rows a second written through n1, no tail;
-//   - writes+tail: the same with the tail open: per-change-cpu-us is the
-//     CPU above "writes" per record the tail delivered.
+//   - idle: no tail open, no writes, -console.tailsecs (the baseline,
+//     idle-cpu-ms/s);
 //
-// The poller does what the page's script does: it asks changes.json from
-// its cursor, and asks again at once when the answer says more, else one
-// second later (console/static/console.js).
+//   - polls: one tail on n2 polling back to back with nothing to deliver,
+//     -console.tailsecs: poll-cpu-us per poll. The page polls once a
+//     second when idle (console/static/console.js), so an open idle tail
+//     costs tail-cpu-ms/s = poll-cpu-us × 1 poll/s;
 //
-//	flock /tmp/ebb-bench.lock go test -run '^$' -bench ConsoleTail -benchtime 1x ./server
+//   - backlog: 10,000 rows written through n1 beforehand, then one tail
+//     on n2 reads them all, 200 a poll as the page does:
+//     per-change-cpu-us per record delivered.
+//
+//     flock /tmp/ebb-bench.lock go test -run '^$' -bench ConsoleTail -benchtime 1x ./server
 func BenchmarkConsoleTail(b *testing.B) {
 	secs := time.Duration(*consoleTailSecs) * time.Second
 	sc := startScaleClusterTuned(b, 0, func(o *Options) { o.HTTPAddr = "127.0.0.1:0" }, "n1", "n2", "n3")
@@ -54,114 +54,104 @@ func BenchmarkConsoleTail(b *testing.B) {
 	hc := &http.Client{Timeout: time.Minute}
 	defer hc.CloseIdleConnections()
 
-	// tail runs the page's poll loop until ctx ends.
-	var polls, records, pollNanos atomic.Int64
-	tail := func(ctx context.Context) {
-		cursor := ""
-		for ctx.Err() == nil {
-			start := time.Now()
-			req, err := http.NewRequestWithContext(ctx, "GET", base+cursor, nil)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			resp, err := hc.Do(req)
-			if err != nil {
-				if ctx.Err() == nil {
-					b.Error(err)
-				}
-				return
-			}
-			var rep struct {
-				Records []json.RawMessage `json:"records"`
-				After   string            `json:"after"`
-				From    int64             `json:"from"`
-				More    bool              `json:"more"`
-				Error   string            `json:"error"`
-			}
-			err = json.NewDecoder(resp.Body).Decode(&rep)
-			resp.Body.Close()
-			if err != nil || rep.Error != "" {
-				if ctx.Err() == nil {
-					b.Errorf("poll: %v %s", err, rep.Error)
-				}
-				return
-			}
-			polls.Add(1)
-			pollNanos.Add(int64(time.Since(start)))
-			records.Add(int64(len(rep.Records)))
-			if rep.After != "" {
-				cursor = "?after=" + url.QueryEscape(rep.After)
-			} else {
-				cursor = fmt.Sprintf("?from=%d", rep.From)
-			}
-			if rep.More {
-				continue
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+	// poll asks changes.json from cursor as the page does; it returns the
+	// records, the next cursor and whether to ask again at once.
+	poll := func(ctx context.Context, cursor string) (int, string, bool, error) {
+		req, err := http.NewRequestWithContext(ctx, "GET", base+cursor, nil)
+		if err != nil {
+			return 0, "", false, err
 		}
-	}
-	// writes writes 50 rows a second through n1 until ctx ends.
-	var written atomic.Int64
-	writes := func(ctx context.Context) {
-		tk := time.NewTicker(20 * time.Millisecond)
-		defer tk.Stop()
-		tbl := sc.nodes["n1"].client.Open("t")
-		for i := 0; ; i++ {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tk.C:
-			}
-			if err := writeScale(b, tbl, fmt.Sprintf("%c%06d", 'a'+i%26, i), "v"); err != nil && ctx.Err() == nil {
-				b.Error(err)
-				return
-			}
-			written.Add(1)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, "", false, err
 		}
+		defer resp.Body.Close()
+		var rep struct {
+			Records []json.RawMessage `json:"records"`
+			After   string            `json:"after"`
+			From    int64             `json:"from"`
+			More    bool              `json:"more"`
+			Error   string            `json:"error"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil || rep.Error != "" {
+			return 0, "", false, fmt.Errorf("poll: %v %s", err, rep.Error)
+		}
+		next := fmt.Sprintf("?from=%d", rep.From)
+		if rep.After != "" {
+			next = "?after=" + url.QueryEscape(rep.After)
+		}
+		return len(rep.Records), next, rep.More, nil
 	}
-	// phase runs fns for secs and returns the process CPU per second.
-	phase := func(fns ...func(context.Context)) float64 {
-		ctx, cancel := context.WithTimeout(ctx, secs)
-		defer cancel()
-		done := make(chan struct{}, len(fns))
+	cpuAbove := func(idle float64, f func()) (time.Duration, time.Duration) {
 		cpu0, t0 := processCPU(), time.Now()
-		for _, f := range fns {
-			go func() { f(ctx); done <- struct{}{} }()
-		}
-		<-ctx.Done()
-		for range fns {
-			<-done
-		}
-		return float64(processCPU()-cpu0) / float64(time.Since(t0)) * 1000 // ms per s
+		f()
+		wall := time.Since(t0)
+		return processCPU() - cpu0 - time.Duration(idle*float64(wall)/1000), wall
 	}
-	// A first tail, so every node has served one (connections, caches).
-	warm, cancel := context.WithTimeout(ctx, 2*time.Second)
-	tail(warm)
-	cancel()
+	// Every node serves a tail once (connections, caches).
+	if _, _, _, err := poll(ctx, ""); err != nil {
+		b.Fatal(err)
+	}
 	b.ResetTimer()
-	idle := phase()
-	polls.Store(0)
-	pollNanos.Store(0)
-	tailed := phase(tail)
-	idlePolls, idlePollMs := polls.Load(), float64(pollNanos.Load())/1e6/float64(max(polls.Load(), 1))
-	wrote := phase(writes)
-	records.Store(0)
-	written.Store(0)
-	both := phase(writes, tail)
-	b.StopTimer()
-	got := records.Load()
-	if got == 0 || got < written.Load()/2 {
-		b.Fatalf("the tail delivered %d records of %d written", got, written.Load())
+	// idle
+	cpu0, t0 := processCPU(), time.Now()
+	select {
+	case <-ctx.Done():
+	case <-time.After(secs):
 	}
+	idle := float64(processCPU()-cpu0) / float64(time.Since(t0)) * 1000 // ms per s
+	// polls
+	polls := 0
+	pollCPU, pollWall := cpuAbove(idle, func() {
+		cursor := ""
+		for end := time.Now().Add(secs); time.Now().Before(end); polls++ {
+			n, next, _, err := poll(ctx, cursor)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n != 0 {
+				b.Fatalf("%d records from an idle table", n)
+			}
+			cursor = next
+		}
+	})
+	// backlog
+	b.StopTimer()
+	const rows = 10000
+	tbl := sc.nodes["n1"].client.Open("t")
+	for start := 0; start < rows; start += 500 {
+		var keys []string
+		var muts []*bigtable.Mutation
+		for i := start; i < start+500; i++ {
+			m := bigtable.NewMutation()
+			m.Set("f", "c", 1000, []byte("v"))
+			keys, muts = append(keys, fmt.Sprintf("%c%06d", 'a'+i%26, i*26*1000000/rows/26)), append(muts, m)
+		}
+		if errs, err := tbl.ApplyBulk(ctx, keys, muts); err != nil || errs != nil {
+			b.Fatal(err, errs)
+		}
+	}
+	b.StartTimer()
+	got, backlogPolls := 0, 0
+	backlogCPU, _ := cpuAbove(idle, func() {
+		cursor, more := "", true
+		for more {
+			n, next, m, err := poll(ctx, cursor)
+			if err != nil {
+				b.Fatal(err)
+			}
+			got, cursor, more, backlogPolls = got+n, next, m, backlogPolls+1
+		}
+	})
+	b.StopTimer()
+	if got != rows {
+		b.Fatalf("the tail delivered %d records of %d written", got, rows)
+	}
+	perPoll := float64(pollCPU.Microseconds()) / float64(polls)
 	b.ReportMetric(idle, "idle-cpu-ms/s")
-	b.ReportMetric(tailed-idle, "tail-cpu-ms/s")
-	b.ReportMetric(float64(idlePolls)/secs.Seconds(), "polls/s")
-	b.ReportMetric(idlePollMs, "poll-ms")
-	b.ReportMetric(wrote, "writes-cpu-ms/s")
-	b.ReportMetric(both-wrote, "writes+tail-extra-cpu-ms/s")
-	b.ReportMetric((both-wrote)*secs.Seconds()*1000/float64(got), "per-change-cpu-us")
+	b.ReportMetric(perPoll, "poll-cpu-us")
+	b.ReportMetric(float64(pollWall.Microseconds())/1000/float64(polls), "poll-ms")
+	b.ReportMetric(perPoll/1000, "tail-cpu-ms/s")
+	b.ReportMetric(float64(backlogCPU.Microseconds())/float64(got), "per-change-cpu-us")
+	b.ReportMetric(float64(backlogPolls), "backlog-polls")
 }
