@@ -133,8 +133,21 @@ type TailQuery struct {
 
 // TailBatch is what a ChangeTail read.
 type TailBatch struct {
-	Records []changestream.JSON
-	Full    bool
+	// Records are the records in changestream's JSON encoding, as the
+	// lines ebbtable watch prints: passed to the page as they are.
+	Records []json.RawMessage
+	// Last is the last record's token.
+	Last string
+	Full bool
+}
+
+// tailReply is changesReply with records already encoded.
+type tailReply struct {
+	Records []json.RawMessage `json:"records"`
+	After   string            `json:"after,omitempty"`
+	From    int64             `json:"from,omitempty"`
+	More    bool              `json:"more"`
+	Closed  string            `json:"closed"`
 }
 
 // tailWait bounds one poll of a ChangeTail.
@@ -163,7 +176,7 @@ func (c *Console) changesTail(w http.ResponseWriter, r *http.Request, m *table.M
 	}
 	if tq.After == "" && tq.From > now {
 		// Nothing can have committed yet after the last poll's end.
-		c.writeTail(w, changesReply{Records: []changestream.JSON{}, From: tq.From, Closed: fmtTime(time.UnixMicro(now))})
+		c.writeTail(w, tailReply{Records: []json.RawMessage{}, From: tq.From, Closed: fmtTime(time.UnixMicro(now))})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), tailWait)
@@ -173,12 +186,12 @@ func (c *Console) changesTail(w http.ResponseWriter, r *http.Request, m *table.M
 		fail(http.StatusInternalServerError, err)
 		return
 	}
-	rep := changesReply{Records: b.Records, More: b.Full, Closed: fmtTime(time.UnixMicro(tq.Until))}
+	rep := tailReply{Records: b.Records, More: b.Full, Closed: fmtTime(time.UnixMicro(tq.Until))}
 	if rep.Records == nil {
-		rep.Records = []changestream.JSON{}
+		rep.Records = []json.RawMessage{}
 	}
 	if b.Full && len(b.Records) > 0 {
-		rep.After = b.Records[len(b.Records)-1].Token
+		rep.After = b.Last
 	} else {
 		rep.More = false
 		rep.From = tq.Until + 1
@@ -186,7 +199,7 @@ func (c *Console) changesTail(w http.ResponseWriter, r *http.Request, m *table.M
 	c.writeTail(w, rep)
 }
 
-func (c *Console) writeTail(w http.ResponseWriter, rep changesReply) {
+func (c *Console) writeTail(w http.ResponseWriter, rep tailReply) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	json.NewEncoder(w).Encode(rep)
