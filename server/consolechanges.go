@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/ebbtable/ebbtable/changestream"
@@ -28,6 +29,10 @@ import (
 // consoleTailRetryFor bounds how long one poll retries a partition whose
 // tablet is between owners.
 const consoleTailRetryFor = 10 * time.Second
+
+// consoleTailLines counts the records the console's tail streams handed
+// to its merges (tests compare it with the records delivered).
+var consoleTailLines atomic.Int64
 
 // errTailFull stops a poll's merge once it holds a batch.
 var errTailFull = errors.New("tail batch full")
@@ -57,6 +62,9 @@ func (s *Server) consoleChanges(ctx context.Context, m *table.Meta, q console.Ta
 		// and encoding again on its way to the page.
 		b.Records = append(b.Records, json.RawMessage(line))
 		b.Last = pos.Token()
+		if b.First == "" {
+			b.First = b.Last
+		}
 		if len(b.Records) >= q.Limit {
 			return errTailFull
 		}
@@ -169,6 +177,9 @@ func (l *localWatchStream) Send(r *ebbadminpb.WatchResponse) error {
 func (l *localWatchStream) Recv() (*merge.Response, error) {
 	select {
 	case r := <-l.ch:
+		if r.GetLine() != "" {
+			consoleTailLines.Add(1)
+		}
 		return MergeResponse(r), nil
 	case <-l.done:
 		if l.err != nil {

@@ -70,6 +70,7 @@ func BenchmarkConsoleTail(b *testing.B) {
 			Records []json.RawMessage `json:"records"`
 			After   string            `json:"after"`
 			From    int64             `json:"from"`
+			Span    int64             `json:"span"`
 			More    bool              `json:"more"`
 			Error   string            `json:"error"`
 		}
@@ -79,6 +80,9 @@ func BenchmarkConsoleTail(b *testing.B) {
 		next := fmt.Sprintf("?from=%d", rep.From)
 		if rep.After != "" {
 			next = "?after=" + url.QueryEscape(rep.After)
+		}
+		if rep.Span != 0 {
+			next += fmt.Sprintf("&span=%d", rep.Span)
 		}
 		return len(rep.Records), next, rep.More, nil
 	}
