@@ -16,9 +16,9 @@ import (
 // TestConsoleTailBacklog opens the console's change tail on a table of 30
 // tablets over three nodes with a backlog of 3,000 records, polling as the
 // page does (its cursor, span included): every record arrives once, in
-// commit order, and the partitions' streams hand the merges at most three
-// times the records delivered (2.0 times when measured; polls reading up
-// to now had every partition stream its records ahead, and each full
+// commit order, and the partitions' streams hand the merges at most four
+// times the records delivered (1.9–2.4 times when measured; polls reading
+// up to now had every partition stream its records ahead, and each full
 // batch left them to be read again: 7.3 times). Not parallel: it reads a
 // package counter.
 func TestConsoleTailBacklog(t *testing.T) {
@@ -104,7 +104,7 @@ func TestConsoleTailBacklog(t *testing.T) {
 	}
 	read := consoleTailLines.Load() - lines0
 	t.Logf("%d records delivered in %d polls; the partitions' streams handed %d to the merges", delivered, polls, read)
-	if read > 3*int64(delivered) {
-		t.Errorf("the partitions' streams handed %d records to the merges for %d delivered; want at most three times as many", read, delivered)
+	if read > 4*int64(delivered) {
+		t.Errorf("the partitions' streams handed %d records to the merges for %d delivered; want at most four times as many", read, delivered)
 	}
 }
