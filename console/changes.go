@@ -20,6 +20,9 @@ const (
 	tailBatch = 200
 	// tailBack is how far back a new tail starts.
 	tailBack = 10 * time.Minute
+	// tailFirstSpan is the span of commit time the first poll of a tail
+	// reads through Options.Changes (changesTail).
+	tailFirstSpan = time.Second
 )
 
 type changesData struct {
@@ -133,8 +136,23 @@ type TailQuery struct {
 
 // TailBatch is what a ChangeTail read.
 type TailBatch struct {
-	Records []changestream.JSON
-	Full    bool
+	// Records are the records in changestream's JSON encoding, as the
+	// lines ebbtable watch prints: passed to the page as they are.
+	Records []json.RawMessage
+	// First and Last are the first and the last record's tokens.
+	First, Last string
+	Full        bool
+}
+
+// tailReply is changesReply with records already encoded. Span, when
+// set, is the span of commit time (microseconds) the next poll reads.
+type tailReply struct {
+	Records []json.RawMessage `json:"records"`
+	After   string            `json:"after,omitempty"`
+	From    int64             `json:"from,omitempty"`
+	Span    int64             `json:"span,omitempty"`
+	More    bool              `json:"more"`
+	Closed  string            `json:"closed"`
 }
 
 // tailWait bounds one poll of a ChangeTail.
@@ -143,16 +161,29 @@ const tailWait = 30 * time.Second
 // changesTail answers a poll through Options.Changes: up to now, so the
 // next poll starts after now (or after the last record, when the batch
 // was full).
+//
+// A backlog (more than a batch to read) is read a span of commit time at
+// a time: every partition of the table streams its records ahead of the
+// merge, and what a full batch leaves unread is read again by the next
+// poll, so a poll reading up to now would cost about a batch per
+// partition. After a full batch, the next poll reads no further than the
+// commit time the batch's records took (from its first to its last); a
+// poll whose span held less than a batch reads twice as far
+// the next time, until it reaches now. The first poll reads
+// tailFirstSpan; the span rides in the cursor (span=, from the reply);
+// without it a poll reads up to now.
 func (c *Console) changesTail(w http.ResponseWriter, r *http.Request, m *table.Meta, now, horizon int64, fail func(int, error)) {
 	q := r.URL.Query()
 	tq := TailQuery{From: max(now-tailBack.Microseconds(), horizon), Until: now, Limit: tailBatch}
+	start := tq.From // the commit time the poll reads from
 	switch {
 	case q.Get("after") != "":
-		if _, err := changestream.ParseToken(q.Get("after")); err != nil {
+		pos, err := changestream.ParseToken(q.Get("after"))
+		if err != nil {
 			fail(http.StatusBadRequest, err)
 			return
 		}
-		tq.After = q.Get("after")
+		tq.After, start = q.Get("after"), pos.Commit
 	case q.Get("from") != "":
 		from, err := strconv.ParseInt(q.Get("from"), 10, 64)
 		if err != nil || from < 0 {
@@ -160,10 +191,24 @@ func (c *Console) changesTail(w http.ResponseWriter, r *http.Request, m *table.M
 			return
 		}
 		tq.From = max(from, horizon)
+		start = tq.From
+	}
+	var span int64
+	if q.Get("after") == "" && q.Get("from") == "" {
+		span = tailFirstSpan.Microseconds()
+		tq.Until = min(now, start+span)
+	}
+	if v := q.Get("span"); v != "" {
+		var err error
+		if span, err = strconv.ParseInt(v, 10, 64); err != nil || span <= 0 {
+			fail(http.StatusBadRequest, errors.New("span must be a positive number of microseconds"))
+			return
+		}
+		tq.Until = min(now, start+span)
 	}
 	if tq.After == "" && tq.From > now {
 		// Nothing can have committed yet after the last poll's end.
-		c.writeTail(w, changesReply{Records: []changestream.JSON{}, From: tq.From, Closed: fmtTime(time.UnixMicro(now))})
+		c.writeTail(w, tailReply{Records: []json.RawMessage{}, From: tq.From, Closed: fmtTime(time.UnixMicro(now))})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), tailWait)
@@ -173,20 +218,28 @@ func (c *Console) changesTail(w http.ResponseWriter, r *http.Request, m *table.M
 		fail(http.StatusInternalServerError, err)
 		return
 	}
-	rep := changesReply{Records: b.Records, More: b.Full, Closed: fmtTime(time.UnixMicro(tq.Until))}
+	rep := tailReply{Records: b.Records, More: b.Full, Closed: fmtTime(time.UnixMicro(tq.Until))}
 	if rep.Records == nil {
-		rep.Records = []changestream.JSON{}
+		rep.Records = []json.RawMessage{}
 	}
 	if b.Full && len(b.Records) > 0 {
-		rep.After = b.Records[len(b.Records)-1].Token
+		rep.After = b.Last
+		first, err1 := changestream.ParseToken(b.First)
+		last, err2 := changestream.ParseToken(b.Last)
+		if err1 == nil && err2 == nil {
+			rep.Span = max(last.Commit-first.Commit, 1)
+		}
 	} else {
-		rep.More = false
 		rep.From = tq.Until + 1
+		rep.More = tq.Until < now
+		if rep.More {
+			rep.Span = 2 * span
+		}
 	}
 	c.writeTail(w, rep)
 }
 
-func (c *Console) writeTail(w http.ResponseWriter, rep changesReply) {
+func (c *Console) writeTail(w http.ResponseWriter, rep tailReply) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	json.NewEncoder(w).Encode(rep)

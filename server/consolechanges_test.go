@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
+	"github.com/ebbtable/ebbtable/changestream"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/console"
 )
@@ -49,8 +50,18 @@ func TestConsoleChangesPages(t *testing.T) {
 				t.Fatalf("%s: %v", id, err)
 			}
 			batches++
-			for _, r := range b.Records {
+			for _, line := range b.Records {
+				var r changestream.JSON
+				if err := json.Unmarshal(line, &r); err != nil {
+					t.Fatal(err)
+				}
 				got = append(got, r.RowKey)
+				if r.Token == "" {
+					t.Fatalf("%s: a record without its token: %s", id, line)
+				}
+				if b.Last != r.Token && string(line) == string(b.Records[len(b.Records)-1]) {
+					t.Fatalf("%s: Last %q, the last record's token %q", id, b.Last, r.Token)
+				}
 			}
 			if !b.Full {
 				break
@@ -58,7 +69,7 @@ func TestConsoleChangesPages(t *testing.T) {
 			if len(b.Records) != q.Limit {
 				t.Fatalf("%s: a full batch of %d", id, len(b.Records))
 			}
-			q.After = b.Records[len(b.Records)-1].Token
+			q.After = b.Last
 		}
 		// The writes were made one after another, so commit order is
 		// the order written.

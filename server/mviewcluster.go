@@ -31,9 +31,10 @@ import (
 // A node owning the whole table serves the view from its state as a
 // single node does. Otherwise a read fans out to the owners, each answers
 // its state group by group (ViewPartial, mviewpartial.go), and the reader
-// merges them (sqlquery.Merge). A view whose state does not merge
-// (DISTINCT aggregates) is maintained only while one node owns the whole
-// table, and computed on read otherwise.
+// merges them (sqlquery.Merge). A DISTINCT aggregate's part is its
+// node's distinct values, each with its count of rows there (a deletion
+// takes a value out only with its last row on that node); the merge counts
+// a value once however many nodes hold it.
 
 // viewSpans returns the spans of inst's table name this node owns, merged
 // and in key order; clustered is false outside a cluster or for a table

@@ -52,6 +52,11 @@ import (
 // have changed), and STRING _key views are maintained.
 const viewStateVersion = 2
 
+// viewStateVersionDistinct is the version of a view with a DISTINCT
+// aggregate: 3, its distinct values are kept beside their counts (a
+// cluster's reads merge them, sqlquery/incrmerge.go).
+const viewStateVersionDistinct = 3
+
 // maintBatch is how many log entries (and due rows) one batch consumes.
 const maintBatch = 512
 
@@ -219,8 +224,7 @@ func (s *Server) planMaint(inst, id, query string) *maintView {
 
 // planMaintCover plans a view for maintenance (nil: it is not
 // maintainable); local is whether this node maintains it: outside a
-// cluster, or in one while it owns the whole table, or some of it and the
-// view's state merges (mviewcluster.go).
+// cluster, or in one while it owns some of the table (mviewcluster.go).
 func (s *Server) planMaintCover(inst, id, query string) (mv *maintView, local bool) {
 	plan, err := sqlquery.Prepare(s.tableCatalog(inst), query, nil)
 	if err != nil || len(plan.Tables) != 1 {
@@ -243,7 +247,7 @@ func (s *Server) planMaintCover(inst, id, query string) (mv *maintView, local bo
 	if key, err := plan.MaterializedKey(query); err == nil && slices.Contains(key, keyAt) {
 		mv.keyByGroup = true
 	}
-	return mv, mv.whole() || len(spans) > 0 && ic.Mergeable()
+	return mv, mv.whole() || len(spans) > 0
 }
 
 // views returns the maintained views by table, planned against the tables
@@ -285,7 +289,7 @@ func (s *Server) maintIndex() (map[uint64][]*maintView, error) {
 		default:
 			skipped = append(skipped, tableRef{instance: inst, table: p.meta.Name})
 		}
-		if p != nil && p.clustered && p.ic.Mergeable() {
+		if p != nil && p.clustered {
 			merged[inst+"/"+name] = p
 		}
 		return nil
@@ -429,7 +433,11 @@ func prefixEndOf(tag byte, p []byte) []byte {
 
 func (mv *maintView) header() (viewHeader, error) {
 	schema, err := json.Marshal(mv.meta)
-	h := viewHeader{Version: viewStateVersion, Query: mv.query, TableID: mv.meta.ID, Schema: string(schema)}
+	version := viewStateVersion
+	if mv.ic.HasDistinct() {
+		version = viewStateVersionDistinct
+	}
+	h := viewHeader{Version: version, Query: mv.query, TableID: mv.meta.ID, Schema: string(schema)}
 	if mv.clustered {
 		h.Coverage, h.Spans = coverageSpans, encodeSpans(mv.spans)
 	}

@@ -111,7 +111,7 @@ func (s *Server) viewPartial(ctx context.Context, req *clusterpb.ViewPartialRequ
 			}
 		}
 	}
-	if mv == nil || !mv.clustered || !mv.ic.Mergeable() {
+	if mv == nil || !mv.clustered {
 		return status.Errorf(codes.FailedPrecondition, "ebbtable: node %s does not maintain view %s over its tablets", c.opts.NodeID, req.GetView())
 	}
 	if err := s.maintainTable(ctx, mv.meta.ID, views); err != nil {
@@ -273,8 +273,8 @@ type mergedRow struct {
 }
 
 // scanMerged is scanKept for a view whose table's tablets are on several
-// nodes: kept is false (fn not called) when the view is not one whose
-// states merge, or when the owners' states could not be had.
+// nodes: kept is false (fn not called) when the view is not maintained,
+// or when the owners' states could not be had.
 func (s *Server) scanMerged(ctx context.Context, inst, id string, ranges []table.RowRange, after []byte, fn func(pos []byte, row []sqlquery.Value) error) (kept bool, err error) {
 	mv := s.mergeViewPlan(inst, id)
 	if mv == nil {

@@ -21,7 +21,7 @@ import (
 // a big.Int; finite floats exact, in a wide big.Float, with counts of
 // infinities and NaNs), per-bit counts for BIT_AND and BIT_OR, an ordered
 // multiset of values for MIN, MAX and ANY_VALUE and a value multiset for
-// DISTINCT, and for ARRAY_AGG and STRING_AGG the elements by source row.
+// DISTINCT (each value with its count), and for ARRAY_AGG and STRING_AGG the elements by source row.
 // The state lives in a Store (an ordered key-value space); a group's output
 // row is computed from its state.
 
@@ -296,8 +296,10 @@ func (ic *Incremental) applyAgg(st Store, gid, row []byte, i int, a *aggSpec, s 
 		return nil
 	}
 	if a.distinct {
+		// The value is kept beside its count: a partial state ships its
+		// distinct values (incrmerge.go).
 		k := append(aggPrefix('U', gid, i), Format(v)...)
-		n, err := addCount(st, k, sign, nil)
+		n, err := addCount(st, k, sign, v)
 		if err != nil {
 			return err
 		}

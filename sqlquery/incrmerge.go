@@ -20,17 +20,20 @@ import (
 // xors, MIN and MAX (and ANY_VALUE, which a maintained view answers as
 // the smallest value) keep each part's extreme, and ARRAY_AGG and
 // STRING_AGG's elements, stored by source row, are a union (the parts'
-// rows are disjoint). DISTINCT aggregates do not merge this way (a part's
-// distinct values overlap another's): Mergeable is false.
+// rows are disjoint). A DISTINCT aggregate's values may be in several
+// parts: each part keeps its distinct values with their counts (so a
+// deletion takes a value out only with its last row there) and ships the
+// values; the merge puts each into its group as a new row would, so a
+// value counts once however many parts hold it.
 
-// Mergeable reports whether partial states of the query merge.
-func (ic *Incremental) Mergeable() bool {
+// HasDistinct reports whether the query has a DISTINCT aggregate.
+func (ic *Incremental) HasDistinct() bool {
 	for _, a := range ic.q.aggs {
 		if a.distinct {
-			return false
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 // ContributionsIn is Contributions over the rows of ranges (half-open;
@@ -63,6 +66,9 @@ type partial struct {
 	// L holds, by aggregate, ARRAY_AGG's or STRING_AGG's elements: pairs
 	// of source row and encoded inputs.
 	L map[int][][2][]byte `json:"l,omitempty"`
+	// D holds, by DISTINCT aggregate, its distinct values (EncodeValue);
+	// such an aggregate's state in G is not merged, it is rebuilt from D.
+	D map[int][][]byte `json:"d,omitempty"`
 }
 
 // Partial encodes group gid's stored state g (and what of st its result
@@ -70,9 +76,27 @@ type partial struct {
 func (ic *Incremental) Partial(st Store, gid []byte, g *GroupState) ([]byte, error) {
 	p := partial{G: *g}
 	p.G.Out, p.G.HasOut = nil, false
+	p.G.Aggs = slices.Clone(g.Aggs)
 	for i, a := range ic.q.aggs {
-		switch a.name {
-		case "MIN", "MAX", "ANY_VALUE":
+		switch {
+		case a.distinct:
+			pre := aggPrefix('U', gid, i)
+			err := st.Scan(pre, prefixEnd(pre), false, func(_, v []byte) (bool, error) {
+				_, m := binary.Varint(v)
+				if m <= 0 || m == len(v) {
+					return false, fmt.Errorf("%w: a DISTINCT value without its value (a state of an older layout)", errCodec)
+				}
+				if p.D == nil {
+					p.D = map[int][][]byte{}
+				}
+				p.D[i] = append(p.D[i], bytes.Clone(v[m:]))
+				return true, nil
+			})
+			if err != nil {
+				return nil, err
+			}
+			p.G.Aggs[i] = aggState{}
+		case a.name == "MIN" || a.name == "MAX" || a.name == "ANY_VALUE":
 			pre := aggPrefix('M', gid, i)
 			err := st.Scan(pre, prefixEnd(pre), a.name == "MAX", func(_, v []byte) (bool, error) {
 				_, m := binary.Varint(v)
@@ -88,7 +112,7 @@ func (ic *Incremental) Partial(st Store, gid []byte, g *GroupState) ([]byte, err
 			if err != nil {
 				return nil, err
 			}
-		case "ARRAY_AGG", "STRING_AGG":
+		case a.name == "ARRAY_AGG" || a.name == "STRING_AGG":
 			pre := aggPrefix('L', gid, i)
 			err := st.Scan(pre, prefixEnd(pre), false, func(k, v []byte) (bool, error) {
 				if p.L == nil {
@@ -135,8 +159,22 @@ func (m *Merge) Add(gid, b []byte) error {
 		m.groups[string(gid)] = g
 	}
 	g.N += p.G.N
-	for i := range g.Aggs {
-		mergeAgg(&g.Aggs[i], &p.G.Aggs[i])
+	for i, a := range m.ic.q.aggs {
+		if !a.distinct {
+			mergeAgg(&g.Aggs[i], &p.G.Aggs[i])
+			continue
+		}
+		// Each value in as a row of the group would put it: counted once
+		// whichever parts hold it.
+		for _, x := range p.D[i] {
+			v, _, err := DecodeValue(x)
+			if err != nil {
+				return err
+			}
+			if err := m.ic.applyAgg(m.mem, gid, nil, i, a, &g.Aggs[i], []Value{v}, 1); err != nil {
+				return err
+			}
+		}
 	}
 	for i, x := range p.X {
 		v, _, err := DecodeValue(x)

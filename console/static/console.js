@@ -170,6 +170,7 @@
         if (rep.error) { status.textContent = rep.error; setTimeout(poll, 5000); return; }
         rep.records.forEach(add);
         cursor = rep.after ? "?after=" + encodeURIComponent(rep.after) : "?from=" + rep.from;
+        if (rep.span) cursor += "&span=" + rep.span;
         status.textContent = "live · " + seen + " records · read through " + rep.closed;
         table.dataset.polled = "1";
         setTimeout(poll, rep.more ? 0 : 1000);
