@@ -122,6 +122,8 @@ func TestDirectoryFencedUpdates(t *testing.T) {
 	}, false); !errors.Is(err, ErrTableExists) {
 		t.Fatalf("second create: %v", err)
 	}
+	// Each node's cache follows etcd on its own watch: wait for both.
+	waitFor(t, a, "the directory on a", func() bool { _, ok := a.Directory("i/t"); return ok })
 	waitFor(t, b, "the directory", func() bool { _, ok := b.Directory("i/t"); return ok })
 	da, _ := a.Directory("i/t")
 	db, _ := b.Directory("i/t")
