@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
@@ -333,6 +334,9 @@ func (d *dataServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtabl
 }
 
 func filterEntries(entries []table.RowMutation, errs []error) []table.RowMutation {
+	if !slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
+		return entries
+	}
 	out := make([]table.RowMutation, 0, len(entries))
 	for i, e := range entries {
 		if errs[i] == nil {

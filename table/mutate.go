@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -115,85 +116,94 @@ func (e *Engine) prepare(m *Meta, row []byte, muts []Mutation) ([]prepared, erro
 // prepareAt is prepare with the clock read once by the caller: now is the
 // server time for server timestamps and TTLs (ms-truncated micros).
 func (e *Engine) prepareAt(m *Meta, row []byte, muts []Mutation, now int64) ([]prepared, error) {
+	return e.prepareInto(nil, m, row, muts, now)
+}
+
+// prepareInto is prepareAt appending the prepared mutations to dst
+// (MutateRows shares one array among its entries); on an error dst is
+// returned as it was.
+func (e *Engine) prepareInto(dst []prepared, m *Meta, row []byte, muts []Mutation, now int64) ([]prepared, error) {
 	if err := validateRowKey(row); err != nil {
-		return nil, err
+		return dst, err
 	}
 	if len(muts) == 0 {
-		return nil, fmt.Errorf("%w: no mutations given", ErrInvalid)
+		return dst, fmt.Errorf("%w: no mutations given", ErrInvalid)
 	}
 	if len(muts) > MaxMutationsPerRow {
-		return nil, fmt.Errorf("%w: %d mutations in one row, the limit is %d", ErrInvalid, len(muts), MaxMutationsPerRow)
+		return dst, fmt.Errorf("%w: %d mutations in one row, the limit is %d", ErrInvalid, len(muts), MaxMutationsPerRow)
 	}
-	out := make([]prepared, len(muts))
+	start := len(dst)
+	dst = slices.Grow(dst, len(muts))[:start+len(muts)]
+	out := dst[start:]
 	for i, mu := range muts {
 		p := prepared{Mutation: mu}
 		switch mu.Kind {
 		case SetCell, DeleteFromColumn, DeleteFromFamily, AddToCell, MergeToCell:
 			f, ok := m.Family(mu.Family)
 			if !ok {
-				return nil, fmt.Errorf("%w: %q in table %s", ErrFamilyNotFound, mu.Family, m.Name)
+				return dst[:start], fmt.Errorf("%w: %q in table %s", ErrFamilyNotFound, mu.Family, m.Name)
 			}
 			p.familyID = f.ID
 			p.agg = f.Aggregate
 			if (mu.Kind == AddToCell || mu.Kind == MergeToCell) && f.Aggregate == NotAggregate {
-				return nil, fmt.Errorf("%w: family %q is not an aggregate family; AddToCell and MergeToCell need one", ErrInvalid, mu.Family)
+				return dst[:start], fmt.Errorf("%w: family %q is not an aggregate family; AddToCell and MergeToCell need one", ErrInvalid, mu.Family)
 			}
 			if mu.Kind == MergeToCell && f.Aggregate != AggHLL && len(mu.Value) != 8 {
-				return nil, fmt.Errorf("%w: MergeToCell into a %s family needs an 8-byte big-endian integer, got %d bytes", ErrInvalid, f.Aggregate, len(mu.Value))
+				return dst[:start], fmt.Errorf("%w: MergeToCell into a %s family needs an 8-byte big-endian integer, got %d bytes", ErrInvalid, f.Aggregate, len(mu.Value))
 			}
 		case DeleteFromRow:
 		default:
-			return nil, fmt.Errorf("%w: mutation %d has no known kind", ErrInvalid, i)
+			return dst[:start], fmt.Errorf("%w: mutation %d has no known kind", ErrInvalid, i)
 		}
 		if len(mu.Qualifier) > MaxQualifierBytes {
-			return nil, fmt.Errorf("%w: column qualifier is %d bytes, the limit is %d", ErrInvalid, len(mu.Qualifier), MaxQualifierBytes)
+			return dst[:start], fmt.Errorf("%w: column qualifier is %d bytes, the limit is %d", ErrInvalid, len(mu.Qualifier), MaxQualifierBytes)
 		}
 		switch mu.Kind {
 		case SetCell, AddToCell, MergeToCell:
 			if len(mu.Value) > MaxValueBytes {
-				return nil, fmt.Errorf("%w: value is %d bytes, the limit is %d", ErrInvalid, len(mu.Value), MaxValueBytes)
+				return dst[:start], fmt.Errorf("%w: value is %d bytes, the limit is %d", ErrInvalid, len(mu.Value), MaxValueBytes)
 			}
 			switch {
 			case mu.Timestamp == ServerTimestamp:
 				p.Timestamp, p.serverTime = now, true
 			case mu.Timestamp < 0:
-				return nil, fmt.Errorf("%w: timestamp %d is negative (only -1, server time, is allowed)", ErrInvalid, mu.Timestamp)
+				return dst[:start], fmt.Errorf("%w: timestamp %d is negative (only -1, server time, is allowed)", ErrInvalid, mu.Timestamp)
 			case mu.Timestamp > cell.MaxTimestamp:
-				return nil, fmt.Errorf("%w: timestamp %d is past year 9999", ErrInvalid, mu.Timestamp)
+				return dst[:start], fmt.Errorf("%w: timestamp %d is past year 9999", ErrInvalid, mu.Timestamp)
 			case mu.Timestamp%cell.MicrosPerMilli != 0 && !m.Micros:
 				if !mu.AutoTimestamp {
-					return nil, fmt.Errorf("%w: timestamp %d has sub-millisecond precision; Bigtable timestamps are microseconds with millisecond granularity (use %d)",
+					return dst[:start], fmt.Errorf("%w: timestamp %d has sub-millisecond precision; Bigtable timestamps are microseconds with millisecond granularity (use %d)",
 						ErrInvalid, mu.Timestamp, mu.Timestamp-mu.Timestamp%cell.MicrosPerMilli)
 				}
 				p.Timestamp = mu.Timestamp - mu.Timestamp%cell.MicrosPerMilli
 			}
 			if f, _ := m.Family(mu.Family); f != nil && f.ExpiryTimestamps && (mu.Timestamp == ServerTimestamp || mu.AutoTimestamp) {
-				return nil, fmt.Errorf("%w: family %q holds expiry timestamps (one-second expiration); a write with a server or client-generated timestamp would expire at once — set the cell's timestamp to its expiry time (for a time-to-live on real write times, use a native cell TTL in a family without this guard)", ErrPrecondition, mu.Family)
+				return dst[:start], fmt.Errorf("%w: family %q holds expiry timestamps (one-second expiration); a write with a server or client-generated timestamp would expire at once — set the cell's timestamp to its expiry time (for a time-to-live on real write times, use a native cell TTL in a family without this guard)", ErrPrecondition, mu.Family)
 			}
 			if mu.TTLMicros != 0 {
 				exp, err := expiryFromTTL(now, mu.TTLMicros)
 				if err != nil {
-					return nil, err
+					return dst[:start], err
 				}
 				p.ExpireAt = exp
 			}
 			if p.ExpireAt < 0 || p.ExpireAt > cell.MaxTimestamp {
-				return nil, fmt.Errorf("%w: cell expiry %d is outside year 1970..9999", ErrInvalid, mu.ExpireAt)
+				return dst[:start], fmt.Errorf("%w: cell expiry %d is outside year 1970..9999", ErrInvalid, mu.ExpireAt)
 			}
 		case DeleteFromColumn:
 			if mu.StartTS < 0 || mu.EndTS < 0 {
-				return nil, fmt.Errorf("%w: delete time range must not be negative", ErrInvalid)
+				return dst[:start], fmt.Errorf("%w: delete time range must not be negative", ErrInvalid)
 			}
 			if mu.EndTS != 0 && mu.EndTS < mu.StartTS {
-				return nil, fmt.Errorf("%w: delete time range ends (%d) before it starts (%d)", ErrInvalid, mu.EndTS, mu.StartTS)
+				return dst[:start], fmt.Errorf("%w: delete time range ends (%d) before it starts (%d)", ErrInvalid, mu.EndTS, mu.StartTS)
 			}
 			if !m.Micros && (mu.StartTS%cell.MicrosPerMilli != 0 || mu.EndTS%cell.MicrosPerMilli != 0) {
-				return nil, fmt.Errorf("%w: delete time range must have millisecond granularity", ErrInvalid)
+				return dst[:start], fmt.Errorf("%w: delete time range must have millisecond granularity", ErrInvalid)
 			}
 		}
 		out[i] = p
 	}
-	return out, nil
+	return dst, nil
 }
 
 // MutateRow applies mutations to one row atomically and durably.
@@ -559,16 +569,25 @@ func (e *Engine) MutateRows(instance, table string, entries []RowMutation) ([]er
 	}
 	errs := make([]error, len(entries))
 	preps := make([][]prepared, len(entries))
-	var rows [][]byte
+	rows := make([][]byte, 0, len(entries))
 	needsRead := false
 	nCells := 0
 	prepNow := clock.MillisTruncated(e.clock.Now())
+	// Every entry's prepared mutations share one array.
+	n := 0
+	for _, en := range entries {
+		n += len(en.Mutations)
+	}
+	all := make([]prepared, 0, n)
 	for i, en := range entries {
-		ps, err := e.prepareAt(m, en.Row, en.Mutations, prepNow)
+		before := len(all)
+		more, err := e.prepareInto(all, m, en.Row, en.Mutations, prepNow)
 		if err != nil {
 			errs[i] = err
 			continue
 		}
+		ps := more[before:len(more):len(more)]
+		all = more
 		preps[i] = ps
 		rows = append(rows, en.Row)
 		nCells += len(ps)
