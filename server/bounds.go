@@ -28,8 +28,22 @@ type meter struct {
 }
 
 // meters maps each request message the codec decoded to its meter, until
-// an interceptor takes it.
-type meters struct{ m sync.Map }
+// an interceptor takes it. (A map under a mutex: a sync.Map allocated an
+// entry and boxed the meter for every request.)
+type meters struct {
+	mu sync.Mutex
+	m  map[any]meter
+}
+
+// put notes the meter of a decoded request.
+func (ms *meters) put(req any, m meter) {
+	ms.mu.Lock()
+	if ms.m == nil {
+		ms.m = make(map[any]meter)
+	}
+	ms.m[req] = m
+	ms.mu.Unlock()
+}
 
 func newMeteredCodec(sec *security) meteredCodec {
 	return meteredCodec{CodecV2: encoding.GetCodecV2(proto.Name), sec: sec}
@@ -47,20 +61,28 @@ func (c meteredCodec) Marshal(v any) (mem.BufferSlice, error) {
 func (c meteredCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	n := int64(data.Len())
 	if err := c.sec.acquire(n); err != nil {
-		c.sec.meters.m.Store(v, meter{err: err})
+		c.sec.meters.put(v, meter{err: err})
 		return nil
 	}
 	if err := c.unmarshal(data, v); err != nil {
 		c.sec.inflight.Add(-n)
 		return err
 	}
-	c.sec.meters.m.Store(v, meter{n: n})
+	c.sec.meters.put(v, meter{n: n})
 	return nil
 }
 
-// unmarshal decodes a MutateRows request by hand when it can
-// (decodeMutateRows), anything else through protobuf.
+// unmarshal decodes a MutateRows or ReadRows request by hand when it can
+// (decodeMutateRows, decodeReadRows), anything else through protobuf.
 func (c meteredCodec) unmarshal(data mem.BufferSlice, v any) error {
+	if req, ok := v.(*btpb.ReadRowsRequest); ok {
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		done := decodeReadRows(buf.ReadOnlyData(), req)
+		buf.Free()
+		if done {
+			return nil
+		}
+	}
 	if req, ok := v.(*btpb.MutateRowsRequest); ok {
 		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 		done := decodeMutateRows(buf.ReadOnlyData(), req)
@@ -75,11 +97,13 @@ func (c meteredCodec) unmarshal(data mem.BufferSlice, v any) error {
 // take returns and forgets what the codec noted about req; ok is false
 // when the codec did not decode it.
 func (ms *meters) take(req any) (meter, bool) {
-	v, ok := ms.m.LoadAndDelete(req)
-	if !ok {
-		return meter{}, false
+	ms.mu.Lock()
+	m, ok := ms.m[req]
+	if ok {
+		delete(ms.m, req)
 	}
-	return v.(meter), true
+	ms.mu.Unlock()
+	return m, ok
 }
 
 // admit counts a received request in flight: from the codec's meter when

@@ -64,7 +64,7 @@ func (x *clusterData) sqlRead(ctx context.Context, ref tableRef, req table.ReadR
 	md, _ := metadata.FromIncomingContext(ctx)
 	md = md.Copy()
 	md.Set(MetaRoutedBy, cmp.Or(x.s.opts.ClusterID, "local"))
-	ctx = metadata.NewIncomingContext(ctx, md)
+	ctx = withIncoming(ctx, md)
 	keys, ranges := sqlRowSet(req)
 	var sent int64
 	var last []byte // the key of the last row received

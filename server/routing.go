@@ -54,7 +54,7 @@ type routePlan struct {
 // routedBy returns the cluster that forwarded the request, or "".
 func routedBy(ctx context.Context) string {
 	// By key: FromIncomingContext copies the whole map on every request.
-	if v := metadata.ValueFromIncomingContext(ctx, MetaRoutedBy); len(v) > 0 {
+	if v := ebbHeader(ctx, MetaRoutedBy); len(v) > 0 {
 		return v[len(v)-1]
 	}
 	return ""

@@ -585,13 +585,14 @@ func (sec *security) checkIAM(ctx context.Context, p auth.Principal, method stri
 // tap runs when a call's headers arrive, before gRPC reads its request:
 // while the request bytes in flight are at the bound, a new call is refused
 // before its body is buffered (health checks excepted). The interceptors
-// count the request once it is read (acquire).
+// count the request once it is read (acquire). It also marks a call that
+// carries none of ebbtable's own headers (markPlainCall).
 func (sec *security) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
 	if cur := sec.inflight.Load(); cur >= sec.opts.MaxInflightBytes && !strings.HasPrefix(info.FullMethodName, "/grpc.health.v1.Health/") {
 		sec.refused.WithLabelValues("inflight_bytes").Inc()
 		return ctx, status.Errorf(codes.ResourceExhausted, "ebbtable: %d request bytes are in flight, the most --max-inflight-bytes allows; retry later", cur)
 	}
-	return ctx, nil
+	return markPlainCall(ctx, info.Header), nil
 }
 
 // acquire counts n request bytes in flight, or refuses the call when that

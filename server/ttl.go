@@ -9,7 +9,6 @@ import (
 
 	"github.com/ebbtable/ebbtable/cell"
 	"github.com/ebbtable/ebbtable/table"
-	"google.golang.org/grpc/metadata"
 )
 
 // Request metadata keys for native cell TTL, usable from any unmodified
@@ -89,7 +88,7 @@ func cellExpiry(ctx context.Context) (expiry, error) {
 }
 
 func cellExpiryParts(ctx context.Context) (ttl int64, expireAt int64, err error) {
-	ttls, exps := metadata.ValueFromIncomingContext(ctx, MetaCellTTL), metadata.ValueFromIncomingContext(ctx, MetaCellExpireAt)
+	ttls, exps := ebbHeader(ctx, MetaCellTTL), ebbHeader(ctx, MetaCellExpireAt)
 	if len(ttls) > 0 && len(exps) > 0 {
 		return 0, 0, fmt.Errorf("%w: give %s or %s, not both", table.ErrInvalid, MetaCellTTL, MetaCellExpireAt)
 	}
@@ -110,7 +109,7 @@ func cellExpiryParts(ctx context.Context) (ttl int64, expireAt int64, err error)
 }
 
 func showExpiry(ctx context.Context) bool {
-	v := metadata.ValueFromIncomingContext(ctx, MetaShowExpiry)
+	v := ebbHeader(ctx, MetaShowExpiry)
 	return len(v) > 0 && (v[len(v)-1] == "true" || v[len(v)-1] == "1")
 }
 
