@@ -212,3 +212,17 @@ func (c *clusterMember) moveLocalMeta(ctx context.Context) error {
 	}
 	return durable.ReplaceFile(marker, []byte(strconv.Itoa(copied)+"\n"))
 }
+
+// checkForwardedProfile checks the app profile of a request another node
+// of the cluster forwarded to this tablet owner: the forwarding node does
+// not resolve it (clusterdata.go routes by tablet only). A profile this
+// node's mirror does not hold yet (made through the other node a moment
+// ago) is looked up in etcd once before the call is refused.
+func (a *instanceServer) checkForwardedProfile(inst, id string, transactional bool) error {
+	_, err := a.checkProfile(inst, id, transactional)
+	if status.Code(err) == codes.NotFound && a.clusterMember() != nil {
+		a.syncMeta()
+		_, err = a.checkProfile(inst, id, transactional)
+	}
+	return err
+}

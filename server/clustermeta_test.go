@@ -141,3 +141,35 @@ func TestClusterInstanceMetaMoved(t *testing.T) {
 		}
 	}
 }
+
+// A request through a node that forwards it to the tablet's owner is
+// checked against its app profile as one served where it arrives: an
+// unknown profile is NotFound, one just made through the forwarding node
+// is served.
+func TestClusterInstanceMetaForwarded(t *testing.T) {
+	t.Parallel()
+	c := newIAMCluster(t, false, "n1", "n2")
+	c.createTable("n1", "")
+	ctx := context.Background()
+	for _, id := range []string{"n1", "n2"} {
+		tbl := testkit.Client(t, c.nodes[id].Addr(), testProject, testInstance, "nope").Open("t")
+		if _, err := tbl.ReadRow(ctx, "r"); status.Code(err) != codes.NotFound {
+			t.Fatalf("ReadRow through %s with an unknown profile: %v", id, err)
+		}
+		if err := writeScale(t, tbl, "r", "v"); status.Code(err) != codes.NotFound {
+			t.Fatalf("write through %s with an unknown profile: %v", id, err)
+		}
+		pid := "made-on-" + id
+		if _, err := c.instanceAdmin(id, "").CreateAppProfile(ctx, bigtable.ProfileConf{InstanceID: testInstance, ProfileID: pid,
+			RoutingConfig: &bigtable.SingleClusterRoutingConfig{ClusterID: "ebbtable"}}); err != nil {
+			t.Fatal(err)
+		}
+		tbl = testkit.Client(t, c.nodes[id].Addr(), testProject, testInstance, pid).Open("t")
+		if err := writeScale(t, tbl, "r", "v"); err != nil {
+			t.Fatalf("write through %s with profile %s: %v", id, pid, err)
+		}
+		if _, err := tbl.ReadRow(ctx, "r"); err != nil {
+			t.Fatalf("ReadRow through %s with profile %s: %v", id, pid, err)
+		}
+	}
+}
