@@ -126,6 +126,7 @@ type clusterMember struct {
 	wants map[gateKey]*gateWant       // moves waiting for a gate (clusterread.go)
 
 	changes changeMarks // moves' marks for change-stream readers (clusterchanges.go)
+	meta    metaMirror  // instance metadata mirrored from etcd (clustermeta.go)
 
 	// The schema log applier (clusteradmin.go).
 	applyMu  sync.Mutex
@@ -325,6 +326,14 @@ func (c *clusterMember) start(addr string) error {
 		m.Close()
 		return err
 	}
+	if err := c.moveLocalMeta(ctx); err != nil { // clustermeta.go: clusters and app profiles kept before, into etcd
+		m.Close()
+		return err
+	}
+	if err := c.mirrorMeta(ctx); err != nil { // clustermeta.go
+		m.Close()
+		return err
+	}
 	if err := c.catchUp(ctx); err != nil {
 		m.Close()
 		return err
@@ -341,9 +350,11 @@ func (c *clusterMember) start(addr string) error {
 		m.Close()
 		return err
 	}
-	c.wg.Add(2)
+	c.wg.Add(3)
 	go c.applyLoop()
 	go c.leaseFileLoop()
+	go c.metaLoop() // clustermeta.go
+
 	c.s.backups.OnExpiry(c.sweepBackups)                          // clusterbackup.go
 	c.s.backups.OnExpiry(c.releaseLeft)                           // clustercreatorleave.go
 	c.s.ops.setRemote(c.remoteOperation, c.deleteRemoteOperation) // clusterrestoreop.go

@@ -76,6 +76,7 @@ func projectOf(inst string) string {
 // clusters returns the instance's clusters: the local one, those stored
 // and the peers.
 func (a *instanceServer) clusters(inst string) ([]*adminpb.Cluster, error) {
+	a.syncMeta() // clustermeta.go
 	d, err := a.declared(inst)
 	if err != nil {
 		return nil, err
@@ -136,6 +137,7 @@ func (a *instanceServer) cluster(inst, id string) (*adminpb.Cluster, error) {
 
 // instances lists every instance name this server knows.
 func (a *instanceServer) instances() ([]string, error) {
+	a.syncMeta() // clustermeta.go
 	seen := map[string]bool{}
 	for _, m := range a.s.engine.Tables("") {
 		seen[m.Instance] = true
@@ -253,7 +255,7 @@ func (a *instanceServer) putCluster(inst, id string, c *adminpb.Cluster) error {
 	if err != nil {
 		return err
 	}
-	return a.s.engine.PutInstanceMeta(kindCluster, inst, id, v)
+	return a.storeMeta("", kindCluster, inst, id, v) // clustermeta.go: cluster-wide in cluster mode
 }
 
 // CreateCluster records the cluster durably, CREATING, and returns a
@@ -396,7 +398,7 @@ func (a *instanceServer) DeleteCluster(ctx context.Context, req *adminpb.DeleteC
 	if len(users) > 0 {
 		return nil, status.Errorf(codes.FailedPrecondition, "ebbtable: cluster %s is the single-cluster route of app profiles %v; change or delete them first", req.GetName(), users)
 	}
-	if err := a.s.engine.DeleteInstanceMeta(kindCluster, inst, id); err != nil {
+	if err := a.dropMeta(kindCluster, inst, id); err != nil {
 		return nil, toStatus(err)
 	}
 	// A joined cluster is forgotten too: no more pulling from it, and its
@@ -518,6 +520,7 @@ func profileOut(p *adminpb.AppProfile) *adminpb.AppProfile {
 // profile returns (a copy of) the stored profile, the implicit default, or
 // NotFound.
 func (a *instanceServer) profile(inst, id string) (*adminpb.AppProfile, error) {
+	a.syncMeta() // clustermeta.go
 	p, err := a.cachedProfile(inst, id)
 	if err != nil {
 		return nil, err
@@ -611,7 +614,7 @@ func (a *instanceServer) putProfile(inst, id string, p *adminpb.AppProfile) erro
 	}
 	defer a.forgetProfiles()
 	// A profile created again after a deletion replaces its tombstone.
-	return a.s.engine.ReplaceInstanceMeta(kindAppProfileGone, kindAppProfile, inst, id, v)
+	return a.storeMeta(kindAppProfileGone, kindAppProfile, inst, id, v) // clustermeta.go
 }
 
 func (a *instanceServer) CreateAppProfile(ctx context.Context, req *adminpb.CreateAppProfileRequest) (*adminpb.AppProfile, error) {
@@ -660,6 +663,7 @@ func (a *instanceServer) ListAppProfiles(ctx context.Context, req *adminpb.ListA
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	a.syncMeta() // clustermeta.go
 	resp := &adminpb.ListAppProfilesResponse{}
 	hasDefault := false
 	err = a.s.engine.InstanceMeta(kindAppProfile, inst, func(_, name string, v []byte) error {
@@ -730,7 +734,7 @@ func (a *instanceServer) DeleteAppProfile(ctx context.Context, req *adminpb.Dele
 	}
 	defer a.forgetProfiles()
 	gone := strconv.FormatInt(a.s.opts.Clock.Now().UnixNano(), 10)
-	if err := a.s.engine.ReplaceInstanceMeta(kindAppProfile, kindAppProfileGone, inst, id, []byte(gone)); err != nil {
+	if err := a.storeMeta(kindAppProfile, kindAppProfileGone, inst, id, []byte(gone)); err != nil {
 		return nil, toStatus(err)
 	}
 	return &emptypb.Empty{}, nil

@@ -81,7 +81,12 @@ func (ps *peerSet) routable(id string) bool {
 // request here, or the plan to forward it. row is the row key of a
 // single-row request (nil otherwise), used by row affinity.
 func (d *dataServer) route(ctx context.Context, inst, profileID string, transactional bool, row []byte) (*routePlan, error) {
-	if routedBy(ctx) != "" {
+	if by := routedBy(ctx); by != "" {
+		if by == d.s.opts.ClusterID && forwardedRev(ctx) >= 0 {
+			// A node of this cluster forwarded its share to the tablet's
+			// owner: the profile is checked here (clustermeta.go).
+			return nil, d.s.inst.checkForwardedProfile(inst, profileID, transactional)
+		}
 		return nil, nil
 	}
 	p, err := d.s.inst.checkProfile(inst, profileID, transactional)

@@ -1,0 +1,228 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ebbtable/ebbtable/clusteretcd"
+	"github.com/ebbtable/ebbtable/internal/durable"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Instance metadata in cluster mode (docs/scale-out.md, "Instance
+// metadata"): the clusters and app profiles written through the
+// InstanceAdmin API are kept in etcd (meta/KIND/INSTANCE/NAME,
+// clusteretcd/meta.go), so every node answers alike. Each node mirrors
+// them into its own metadata, where every reader of instance.go finds
+// them as before: the node that takes a write writes etcd, then mirrors;
+// an InstanceAdmin read mirrors what etcd holds first (one etcd read:
+// a profile made through one node is there through any other at once);
+// and every node mirrors in the background whenever its etcd watch sees a
+// change, which keeps the data path's profile cache (cachedProfile)
+// current within the watch's delay. Outside a cluster nothing changes:
+// the records stay in the node's metadata.
+
+// clusterMetaKinds are the instance metadata kinds kept in etcd.
+var clusterMetaKinds = []string{kindCluster, kindAppProfile, kindAppProfileGone}
+
+// clusterMetaMovedFile marks a data directory whose clusters and app
+// profiles were copied into etcd (moveLocalMeta): once per directory.
+const clusterMetaMovedFile = ".cluster-meta-moved"
+
+// metaReadWait bounds the etcd read of an InstanceAdmin read; past it
+// the node answers from its mirror (perhaps behind).
+const metaReadWait = 1500 * time.Millisecond
+
+// metaMirror is what a node has mirrored from etcd.
+type metaMirror struct {
+	mu      sync.Mutex
+	applied map[string]string // kind\x00instance\x00name → the value mirrored ("": deleted)
+}
+
+func (a *instanceServer) clusterMember() *clusterMember {
+	if c := a.s.cluster; c != nil && c.m != nil {
+		return c
+	}
+	return nil
+}
+
+// storeMeta stores a record (removing the record of kind replace of the
+// same instance and name, if replace is not empty): in etcd and then the
+// node's metadata in cluster mode, else in the node's metadata.
+func (a *instanceServer) storeMeta(replace, kind, inst, name string, v []byte) error {
+	c := a.clusterMember()
+	if c == nil {
+		if replace == "" {
+			return a.s.engine.PutInstanceMeta(kind, inst, name, v)
+		}
+		return a.s.engine.ReplaceInstanceMeta(replace, kind, inst, name, v)
+	}
+	es := []clusteretcd.MetaEntry{{Kind: kind, Instance: inst, Name: name, Value: v}}
+	if replace != "" {
+		es = append(es, clusteretcd.MetaEntry{Kind: replace, Instance: inst, Name: name})
+	}
+	return c.writeMeta(es)
+}
+
+// dropMeta deletes a record, cluster-wide in cluster mode.
+func (a *instanceServer) dropMeta(kind, inst, name string) error {
+	c := a.clusterMember()
+	if c == nil {
+		return a.s.engine.DeleteInstanceMeta(kind, inst, name)
+	}
+	return c.writeMeta([]clusteretcd.MetaEntry{{Kind: kind, Instance: inst, Name: name}})
+}
+
+// syncMeta, in cluster mode, mirrors what etcd holds before an
+// InstanceAdmin call reads the node's metadata. With etcd out of reach
+// the call goes on with what the node mirrored last.
+func (a *instanceServer) syncMeta() {
+	c := a.clusterMember()
+	if c == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), metaReadWait)
+	defer cancel()
+	if err := c.mirrorMeta(ctx); err != nil {
+		a.s.log.Warn("instance metadata: etcd unreachable, answering from this node's copy", "err", err)
+	}
+}
+
+func (c *clusterMember) writeMeta(es []clusteretcd.MetaEntry) error {
+	ctx, cancel := etcdCtx()
+	defer cancel()
+	if err := c.m.PutMeta(ctx, es...); err != nil {
+		return status.Errorf(codes.Unavailable, "%v", err)
+	}
+	if err := c.mirrorMeta(ctx); err != nil {
+		return status.Errorf(codes.Unavailable, "%v", err)
+	}
+	return nil
+}
+
+// mirrorMeta applies to the node's metadata every record of etcd that
+// changed since it last did: the value, or a deletion. Records the node
+// holds that etcd has never seen (a peer cluster's, adopted by
+// adoptPeerMeta) are left alone.
+func (c *clusterMember) mirrorMeta(ctx context.Context) error {
+	all, _, err := c.m.ListMeta(ctx)
+	if err != nil {
+		return err
+	}
+	mm := &c.meta
+	mm.mu.Lock()
+	defer mm.mu.Unlock()
+	if mm.applied == nil {
+		mm.applied = map[string]string{}
+	}
+	changed := false
+	for _, e := range all {
+		k := e.Kind + "\x00" + e.Instance + "\x00" + e.Name
+		if v, ok := mm.applied[k]; ok && v == string(e.Value) {
+			continue
+		}
+		var err error
+		if len(e.Value) == 0 {
+			err = c.s.engine.DeleteInstanceMeta(e.Kind, e.Instance, e.Name)
+		} else {
+			err = c.s.engine.PutInstanceMeta(e.Kind, e.Instance, e.Name, e.Value)
+		}
+		if err != nil {
+			return err
+		}
+		mm.applied[k] = string(e.Value)
+		changed = true
+	}
+	if changed && c.s.inst != nil {
+		c.s.inst.forgetProfiles()
+	}
+	return nil
+}
+
+// metaLoop mirrors etcd's records whenever the member's view of etcd
+// changes (the profile cache of the data path follows).
+func (c *clusterMember) metaLoop() {
+	defer c.wg.Done()
+	for {
+		ch := c.m.Changed()
+		ctx, cancel := etcdCtx()
+		if err := c.mirrorMeta(ctx); err != nil {
+			c.s.log.Warn("instance metadata: mirroring etcd", "err", err)
+		}
+		cancel()
+		select {
+		case <-c.stop:
+			return
+		case <-ch:
+		}
+	}
+}
+
+// moveLocalMeta copies the clusters and app profiles (and profile
+// deletions) this node kept in its metadata — written before cluster mode
+// kept them in etcd — into etcd, once per data directory
+// (clusterMetaMovedFile), at start: a record etcd already holds for the
+// name wins (another node's copy, or one written since), and for an app
+// profile its deletion counts as holding it.
+func (c *clusterMember) moveLocalMeta(ctx context.Context) error {
+	marker := filepath.Join(c.s.opts.DataDir, clusterMetaMovedFile)
+	if _, err := os.Stat(marker); err == nil {
+		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	var all []clusteretcd.MetaEntry
+	for _, kind := range clusterMetaKinds {
+		if err := c.s.engine.InstanceMeta(kind, "", func(inst, name string, v []byte) error {
+			all = append(all, clusteretcd.MetaEntry{Kind: kind, Instance: inst, Name: name, Value: append([]byte(nil), v...)})
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	copied := 0
+	for _, e := range all {
+		absent := []clusteretcd.MetaEntry{e}
+		put := []clusteretcd.MetaEntry{e}
+		switch e.Kind {
+		case kindAppProfile, kindAppProfileGone:
+			other := kindAppProfileGone
+			if e.Kind == kindAppProfileGone {
+				other = kindAppProfile
+			}
+			o := clusteretcd.MetaEntry{Kind: other, Instance: e.Instance, Name: e.Name}
+			absent, put = append(absent, o), append(put, o)
+		}
+		ok, err := c.m.PutMetaIfAbsent(ctx, absent, put...)
+		if err != nil {
+			return err
+		}
+		if ok {
+			copied++
+		}
+	}
+	if len(all) > 0 {
+		c.s.log.Info("clusters and app profiles of this node's metadata moved to etcd (once per data directory)", "copied", copied, "etcd_had", len(all)-copied)
+	}
+	return durable.ReplaceFile(marker, []byte(strconv.Itoa(copied)+"\n"))
+}
+
+// checkForwardedProfile checks the app profile of a request another node
+// of the cluster forwarded to this tablet owner: the forwarding node does
+// not resolve it (clusterdata.go routes by tablet only). A profile this
+// node's mirror does not hold yet (made through the other node a moment
+// ago) is looked up in etcd once before the call is refused.
+func (a *instanceServer) checkForwardedProfile(inst, id string, transactional bool) error {
+	_, err := a.checkProfile(inst, id, transactional)
+	if status.Code(err) == codes.NotFound && a.clusterMember() != nil {
+		a.syncMeta()
+		_, err = a.checkProfile(inst, id, transactional)
+	}
+	return err
+}
