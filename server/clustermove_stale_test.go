@@ -13,7 +13,6 @@ import (
 // that no longer owns the tablet) is passed on again by that node, after
 // reading the directory from etcd: the caller gets the move, not ABORTED.
 func TestScaleOutMoveThroughStaleNode(t *testing.T) {
-	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2", "n3")
 	sc.createTable(t, "n1", "k")
 	ctx := context.Background()
