@@ -332,6 +332,7 @@ func TestPiecesOf(t *testing.T) {
 // Expired backups are deleted by any node's sweep; a backup left CREATING
 // by a maker that died can be deleted, one whose maker lives cannot.
 func TestScaleOutBackupExpiryAndStale(t *testing.T) {
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2")
 	sc.createTable(t, "n1", "g")
 	ctx := context.Background()

@@ -55,6 +55,7 @@ func value(m *dto.Metric) float64 {
 // node, read and enforced through the others, replaced only from the
 // etag last read (through any node), and gone with the backup.
 func TestScaleOutBackupIAM(t *testing.T) {
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2", "n3")
 	sc.createTable(t, "n1")
 	ctx := context.Background()

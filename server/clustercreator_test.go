@@ -22,6 +22,7 @@ import (
 // row moved away by reference stays readable while the new engine writes
 // and compacts shared SSTables.
 func TestScaleOutFreshDirNewCreator(t *testing.T) {
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2")
 	sc.createTable(t, "n1", "n") // n1 owns [,n), n2 [n,)
 	ctx := context.Background()

@@ -13,6 +13,7 @@ import (
 // once failed on the stale one: the drain's moves ran on the owner and
 // the test listed through a third node).
 func TestScaleOutListTabletsCurrent(t *testing.T) {
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2", "n3")
 	sc.createTable(t, "n1", "n") // n1 owns [,n), n2 [n,)
 	ctx := context.Background()

@@ -21,6 +21,7 @@ import (
 // from its own state while it holds all of it, reconciled when tablets
 // move (which the view log does not see).
 func TestClusterMaterializedViewEveryTablet(t *testing.T) {
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2", "n3")
 	sc.createTable(t, "n1", "g", "p")
 	ctx := context.Background()
@@ -142,6 +143,7 @@ func TestClusterMaterializedViewEveryTablet(t *testing.T) {
 // A node that joins after the schema log was trimmed past the views'
 // creation gets them from the schema snapshot.
 func TestClusterViewsInSchemaSnapshot(t *testing.T) {
+	t.Parallel()
 	sc := startScaleClusterTuned(t, 0, func(o *Options) { o.Cluster.SchemaTrimEvery = 3 }, "n1", "n2")
 	sc.createTable(t, "n1", "m")
 	ctx := context.Background()

@@ -21,12 +21,15 @@ import (
 // Rows written through every node of a before the join are copied; rows
 // written, overwritten and deleted through any node of a afterwards reach
 // b; and after a tablet moves from n1 to n2, a write through n2 that
-// overwrites a cell n1 wrote wins on b too, although n1's clock runs 3 s
-// ahead of n2's (the move carries n1's commit floor to n2).
+// overwrites a cell n1 wrote wins on b too, although n1's clock runs 1.5 s
+// ahead of n2's (the move carries n1's commit floor to n2). The lead only
+// has to outlast the move between the two writes (tens of milliseconds);
+// every wait for b below lasts about as long, as n1's writes wait for the
+// other nodes' closed timestamps to pass them.
 func TestReplicationFromClusterOfNodes(t *testing.T) {
 	t.Parallel()
 	sc := &scaleCluster{etcd: etcdtest.Start(t), shared: t.TempDir(), nodes: map[string]*scaleNode{}}
-	ahead := clock.NewShifted(time.Now().Add(3 * time.Second))
+	ahead := clock.NewShifted(time.Now().Add(1500 * time.Millisecond))
 	for _, id := range []string{"n1", "n2", "n3"} {
 		sc.tune = func(o *Options) {
 			o.ClusterID = "a"
