@@ -617,9 +617,10 @@ func (c *clusterMember) download(ctx context.Context, object, path string, want 
 	return f.Close()
 }
 
-// sweepBackups deletes the cluster's expired backups (run by every node's
-// backup expiry loop; when two nodes race, the record's revision lets one
-// delete it).
+// sweepBackups deletes the cluster's expired backups and gives up those
+// whose maker is gone while CREATING (sweepOrphanBackup), run by every
+// node's backup expiry loop; when two nodes race, the record's revision
+// lets one delete it.
 func (c *clusterMember) sweepBackups(ctx context.Context) {
 	if c.store == nil || c.m == nil {
 		return
@@ -632,8 +633,12 @@ func (c *clusterMember) sweepBackups(ctx context.Context) {
 	}
 	now := c.s.opts.Clock.Now()
 	for _, r := range recs {
-		mf, _, err := backup.DecodeRecord(r.Value)
-		if err != nil || mf.State != backup.Ready || mf.ExpireTime.After(now) || c.restoring(r.Value) {
+		mf, maker, err := backup.DecodeRecord(r.Value)
+		if err == nil && mf.State != backup.Ready {
+			c.sweepOrphanBackup(ctx, r, mf, maker) // clusterbackupsweep.go
+			continue
+		}
+		if err != nil || mf.ExpireTime.After(now) || c.restoring(r.Value) {
 			continue
 		}
 		if err := c.m.DeleteBackupRecord(ctx, r.Name, r.Revision); err != nil {
