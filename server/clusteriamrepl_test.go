@@ -91,3 +91,56 @@ func clusterIAMBothWays(t *testing.T, all []*scaleNode) {
 	readsEverywhere("a's later table policy everywhere", getTable, "user:dave@example.com", "n1", "n2", "m1", "m2")
 	readsEverywhere("b's instance policy still everywhere", getInst, "user:bob@example.com", "n1", "n2", "m1", "m2")
 }
+
+// processIAMBothWays (in TestClusterJoinStartsOver: a process alone, a,
+// and b = m1, m2, a cluster that joined it): a table's policy set on a is
+// read through both of b's nodes, and one set later on b through m2 is
+// read on a.
+func processIAMBothWays(t *testing.T, a *cluster, b ...*scaleNode) {
+	t.Helper()
+	ctx := context.Background()
+	readers := func(p *iampb.Policy) []string {
+		for _, b := range p.GetBindings() {
+			if b.GetRole() == "roles/bigtable.reader" {
+				return b.GetMembers()
+			}
+		}
+		return nil
+	}
+	h := a.admin.TableIAM("t")
+	p, err := h.Policy(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Add("user:alice@example.com", "roles/bigtable.reader")
+	if err := h.SetPolicy(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range b {
+		c := adminpb.NewBigtableTableAdminClient(n.conn)
+		eventually(t, "a's policy through "+n.id, func() (bool, string) {
+			p, err := c.GetIamPolicy(ctx, &iampb.GetIamPolicyRequest{Resource: scaleTable})
+			if err != nil {
+				return false, err.Error()
+			}
+			return slices.Equal(readers(p), []string{"user:alice@example.com"}), fmt.Sprint(readers(p))
+		})
+	}
+	c := adminpb.NewBigtableTableAdminClient(b[len(b)-1].conn)
+	bp, err := c.GetIamPolicy(ctx, &iampb.GetIamPolicyRequest{Resource: scaleTable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp.Bindings = []*iampb.Binding{{Role: "roles/bigtable.reader", Members: []string{"user:bob@example.com"}}}
+	if _, err := c.SetIamPolicy(ctx, &iampb.SetIamPolicyRequest{Resource: scaleTable, Policy: bp}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b's later policy on a", func() (bool, string) {
+		p, err := h.Policy(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		got := fmt.Sprint(p.Members("roles/bigtable.reader"))
+		return got == "[user:bob@example.com]", got
+	})
+}

@@ -225,4 +225,5 @@ func TestClusterJoinStartsOver(t *testing.T) {
 			return got == want, firstDiff(want, got)
 		})
 	}
+	processIAMBothWays(t, a, m1, m2) // clusteriamrepl_test.go
 }
