@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sort"
 	"strings"
@@ -140,7 +141,11 @@ func (s *Server) storeIAM(resource string, v []byte, rev int64) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), iamTimeout)
 	defer cancel()
-	err = s.cluster.m.PutIAMPolicy(ctx, resource, v, rev)
+	stamp, err := json.Marshal(s.nextMetaStamp()) // it travels to peer clusters (clusteriamrepl.go)
+	if err != nil {
+		return err
+	}
+	err = s.cluster.m.PutIAMPolicyStamped(ctx, resource, v, rev, stamp)
 	if errors.Is(err, clusteretcd.ErrRecordChanged) {
 		return status.Errorf(codes.Aborted, "ebbtable: the policy of %s changed since it was read (through another node); read it again and retry", resource)
 	}

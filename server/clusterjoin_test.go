@@ -28,7 +28,8 @@ import (
 // Then n1 — a's puller and the node b pulls from — is killed while n2's
 // pulls from b are held: n2 takes n1's tablets over, b turns to n2 by
 // itself (a's writes after the kill reach b), and once n2 pulls for a the
-// writes made on both sides converge, read through every live node.
+// writes made on both sides converge, read through every live node. IAM
+// policies travel both ways (clusterIAMBothWays).
 func TestClusterJoinsCluster(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -125,6 +126,8 @@ func TestClusterJoinsCluster(t *testing.T) {
 			return err == nil, fmt.Sprint(err)
 		})
 	}
+	clusterIAMBothWays(t, all)
+
 	eventually(t, "the delay of a on m2", func() (bool, string) {
 		st, err := ebbadminpb.NewEbbAdminClient(b.nodes["m2"].conn).ReplicationStatus(ctx, &ebbadminpb.ReplicationStatusRequest{Project: testProject, Instance: testInstance})
 		if err != nil {
@@ -222,4 +225,5 @@ func TestClusterJoinStartsOver(t *testing.T) {
 			return got == want, firstDiff(want, got)
 		})
 	}
+	processIAMBothWays(t, a, m1, m2) // clusteriamrepl_test.go
 }

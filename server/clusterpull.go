@@ -77,6 +77,9 @@ type clusterSink struct {
 	thruShared map[string]time.Time
 	metaShared map[string]string
 	metaRevs   map[string]int64
+	// iamSeen: the stamp of each peer policy last adopted or passed over
+	// (clusteriamrepl.go).
+	iamSeen map[string]storage.Stamp
 }
 
 type ckptKey struct{ origin, table string }

@@ -64,6 +64,9 @@ func (s *Server) adoptAndShare(id string, list []replication.MetaEntry) error {
 	if err := s.inst.adoptPeerMeta(list); err != nil {
 		return err
 	}
+	if err := s.adoptClusterIAM(list); err != nil { // clusteriamrepl.go
+		return err
+	}
 	k := s.cluster.sink
 	b, err := json.Marshal(list)
 	if err != nil {

@@ -116,6 +116,9 @@ func (s *Server) stampedMeta() ([]replication.MetaEntry, error) {
 		return nil
 	}
 	for _, kind := range stampedKinds {
+		if kind == kindIAM && s.cluster != nil {
+			continue // a cluster's policies travel from etcd (clusteriamrepl.go)
+		}
 		if err := s.engine.InstanceMeta(kind, "", func(inst, name string, v []byte) error {
 			k := key{inst, markerName(kind, name)}
 			m := markers[k]
@@ -129,11 +132,23 @@ func (s *Server) stampedMeta() ([]replication.MetaEntry, error) {
 		}
 	}
 	for k, m := range markers {
+		if s.cluster != nil && strings.HasPrefix(k.name, kindIAM+"\x00") {
+			continue
+		}
 		if m.Gone {
 			if err := add(k.inst, k.name, stampedValue{metaMarker: m}); err != nil {
 				return nil, err
 			}
 		}
+	}
+	if s.cluster != nil {
+		// Left out of this answer if etcd does not answer: a peer adopts
+		// only the entries an answer carries, so the pull goes on.
+		iam, err := s.clusterIAMEntries() // clusteriamrepl.go
+		if err != nil {
+			s.log.Warn("replication: the IAM policies left out of a pull's answer", "err", err)
+		}
+		out = append(out, iam...)
 	}
 	return out, nil
 }
@@ -168,6 +183,9 @@ func (s *Server) adoptStampedMeta(list []replication.MetaEntry) error {
 		kind, name, ok := strings.Cut(e.Name, "\x00")
 		if !ok || !isStampedKind(kind) {
 			continue
+		}
+		if kind == kindIAM && s.cluster != nil {
+			continue // adopted into etcd by the puller (clusteriamrepl.go)
 		}
 		var sv stampedValue
 		if err := json.Unmarshal([]byte(e.Value), &sv); err != nil {
