@@ -74,3 +74,26 @@ func (m *Member) ListMeta(ctx context.Context) ([]MetaEntry, int64, error) {
 	}
 	return out, resp.Header.Revision, nil
 }
+
+// PutMetaIfVacant writes the entries in one transaction only if etcd holds
+// no record at vacant's key: the key was never written, or holds a
+// deletion (an empty value). It reports whether it did. Two nodes creating
+// the same record at once: exactly one succeeds.
+func (m *Member) PutMetaIfVacant(ctx context.Context, vacant MetaEntry, entries ...MetaEntry) (bool, error) {
+	k := m.metaKey(vacant.Kind, vacant.Instance, vacant.Name)
+	ops := make([]clientv3.Op, len(entries))
+	for i, e := range entries {
+		ops[i] = clientv3.OpPut(m.metaKey(e.Kind, e.Instance, e.Name), string(e.Value))
+	}
+	// etcd compares have no OR, and a value compare fails on a missing
+	// key: never written, else (nested) deleted.
+	deleted := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(k), "=", "")}, ops, nil)
+	resp, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).Then(ops...).Else(deleted).Commit()
+	if err != nil {
+		return false, fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	if resp.Succeeded {
+		return true, nil
+	}
+	return len(resp.Responses) == 1 && resp.Responses[0].GetResponseTxn().GetSucceeded(), nil
+}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -9,10 +10,12 @@ import (
 	"sync"
 	"time"
 
+	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"github.com/ebbtable/ebbtable/clusteretcd"
 	"github.com/ebbtable/ebbtable/internal/durable"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // Instance metadata in cluster mode (docs/scale-out.md, "Instance
@@ -43,6 +46,8 @@ const metaReadWait = 1500 * time.Millisecond
 type metaMirror struct {
 	mu      sync.Mutex
 	applied map[string]string // kind\x00instance\x00name → the value mirrored ("": deleted)
+	// createGate, if set (tests), runs before a create's etcd write.
+	createGate func()
 }
 
 func (a *instanceServer) clusterMember() *clusterMember {
@@ -67,6 +72,101 @@ func (a *instanceServer) storeMeta(replace, kind, inst, name string, v []byte) e
 	if replace != "" {
 		es = append(es, clusteretcd.MetaEntry{Kind: replace, Instance: inst, Name: name})
 	}
+	return c.writeMeta(es)
+}
+
+// createMeta is storeMeta for a new record: in cluster mode it writes
+// only if etcd holds no record of kind for the name (never written, or
+// deleted), in one etcd transaction, so of two nodes creating the same
+// name at once exactly one succeeds and the other gets AlreadyExists.
+func (a *instanceServer) createMeta(replace, kind, inst, name string, v []byte) error {
+	c := a.clusterMember()
+	if c == nil {
+		return a.storeMeta(replace, kind, inst, name, v)
+	}
+	es := []clusteretcd.MetaEntry{{Kind: kind, Instance: inst, Name: name, Value: v}}
+	if replace != "" {
+		es = append(es, clusteretcd.MetaEntry{Kind: replace, Instance: inst, Name: name})
+	}
+	if g := c.meta.createGate; g != nil {
+		g()
+	}
+	ctx, cancel := etcdCtx()
+	defer cancel()
+	ok, err := c.m.PutMetaIfVacant(ctx, es[0], es...)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "%v", err)
+	}
+	if err := c.mirrorMeta(ctx); err != nil {
+		return status.Errorf(codes.Unavailable, "%v", err)
+	}
+	if !ok {
+		return status.Errorf(codes.AlreadyExists, "ebbtable: %s %s/%s already exists (made through another node)", kind, inst, name)
+	}
+	return nil
+}
+
+// createCluster stores a cluster CreateCluster makes (createMeta).
+func (a *instanceServer) createCluster(inst, id string, c *adminpb.Cluster) error {
+	v, err := protojson.Marshal(c)
+	if err != nil {
+		return err
+	}
+	return a.createMeta("", kindCluster, inst, id, v)
+}
+
+// putInstance stores a declared instance (CreateInstance, UpdateInstance,
+// PartialUpdateInstance) with a new stamp (metarepl.go): in cluster mode
+// the declaration and its stamp marker go to etcd in one transaction and
+// every node mirrors both, so every node answers GetInstance and
+// ListInstances alike and any node's pull carries the stamped change.
+func (a *instanceServer) putInstance(p *adminpb.Instance) error {
+	v, err := protojson.Marshal(p)
+	if err != nil {
+		return err
+	}
+	c := a.clusterMember()
+	if c == nil {
+		return a.s.putMeta(kindInstance, p.GetName(), "", v) // metarepl.go
+	}
+	m, err := json.Marshal(a.s.nextMetaStamp())
+	if err != nil {
+		return err
+	}
+	return c.writeMeta([]clusteretcd.MetaEntry{
+		{Kind: kindInstance, Instance: p.GetName(), Value: v},
+		{Kind: metaStampKind, Instance: p.GetName(), Name: markerName(kindInstance, ""), Value: m},
+	})
+}
+
+// dropInstanceMeta, in cluster mode, deletes in etcd the records of inst
+// it holds (its declaration with a stamped tombstone, its clusters and
+// app profiles), so DeleteInstance through one node deletes them on
+// every node and a restart does not bring them back.
+func (a *instanceServer) dropInstanceMeta(inst string) error {
+	c := a.clusterMember()
+	if c == nil {
+		return nil
+	}
+	ctx, cancel := etcdCtx()
+	defer cancel()
+	all, _, err := c.m.ListMeta(ctx)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "%v", err)
+	}
+	var es []clusteretcd.MetaEntry
+	for _, e := range all {
+		if e.Instance == inst && len(e.Value) > 0 && e.Kind != metaStampKind {
+			es = append(es, clusteretcd.MetaEntry{Kind: e.Kind, Instance: inst, Name: e.Name})
+		}
+	}
+	gone := a.s.nextMetaStamp()
+	gone.Gone = true
+	m, err := json.Marshal(gone)
+	if err != nil {
+		return err
+	}
+	es = append(es, clusteretcd.MetaEntry{Kind: metaStampKind, Instance: inst, Name: markerName(kindInstance, ""), Value: m})
 	return c.writeMeta(es)
 }
 
@@ -171,6 +271,9 @@ func (c *clusterMember) metaLoop() {
 // name wins (another node's copy, or one written since), and for an app
 // profile its deletion counts as holding it.
 func (c *clusterMember) moveLocalMeta(ctx context.Context) error {
+	if err := c.moveLocalInstances(ctx); err != nil {
+		return err
+	}
 	marker := filepath.Join(c.s.opts.DataDir, clusterMetaMovedFile)
 	if _, err := os.Stat(marker); err == nil {
 		return nil
@@ -209,6 +312,55 @@ func (c *clusterMember) moveLocalMeta(ctx context.Context) error {
 	}
 	if len(all) > 0 {
 		c.s.log.Info("clusters and app profiles of this node's metadata moved to etcd (once per data directory)", "copied", copied, "etcd_had", len(all)-copied)
+	}
+	return durable.ReplaceFile(marker, []byte(strconv.Itoa(copied)+"\n"))
+}
+
+// clusterInstancesMovedFile marks a data directory whose declared
+// instances were copied into etcd (moveLocalInstances): once per directory.
+const clusterInstancesMovedFile = ".cluster-instances-moved"
+
+// moveLocalInstances copies the declared instances (labels, display name…)
+// this node kept in its metadata — before cluster mode kept them in etcd —
+// into etcd with their stamp markers, once per data directory, where etcd
+// holds no declaration for the instance yet (another node's copy, or one
+// written since, wins).
+func (c *clusterMember) moveLocalInstances(ctx context.Context) error {
+	marker := filepath.Join(c.s.opts.DataDir, clusterInstancesMovedFile)
+	if _, err := os.Stat(marker); err == nil {
+		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	var all []clusteretcd.MetaEntry
+	if err := c.s.engine.InstanceMeta(kindInstance, "", func(inst, name string, v []byte) error {
+		all = append(all, clusteretcd.MetaEntry{Kind: kindInstance, Instance: inst, Name: name, Value: append([]byte(nil), v...)})
+		return nil
+	}); err != nil {
+		return err
+	}
+	copied := 0
+	for _, e := range all {
+		put := []clusteretcd.MetaEntry{e}
+		mk := markerName(kindInstance, e.Name)
+		if err := c.s.engine.InstanceMeta(metaStampKind, e.Instance, func(_, name string, v []byte) error {
+			if name == mk {
+				put = append(put, clusteretcd.MetaEntry{Kind: metaStampKind, Instance: e.Instance, Name: mk, Value: append([]byte(nil), v...)})
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		ok, err := c.m.PutMetaIfAbsent(ctx, []clusteretcd.MetaEntry{e}, put...)
+		if err != nil {
+			return err
+		}
+		if ok {
+			copied++
+		}
+	}
+	if len(all) > 0 {
+		c.s.log.Info("declared instances of this node's metadata moved to etcd (once per data directory)", "copied", copied, "etcd_had", len(all)-copied)
 	}
 	return durable.ReplaceFile(marker, []byte(strconv.Itoa(copied)+"\n"))
 }

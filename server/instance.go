@@ -170,6 +170,7 @@ func (a *instanceServer) GetInstance(ctx context.Context, req *adminpb.GetInstan
 	}
 	// Every well-formed instance exists: ebbtable serves any instance a
 	// client names, as the emulator does; a declared one as declared.
+	a.syncMeta() // clustermeta.go: as declared through any node
 	p, err := a.instanceInfo(inst)
 	if err != nil {
 		return nil, toStatus(err)
@@ -294,7 +295,7 @@ func (a *instanceServer) CreateCluster(ctx context.Context, req *adminpb.CreateC
 	if c.GetLocation() == "" {
 		c.Location = "projects/" + projectOf(inst) + "/locations/" + localZone
 	}
-	if err := a.putCluster(inst, id, c); err != nil {
+	if err := a.createCluster(inst, id, c); err != nil { // clustermeta.go: exactly one of concurrent creates wins
 		return nil, toStatus(err)
 	}
 	now := timestamppb.New(a.s.opts.Clock.Now())
@@ -606,7 +607,7 @@ func (a *instanceServer) checkRouting(inst string, p *adminpb.AppProfile) error 
 	return nil
 }
 
-func (a *instanceServer) putProfile(inst, id string, p *adminpb.AppProfile) error {
+func (a *instanceServer) putProfile(inst, id string, p *adminpb.AppProfile, create bool) error {
 	p.Etag = fmt.Sprintf("%d", a.s.opts.Clock.Now().UnixNano())
 	v, err := protojson.Marshal(p)
 	if err != nil {
@@ -614,6 +615,9 @@ func (a *instanceServer) putProfile(inst, id string, p *adminpb.AppProfile) erro
 	}
 	defer a.forgetProfiles()
 	// A profile created again after a deletion replaces its tombstone.
+	if create {
+		return a.createMeta(kindAppProfileGone, kindAppProfile, inst, id, v) // clustermeta.go: exactly one of concurrent creates wins
+	}
 	return a.storeMeta(kindAppProfileGone, kindAppProfile, inst, id, v) // clustermeta.go
 }
 
@@ -640,7 +644,7 @@ func (a *instanceServer) CreateAppProfile(ctx context.Context, req *adminpb.Crea
 	if err := a.checkRouting(inst, p); err != nil {
 		return nil, err
 	}
-	if err := a.putProfile(inst, id, p); err != nil {
+	if err := a.putProfile(inst, id, p, true); err != nil {
 		return nil, toStatus(err)
 	}
 	return profileOut(p), nil
@@ -716,7 +720,7 @@ func (a *instanceServer) UpdateAppProfile(ctx context.Context, req *adminpb.Upda
 	if err := a.checkRouting(inst, p); err != nil {
 		return nil, err
 	}
-	if err := a.putProfile(inst, id, p); err != nil {
+	if err := a.putProfile(inst, id, p, false); err != nil {
 		return nil, toStatus(err)
 	}
 	return a.s.ops.done(p.Name, profileOut(p), &adminpb.UpdateAppProfileMetadata{})

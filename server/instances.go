@@ -41,14 +41,6 @@ func (a *instanceServer) declared(inst string) (*adminpb.Instance, error) {
 	return found, err
 }
 
-func (a *instanceServer) putInstance(p *adminpb.Instance) error {
-	v, err := protojson.Marshal(p)
-	if err != nil {
-		return err
-	}
-	return a.s.putMeta(kindInstance, p.GetName(), "", v) // metarepl.go
-}
-
 // newCluster fills a requested cluster's defaults, as Bigtable reports
 // them: READY, serve nodes at the autoscaling minimum when autoscaling is on.
 func newCluster(inst, id string, in *adminpb.Cluster) *adminpb.Cluster {
@@ -98,6 +90,7 @@ func (a *instanceServer) CreateInstance(ctx context.Context, req *adminpb.Create
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.syncMeta() // clustermeta.go
 	if d, err := a.declared(inst); err != nil {
 		return nil, toStatus(err)
 	} else if d != nil {
@@ -140,6 +133,7 @@ func (a *instanceServer) instanceInfo(inst string) (*adminpb.Instance, error) {
 // declaration (an implicit instance becomes declared, with this process's
 // cluster).
 func (a *instanceServer) updateInstance(inst string, in *adminpb.Instance, paths []string) (*adminpb.Instance, error) {
+	a.syncMeta() // clustermeta.go: update what any node declared last
 	p, err := a.instanceInfo(inst)
 	if err != nil {
 		return nil, err
@@ -219,6 +213,7 @@ func (a *instanceServer) DeleteInstance(ctx context.Context, req *adminpb.Delete
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.syncMeta() // clustermeta.go
 	d, err := a.declared(inst)
 	if err != nil {
 		return nil, toStatus(err)
@@ -248,6 +243,9 @@ func (a *instanceServer) DeleteInstance(ctx context.Context, req *adminpb.Delete
 				return nil, toStatus(err)
 			}
 		}
+	}
+	if err := a.dropInstanceMeta(inst); err != nil { // clustermeta.go: on every node in cluster mode
+		return nil, toStatus(err)
 	}
 	if err := a.s.forgetInstanceIAM(inst); err != nil { // clusteriam.go: etcd's, in cluster mode
 		return nil, toStatus(err)
