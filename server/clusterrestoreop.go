@@ -175,9 +175,10 @@ func (c *clusterMember) opFinish(ctx context.Context, name, maker string, resp p
 		if err != nil {
 			return err
 		}
-		var meta adminpb.RestoreTableMetadata
-		if op.GetMetadata().UnmarshalTo(&meta) == nil {
-			p := meta.GetProgress()
+		var meta proto.Message // nil: the metadata stays as it is
+		var rm adminpb.RestoreTableMetadata
+		if op.GetMetadata().UnmarshalTo(&rm) == nil {
+			p := rm.GetProgress()
 			if p == nil {
 				p = &adminpb.OperationProgress{}
 			}
@@ -185,26 +186,10 @@ func (c *clusterMember) opFinish(ctx context.Context, name, maker string, resp p
 				p.ProgressPercent = 100
 			}
 			p.EndTime = timestamppb.New(now)
-			meta.Progress = p
-			if m, err := anypb.New(&meta); err == nil {
-				op.Metadata = m
-			}
+			rm.Progress = p
+			meta = &rm
 		}
-		op.Done = true
-		r.State = opDone
-		if failure == nil {
-			a, err := anypb.New(resp)
-			if err != nil {
-				return err
-			}
-			op.Result = &longrunningpb.Operation_Response{Response: a}
-		} else {
-			r.State = opFailed
-			op.Result = &longrunningpb.Operation_Error{Error: status.Convert(failure).Proto()}
-		}
-		r.Ended = now
-		r.Op, err = proto.Marshal(op)
-		return err
+		return endOp(r, now, resp, meta, failure)
 	})
 }
 
