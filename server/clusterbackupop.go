@@ -135,13 +135,9 @@ func endOp(r *restoreOp, now time.Time, resp, meta proto.Message, failure error)
 func (c *clusterMember) endBackupOp(ctx context.Context, opName, maker, name string, value []byte, rev int64, resp, meta proto.Message, failure error) error {
 	now := c.s.opts.Clock.Now()
 	for {
-		rec, err := c.m.GetOpRecord(ctx, opName)
+		r, opRev, err := c.readOp(ctx, opName)
 		if err != nil {
 			return err
-		}
-		var r restoreOp
-		if err := json.Unmarshal(rec.Value, &r); err != nil {
-			return status.Errorf(codes.DataLoss, "ebbtable: undecodable operation record %s: %v", opName, err)
 		}
 		if r.State != opRunning || r.Maker != maker {
 			return errOpMoved
@@ -153,7 +149,7 @@ func (c *clusterMember) endBackupOp(ctx context.Context, opName, maker, name str
 		if err != nil {
 			return err
 		}
-		err = c.m.EndBackupOp(ctx, name, value, rev, opName, b, rec.Revision)
+		err = c.m.EndBackupOp(ctx, name, value, rev, opName, b, opRev)
 		if !errors.Is(err, clusteretcd.ErrRecordChanged) || rev == 0 {
 			return err
 		}

@@ -103,17 +103,26 @@ func (r *restoreOp) entry() (restoreEntry, error) {
 // errOpMoved: the record is no longer the caller's to change.
 var errOpMoved = status.Error(codes.Aborted, "ebbtable: the restore was taken over or given up by another node")
 
+// readOp reads operation record name and its revision.
+func (c *clusterMember) readOp(ctx context.Context, name string) (restoreOp, int64, error) {
+	var r restoreOp
+	rec, err := c.m.GetOpRecord(ctx, name)
+	if err != nil {
+		return r, 0, err
+	}
+	if err := json.Unmarshal(rec.Value, &r); err != nil {
+		return r, 0, status.Errorf(codes.DataLoss, "ebbtable: undecodable operation record %s: %v", name, err)
+	}
+	return r, rec.Revision, nil
+}
+
 // updateOp changes operation record name by f (read, f, compare-and-put,
 // again on a race). f returns an error to leave the record alone.
 func (c *clusterMember) updateOp(ctx context.Context, name string, f func(*restoreOp) error) error {
 	for {
-		rec, err := c.m.GetOpRecord(ctx, name)
+		r, rev, err := c.readOp(ctx, name)
 		if err != nil {
 			return err
-		}
-		var r restoreOp
-		if err := json.Unmarshal(rec.Value, &r); err != nil {
-			return status.Errorf(codes.DataLoss, "ebbtable: undecodable operation record %s: %v", name, err)
 		}
 		if err := f(&r); err != nil {
 			return err
@@ -122,7 +131,7 @@ func (c *clusterMember) updateOp(ctx context.Context, name string, f func(*resto
 		if err != nil {
 			return err
 		}
-		_, err = c.m.UpdateOpRecord(ctx, name, b, rec.Revision)
+		_, err = c.m.UpdateOpRecord(ctx, name, b, rev)
 		if !errors.Is(err, clusteretcd.ErrRecordChanged) {
 			return err
 		}
