@@ -170,6 +170,26 @@ func (a *instanceServer) dropInstanceMeta(inst string) error {
 	return c.writeMeta(es)
 }
 
+// dropClusterTables, in cluster mode, deletes every table of inst through
+// the schema log, as DeleteTable does (kept for the undelete retention), so
+// DeleteInstance through one node deletes them on every node. A node's own
+// engine.DeleteTable would have left them in the cluster's schema and
+// directories, served by the other nodes.
+func (a *instanceServer) dropClusterTables(ctx context.Context, inst string) error {
+	c := a.clusterMember()
+	if c == nil {
+		return nil
+	}
+	for _, m := range a.s.engine.Tables(inst) {
+		ref := tableRef{instance: inst, table: m.Name}
+		req := &adminpb.DeleteTableRequest{Name: ref.name()}
+		if _, err := c.propose(ctx, "DeleteTable", ref, req, clusteretcd.DirOp{Drop: true, Keep: true, KeepFor: c.keepDeletedFor()}); err != nil && status.Code(err) != codes.NotFound {
+			return err
+		}
+	}
+	return nil
+}
+
 // dropMeta deletes a record, cluster-wide in cluster mode.
 func (a *instanceServer) dropMeta(kind, inst, name string) error {
 	c := a.clusterMember()

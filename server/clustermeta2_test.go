@@ -66,7 +66,10 @@ func TestClusterInstanceMetaInstance(t *testing.T) {
 	}
 	check("after the labels update through n2", "Orders", map[string]string{"env": "test", "team": "b"})
 	// Deleted through n3, the declaration is gone on every node: the
-	// instance is an implicit one again.
+	// instance is an implicit one again. Its table, made through n1, is
+	// gone on every node too (deleted through the schema log, not in n3's
+	// engine alone).
+	c.createTable("n1", "", "m")
 	if err := ia["n3"].DeleteInstance(ctx, testInstance); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +77,12 @@ func TestClusterInstanceMetaInstance(t *testing.T) {
 		if info, err := ia[id].InstanceInfo(ctx, testInstance); err != nil || info.DisplayName != testInstance || len(info.Labels) != 0 {
 			t.Fatalf("after DeleteInstance through n3, through %s: %+v %v", id, info, err)
 		}
+		if tables, err := c.admin(id, "").Tables(ctx); err != nil || len(tables) != 0 {
+			t.Fatalf("after DeleteInstance through n3, tables through %s: %v %v", id, tables, err)
+		}
 	}
+	// The name is free again, cluster-wide.
+	c.createTable("n2", "")
 }
 
 // A node that declared an instance before cluster mode kept declarations

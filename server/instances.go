@@ -221,6 +221,14 @@ func (a *instanceServer) DeleteInstance(ctx context.Context, req *adminpb.Delete
 	if d == nil {
 		return nil, status.Errorf(codes.NotFound, "ebbtable: instance %s not found (only instances made by CreateInstance can be deleted)", inst)
 	}
+	// In cluster mode the tables go through the schema log, on every node
+	// (the lock is not held while the nodes apply it).
+	a.mu.Unlock()
+	err = a.dropClusterTables(ctx, inst) // clustermeta.go
+	a.mu.Lock()
+	if err != nil {
+		return nil, err
+	}
 	for _, m := range a.s.engine.Tables(inst) {
 		if err := a.s.engine.DeleteTable(inst, m.Name); err != nil {
 			return nil, toStatus(err)
