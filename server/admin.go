@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
@@ -124,24 +123,13 @@ func (a *adminServer) ListTables(ctx context.Context, req *adminpb.ListTablesReq
 		view = adminpb.Table_NAME_ONLY
 	}
 	tables := a.s.engine.Tables(inst)
-	start := 0
-	if tok := req.GetPageToken(); tok != "" {
-		n, err := strconv.Atoi(tok)
-		if err != nil || n < 0 || n > len(tables) {
-			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: bad page token %q", tok)
-		}
-		start = n
+	start, end, next, err := page(req.GetPageToken(), req.GetPageSize(), len(tables))
+	if err != nil {
+		return nil, err
 	}
-	end := len(tables)
-	if ps := int(req.GetPageSize()); ps > 0 && start+ps < end {
-		end = start + ps
-	}
-	resp := &adminpb.ListTablesResponse{}
+	resp := &adminpb.ListTablesResponse{NextPageToken: next}
 	for _, m := range tables[start:end] {
 		resp.Tables = append(resp.Tables, a.tableToProto(m, view))
-	}
-	if end < len(tables) {
-		resp.NextPageToken = strconv.Itoa(end)
 	}
 	return resp, nil
 }

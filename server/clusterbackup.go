@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -984,24 +983,13 @@ func listBackupsPage(list []*backup.Manifest, req *adminpb.ListBackupsRequest, n
 			return less(list[i], list[j])
 		})
 	}
-	start := 0
-	if tok := req.GetPageToken(); tok != "" {
-		n, err := strconv.Atoi(tok)
-		if err != nil || n < 0 || n > len(list) {
-			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: bad page token %q", tok)
-		}
-		start = n
+	start, end, next, err := page(req.GetPageToken(), req.GetPageSize(), len(list))
+	if err != nil {
+		return nil, err
 	}
-	end := len(list)
-	if ps := int(req.GetPageSize()); ps > 0 && start+ps < end {
-		end = start + ps
-	}
-	resp := &adminpb.ListBackupsResponse{}
+	resp := &adminpb.ListBackupsResponse{NextPageToken: next}
 	for _, mf := range list[start:end] {
 		resp.Backups = append(resp.Backups, backupToProto(mf, now))
-	}
-	if end < len(list) {
-		resp.NextPageToken = strconv.Itoa(end)
 	}
 	return resp, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -229,23 +228,11 @@ func (o *operations) ListOperations(ctx context.Context, req *longrunningpb.List
 		list = append(list, op)
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].GetName() < list[j].GetName() })
-	start := 0
-	if tok := req.GetPageToken(); tok != "" {
-		n, err := strconv.Atoi(tok)
-		if err != nil || n < 0 || n > len(list) {
-			return nil, status.Errorf(codes.InvalidArgument, "ebbtable: bad page token %q", tok)
-		}
-		start = n
+	start, end, next, err := page(req.GetPageToken(), req.GetPageSize(), len(list))
+	if err != nil {
+		return nil, err
 	}
-	end := len(list)
-	if ps := int(req.GetPageSize()); ps > 0 && start+ps < end {
-		end = start + ps
-	}
-	resp := &longrunningpb.ListOperationsResponse{Operations: list[start:end]}
-	if end < len(list) {
-		resp.NextPageToken = strconv.Itoa(end)
-	}
-	return resp, nil
+	return &longrunningpb.ListOperationsResponse{Operations: list[start:end], NextPageToken: next}, nil
 }
 
 // opUnder reports whether resource name is prefix or under it ("" or a
