@@ -47,7 +47,12 @@ func (m *Member) CreateBackupRecord(ctx context.Context, name string, value []by
 
 // GetBackupRecord reads one record (ErrRecordNotFound).
 func (m *Member) GetBackupRecord(ctx context.Context, name string) (BackupRecord, error) {
-	resp, err := m.cli.Get(ctx, m.backupKey(name))
+	return m.getRecord(ctx, m.backupKey(name), name)
+}
+
+// getRecord reads the record name at key k (ErrRecordNotFound).
+func (m *Member) getRecord(ctx context.Context, k, name string) (BackupRecord, error) {
+	resp, err := m.cli.Get(ctx, k)
 	if err != nil {
 		return BackupRecord{}, fmt.Errorf("ebbtable: etcd: %w", err)
 	}

@@ -26,15 +26,7 @@ func (m *Member) opKey(name string) string { return m.key("ops", name) }
 
 // GetOpRecord reads one operation record (ErrRecordNotFound).
 func (m *Member) GetOpRecord(ctx context.Context, name string) (BackupRecord, error) {
-	resp, err := m.cli.Get(ctx, m.opKey(name))
-	if err != nil {
-		return BackupRecord{}, fmt.Errorf("ebbtable: etcd: %w", err)
-	}
-	if len(resp.Kvs) == 0 {
-		return BackupRecord{}, fmt.Errorf("%w: %s", ErrRecordNotFound, name)
-	}
-	kv := resp.Kvs[0]
-	return BackupRecord{Name: name, Value: kv.Value, Revision: kv.ModRevision}, nil
+	return m.getRecord(ctx, m.opKey(name), name)
 }
 
 // ListOpRecords reads every operation record, in name order.
