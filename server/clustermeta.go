@@ -68,11 +68,17 @@ func (a *instanceServer) storeMeta(replace, kind, inst, name string, v []byte) e
 		}
 		return a.s.engine.ReplaceInstanceMeta(replace, kind, inst, name, v)
 	}
+	return c.writeMeta(metaEntries(replace, kind, inst, name, v))
+}
+
+// metaEntries are the etcd writes of storing a record: the record, and
+// the deletion of the record of kind replace of the same name, if any.
+func metaEntries(replace, kind, inst, name string, v []byte) []clusteretcd.MetaEntry {
 	es := []clusteretcd.MetaEntry{{Kind: kind, Instance: inst, Name: name, Value: v}}
 	if replace != "" {
 		es = append(es, clusteretcd.MetaEntry{Kind: replace, Instance: inst, Name: name})
 	}
-	return c.writeMeta(es)
+	return es
 }
 
 // createMeta is storeMeta for a new record: in cluster mode it writes
@@ -84,10 +90,7 @@ func (a *instanceServer) createMeta(replace, kind, inst, name string, v []byte) 
 	if c == nil {
 		return a.storeMeta(replace, kind, inst, name, v)
 	}
-	es := []clusteretcd.MetaEntry{{Kind: kind, Instance: inst, Name: name, Value: v}}
-	if replace != "" {
-		es = append(es, clusteretcd.MetaEntry{Kind: replace, Instance: inst, Name: name})
-	}
+	es := metaEntries(replace, kind, inst, name, v)
 	if g := c.meta.createGate; g != nil {
 		g()
 	}
