@@ -61,6 +61,23 @@ func (f *Fake) After(d time.Duration) <-chan time.Time {
 	return ch
 }
 
+// Timer is After with a stop function that withdraws the timer, so a
+// waiter that gave up early leaves no pending timer behind (Waiters counts
+// only the loops still parked).
+func (f *Fake) Timer(d time.Duration) (<-chan time.Time, func()) {
+	ch := f.After(d)
+	return ch, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for i, w := range f.waiters {
+			if w.ch == ch {
+				f.waiters = append(f.waiters[:i], f.waiters[i+1:]...)
+				return
+			}
+		}
+	}
+}
+
 // Advance moves the clock forward by d and fires due timers.
 func (f *Fake) Advance(d time.Duration) {
 	f.mu.Lock()
@@ -95,6 +112,24 @@ func (f *Fake) fireLocked() {
 		kept = append(kept, w)
 	}
 	f.waiters = kept
+}
+
+// Timer returns a channel that receives once d has elapsed on c, and a
+// function that stops the timer: call it when the wait ends another way.
+// Clocks without stoppable timers (Real, Shifted) fall back to the Go
+// runtime's timer.
+func Timer(c Clock, d time.Duration) (<-chan time.Time, func()) {
+	if s, ok := c.(interface {
+		Timer(time.Duration) (<-chan time.Time, func())
+	}); ok {
+		return s.Timer(d)
+	}
+	switch c.(type) {
+	case Real, *Shifted:
+		t := time.NewTimer(d)
+		return t.C, func() { t.Stop() }
+	}
+	return c.After(d), func() {}
 }
 
 // Micros returns t as Bigtable microseconds since the Unix epoch.

@@ -53,3 +53,37 @@ func TestShifted(t *testing.T) {
 		t.Fatal("clock went back")
 	}
 }
+
+// TestTimerStops: a stopped fake timer is no longer pending and never
+// fires; an unstopped one fires as After's does.
+func TestTimerStops(t *testing.T) {
+	f := NewFake(time.Unix(0, 0))
+	stopped, stop := Timer(f, time.Second)
+	kept, _ := Timer(f, time.Second)
+	if f.Waiters() != 2 {
+		t.Fatalf("waiters: %d", f.Waiters())
+	}
+	stop()
+	stop() // twice is harmless
+	if f.Waiters() != 1 {
+		t.Fatalf("waiters after stop: %d", f.Waiters())
+	}
+	f.Advance(time.Second)
+	select {
+	case <-stopped:
+		t.Fatal("a stopped timer fired")
+	default:
+	}
+	select {
+	case <-kept:
+	default:
+		t.Fatal("the kept timer did not fire")
+	}
+	ch, stop := Timer(Real{}, time.Hour)
+	stop()
+	select {
+	case <-ch:
+		t.Fatal("a stopped real timer fired")
+	case <-time.After(time.Millisecond):
+	}
+}

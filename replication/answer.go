@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ebbtable/ebbtable/changestream"
+	"github.com/ebbtable/ebbtable/clock"
 )
 
 // ErrBadPosition is returned (wrapped) by Answer for a position it cannot
@@ -26,7 +27,9 @@ func (r *Replicator) Answer(ctx context.Context, req PullRequest) (*PullResponse
 	wait := req.Wait
 	var deadline <-chan time.Time
 	if wait > 0 {
-		deadline = r.o.Pace.After(wait)
+		var stop func()
+		deadline, stop = clock.Timer(r.o.Pace, wait)
+		defer stop() // a commit may end the wait first
 	}
 	for {
 		notify := r.o.Engine.ChangesNotify()
