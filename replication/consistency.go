@@ -137,12 +137,15 @@ func (ts TableState) WaitConsistent(ctx context.Context, marks Marks, pace clock
 		if err != nil || ok || pace.Now().After(deadline) {
 			return ok, err
 		}
+		timer, stopTimer := clock.Timer(pace, poll)
 		select {
 		case <-ctx.Done():
+			stopTimer()
 			return false, ctx.Err()
 		case <-stop:
+			stopTimer()
 			return false, nil
-		case <-pace.After(poll):
+		case <-timer:
 		}
 	}
 }

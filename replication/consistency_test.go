@@ -161,4 +161,24 @@ func TestWaitConsistent(t *testing.T) {
 	if ok || err != nil {
 		t.Fatalf("stopped: %v %v", ok, err)
 	}
+
+	// Stopped while it waits for its next poll: the poll's timer goes
+	// with it (a test that counts a fake clock's waiters would count it).
+	stop = make(chan struct{})
+	pace = clock.NewFake(start)
+	done := make(chan bool, 1)
+	go func() {
+		ok, _ := ts.WaitConsistent(ctx, marks, pace, 3*time.Second, 20*time.Millisecond, stop)
+		done <- ok
+	}()
+	poll.Eventually(t, "the check waits for its next poll", 10*time.Second, func() (bool, string) {
+		return pace.Waiters() > 0, ""
+	})
+	close(stop)
+	if <-done {
+		t.Fatal("a stopped check answered true")
+	}
+	if n := pace.Waiters(); n != 0 {
+		t.Fatalf("a stopped check left %d timers on the pace clock", n)
+	}
 }

@@ -102,10 +102,12 @@ func (r Raise) Run(ctx context.Context) error {
 			if pace.Now().After(deadline) {
 				return &RaiseError{Cluster: id, Late: true, msg: fmt.Sprintf("coordinated raise: cluster %s did not receive the new rule within %v (holds released; the rule is changed)", id, r.Wait)}
 			}
+			timer, stop := clock.Timer(pace, r.Poll)
 			select {
 			case <-ctx.Done():
+				stop()
 				return ctx.Err()
-			case <-pace.After(r.Poll):
+			case <-timer:
 			}
 		}
 	}

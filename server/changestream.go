@@ -205,14 +205,20 @@ func (r *changeReader) run(ctx context.Context, onRecord func(changestream.Recor
 				wait = max(untilEnd, time.Millisecond)
 			}
 		}
+		// A commit usually wakes the stream first: stop the timer then,
+		// or each wake leaves one pending on a fake clock.
+		timer, stop := clock.Timer(clk, wait)
 		select {
 		case <-ctx.Done():
+			stop()
 			return toStatus(ctx.Err())
 		case <-r.s.stopping:
+			stop()
 			return status.Error(codes.Unavailable, "ebbtable: server shutting down; resume from the last token")
 		case <-notify:
-		case <-clk.After(wait):
+		case <-timer:
 		}
+		stop()
 	}
 }
 

@@ -741,16 +741,20 @@ func (r *partitionReader) run(ctx context.Context, out changeSink) error {
 				wait = max(untilEnd, time.Millisecond)
 			}
 		}
+		timer, stop := clock.Timer(clk, wait) // stopped when another case wins
 		select {
 		case <-ctx.Done():
+			stop()
 			return toStatus(ctx.Err())
 		case <-s.stopping:
+			stop()
 			return status.Error(codes.Unavailable, "ebbtable: server shutting down; resume from the last token")
 		case <-notify:
 		case <-dirCh: // a split, merge or move shows here
 		case <-marksCh: // a move ended
-		case <-clk.After(wait):
+		case <-timer:
 		}
+		stop()
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
+	"github.com/ebbtable/ebbtable/clock"
 	tablets "github.com/ebbtable/ebbtable/cluster"
 	"github.com/ebbtable/ebbtable/clusteretcd"
 	"github.com/ebbtable/ebbtable/storage"
@@ -460,12 +461,16 @@ func (f *failover) checkpointLoop() {
 	c := f.c
 	defer c.wg.Done()
 	for {
+		// A directory change usually comes first: the timer is stopped then.
+		timer, stop := clock.Timer(c.s.opts.Clock, min(f.interval, 5*time.Second)) // metrics; full rounds when due
 		select {
 		case <-c.stop:
+			stop()
 			return
 		case <-c.m.Changed():
-		case <-c.s.opts.Clock.After(min(f.interval, 5*time.Second)): // metrics; full rounds when due
+		case <-timer:
 		}
+		stop()
 		c.failMetrics.observeLog(f.log)
 		if !c.m.Live() || f.loopPaused.Load() {
 			continue
@@ -521,13 +526,16 @@ func (f *failover) takeOverLoop() {
 	c := f.c
 	defer c.wg.Done()
 	for {
+		timer, stop := clock.Timer(c.s.opts.Clock, time.Second) // stopped when another case wins
 		select {
 		case <-c.stop:
+			stop()
 			return
 		case <-c.m.Changed():
 		case <-f.kick:
-		case <-c.s.opts.Clock.After(time.Second):
+		case <-timer:
 		}
+		stop()
 		if !c.m.Live() || c.s.opts.Clock.Now().Before(f.grace) || f.takeOversPaused.Load() {
 			continue
 		}
