@@ -11,6 +11,7 @@ import (
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"github.com/ebbtable/ebbtable/changestream"
+	"github.com/ebbtable/ebbtable/clock"
 	tablets "github.com/ebbtable/ebbtable/cluster"
 	"github.com/ebbtable/ebbtable/clusteretcd"
 	"github.com/ebbtable/ebbtable/replication"
@@ -359,12 +360,15 @@ func (c *clusterMember) importCells(m *table.Meta, pairs [][2][]byte) error {
 		if attempt >= applyRetries || status.Code(last) != codes.Unavailable {
 			return last
 		}
+		timer, stop := clock.Timer(c.s.opts.Clock, 50*time.Millisecond) // stopped when another case wins
 		select {
 		case <-changed:
-		case <-c.s.opts.Clock.After(50 * time.Millisecond):
+		case <-timer:
 		case <-c.stop:
+			stop()
 			return clusteretcd.ErrClosed
 		}
+		stop()
 	}
 }
 

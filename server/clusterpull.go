@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ebbtable/ebbtable/changestream"
+	"github.com/ebbtable/ebbtable/clock"
 	tablets "github.com/ebbtable/ebbtable/cluster"
 	"github.com/ebbtable/ebbtable/clusteretcd"
 	"github.com/ebbtable/ebbtable/replication"
@@ -271,12 +272,15 @@ func (k *clusterSink) route(name, origin string, recs []changestream.Record) (ta
 		if attempt >= applyRetries || status.Code(last) != codes.Unavailable {
 			return total, last
 		}
+		timer, stop := clock.Timer(k.c.s.opts.Clock, 50*time.Millisecond) // stopped when another case wins
 		select {
 		case <-changed:
-		case <-k.c.s.opts.Clock.After(50 * time.Millisecond): // a directory the owner sees first
+		case <-timer: // a directory the owner sees first
 		case <-k.c.stop:
+			stop()
 			return total, clusteretcd.ErrClosed
 		}
+		stop()
 	}
 }
 
