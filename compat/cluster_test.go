@@ -2,7 +2,6 @@ package compat
 
 import (
 	"testing"
-	"time"
 
 	"github.com/ebbtable/ebbtable/internal/etcdtest"
 )
@@ -26,8 +25,7 @@ func TestEmulatorModeCluster(t *testing.T) {
 			addr = a
 		}
 	}
-	res, out := runSuite(t, suite, dir, addr, 5*time.Minute,
-		"-test.run", "^TestIntegration_", "-test.skip", noNetwork)
+	res, out := runEmulatorSuite(t, suite, dir, addr, emulatorFailures)
 	passed := judge(t, res, emulatorFailures, out)
 	t.Logf("emulator mode, three-node cluster: %d of %d passed", passed, len(res))
 	if len(res) < 30 {

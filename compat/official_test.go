@@ -63,8 +63,7 @@ func TestEmulatorMode(t *testing.T) {
 	t.Parallel() // each runs its own servers; the suites wait more than they compute
 	ebb, suite, dir := binaries(t)
 	addr := serve(t, ebb)
-	res, out := runSuite(t, suite, dir, addr, 5*time.Minute,
-		"-test.run", "^TestIntegration_", "-test.skip", noNetwork)
+	res, out := runEmulatorSuite(t, suite, dir, addr, emulatorFailures)
 	passed := judge(t, res, emulatorFailures, out)
 	skipped := 0
 	for _, r := range res {
