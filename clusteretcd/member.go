@@ -185,6 +185,9 @@ func (m *Member) register(ctx context.Context) error {
 		resp, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
 			Then(clientv3.OpPut(k, string(enc), clientv3.WithLease(g.ID))).
 			Else(clientv3.OpGet(k)).Commit()
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			continue // the lease lapsed before its first use (a starved process): a new one
+		}
 		if err != nil {
 			return fmt.Errorf("ebbtable: register node %s: %w", m.opts.NodeID, err)
 		}

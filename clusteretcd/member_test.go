@@ -203,3 +203,27 @@ func TestSchemaLogOrder(t *testing.T) {
 	b.SetApplied(ctx, 10)
 	waitFor(t, a, "everyone applied", func() bool { return a.AllApplied(10) })
 }
+
+// TestSetAppliedUnderLapsedLease: a node whose lease lapsed (its renewals
+// failed for a TTL, as in a process starved of CPU) still publishes its
+// applied mark: SetApplied succeeds, and the mark comes back under the
+// lease the node registers again with. Failing made a server's start-up
+// fail ("requested lease not found") on a loaded machine.
+func TestSetAppliedUnderLapsedLease(t *testing.T) {
+	t.Parallel()
+	ep := etcdtest.Start(t)
+	a := join(t, ep, "a")
+	b := join(t, ep, "b")
+	old := a.LeaseID()
+	if _, err := a.cli.Revoke(context.Background(), clientLease(old)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SetApplied(context.Background(), 7); err != nil {
+		t.Fatalf("SetApplied under a lapsed lease: %v", err)
+	}
+	waitFor(t, b, "a's applied mark under its new lease", func() bool {
+		b.mu.RLock()
+		defer b.mu.RUnlock()
+		return b.applied["a"] == 7 && a.LeaseID() != old
+	})
+}

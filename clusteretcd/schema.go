@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ebbtable/ebbtable/cluster"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -249,6 +250,12 @@ func (m *Member) SchemaSeq() uint64 {
 // SetApplied publishes that this node applied the schema log up to seq:
 // under its lease (a dead node's applied mark disappears with it) and as
 // its durable progress mark (schemalog.go).
+//
+// If the lease has lapsed (renewals failed for a TTL: a process starved
+// of CPU, or cut off from etcd), the mark is kept and SetApplied succeeds:
+// renew registers the node again and republishes it under the new lease.
+// Failing instead stopped a node's start-up (server tests under load:
+// "etcdserver: requested lease not found").
 func (m *Member) SetApplied(ctx context.Context, seq uint64) error {
 	m.mu.Lock()
 	m.applied[m.opts.NodeID] = max(m.applied[m.opts.NodeID], seq)
@@ -257,6 +264,10 @@ func (m *Member) SetApplied(ctx context.Context, seq uint64) error {
 	v := strconv.FormatUint(seq, 10)
 	if _, err := m.cli.Txn(ctx).Then(clientv3.OpPut(m.appliedKey(m.opts.NodeID), v, clientv3.WithLease(lease)),
 		clientv3.OpPut(m.progressKey(m.opts.NodeID), v)).Commit(); err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			m.log.Warn("lease lapsed: the applied mark waits for the node to register again", "node", m.opts.NodeID, "seq", seq)
+			return nil
+		}
 		return fmt.Errorf("ebbtable: etcd: %w", err)
 	}
 	return nil
