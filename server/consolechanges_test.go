@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -98,32 +100,65 @@ func TestConsoleChangesWithTokens(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	req, err := http.NewRequest("GET", "http://"+nodes["n2"].HTTPAddr()+"/t/"+testProject+"/"+testInstance+"/t/changes.json", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.SetBasicAuth("me", tokReader)
+	// The page's first poll reads one second of commit time from the
+	// table's creation, and each reply says where the next one starts
+	// (more, after or from, span) until a poll reaches now. Under load the
+	// writes commit more than a second after the creation (the test once
+	// read "" and once "b" in the first poll alone): follow the cursor as
+	// the page does.
+	base := "http://" + nodes["n2"].HTTPAddr() + "/t/" + testProject + "/" + testInstance + "/t/changes.json"
 	hc := &http.Client{Timeout: 30 * time.Second}
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var rep struct {
-		Records []struct {
-			RowKey string `json:"row_key"`
-		} `json:"records"`
-		Error string `json:"error"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
-		t.Fatalf("%s: %v", resp.Status, err)
-	}
+	defer hc.CloseIdleConnections()
 	var rows []string
-	for _, r := range rep.Records {
-		rows = append(rows, r.RowKey)
+	cursor := url.Values{}
+	for polls := 0; ; polls++ {
+		if polls == 50 {
+			t.Fatalf("the tail still has more after %d polls; read %q", polls, strings.Join(rows, ""))
+		}
+		req, err := http.NewRequest("GET", base+"?"+cursor.Encode(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.SetBasicAuth("me", tokReader)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep struct {
+			Records []struct {
+				RowKey string `json:"row_key"`
+			} `json:"records"`
+			After string `json:"after"`
+			From  int64  `json:"from"`
+			Span  int64  `json:"span"`
+			More  bool   `json:"more"`
+			Error string `json:"error"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&rep)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", resp.Status, err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: error %q after rows %q", resp.Status, rep.Error, strings.Join(rows, ""))
+		}
+		for _, r := range rep.Records {
+			rows = append(rows, r.RowKey)
+		}
+		if !rep.More {
+			break
+		}
+		cursor = url.Values{}
+		if rep.After != "" {
+			cursor.Set("after", rep.After)
+		} else {
+			cursor.Set("from", strconv.FormatInt(rep.From, 10))
+		}
+		if rep.Span > 0 {
+			cursor.Set("span", strconv.FormatInt(rep.Span, 10))
+		}
 	}
-	if got := strings.Join(rows, ""); resp.StatusCode != http.StatusOK || got != "bkt" {
-		t.Errorf("%s: rows %q, error %q", resp.Status, got, rep.Error)
+	if got := strings.Join(rows, ""); got != "bkt" {
+		t.Errorf("rows %q, want \"bkt\"", got)
 	}
-	hc.CloseIdleConnections()
 }
