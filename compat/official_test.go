@@ -47,6 +47,18 @@ var prodFailures = map[string]expected{
 	},
 }
 
+// serialSubtests are the suite's tests whose parallel subtests race in
+// the test itself, so they run with -test.parallel=1 (in prod mode; in
+// emulator mode they return early). TestIntegration_InstanceAdminClient_CreateAppProfile's
+// seven parallel subtests each fill one shared 4-byte buffer with
+// cryptorand.Read and then format it into their profile id (v1.58.0
+// integration_test.go, uniqueID): two of them can format the same bytes
+// and the second create fails, rightly, with AlreadyExists (seen once:
+// "app profile .../app_profile_id05bf8fa5 already exists").
+var serialSubtests = map[string]string{
+	"TestIntegration_InstanceAdminClient_CreateAppProfile": "subtests share the buffer of their random profile id",
+}
+
 // noNetwork are the suite's tests the emulator-mode runs leave out: the
 // session tests (see below) and the metrics export, which, even when it
 // ends by skipping itself, first looks for Google credentials on the
@@ -97,8 +109,12 @@ func TestProdMode(t *testing.T) {
 				sem <- struct{}{}
 				defer func() { <-sem }()
 				addr := serve(t, ebb)
-				res, out := runSuite(t, suite, dir, addr, 3*time.Minute, "-test.run", "^"+name+"$",
-					"-it.use-prod", "-it.project", "p", "-it.instance", "i", "-it.cluster", "ebbtable")
+				args := []string{"-test.run", "^" + name + "$",
+					"-it.use-prod", "-it.project", "p", "-it.instance", "i", "-it.cluster", "ebbtable"}
+				if _, ok := serialSubtests[name]; ok {
+					args = append(args, "-test.parallel=1")
+				}
+				res, out := runSuite(t, suite, dir, addr, 3*time.Minute, args...)
 				r := res[name]
 				if r == nil {
 					r = &result{output: out} // a panic or a timeout: no verdict line
