@@ -80,6 +80,10 @@ type mviews struct {
 	// merged are, in a cluster, the views a read merges the owners'
 	// states of, by instance/id (mviewpartial.go).
 	merged map[string]*maintView
+	// plans keeps the views' prepared plans (mviewplans.go); rebuilds
+	// counts the index's rebuilds.
+	plans    viewPlans
+	rebuilds uint64
 
 	// baseRows counts base-table rows the view code read (queries and raw
 	// cells): tests see that a read of a maintained view reads none.
@@ -208,33 +212,36 @@ func (v *mviews) changed() { v.gen.Add(1) }
 // maintainable reports whether plan over m is maintained incrementally: it
 // groups the table directly, the table is not interleaved, and the query
 // does not depend on the time it runs at.
-func maintainable(plan *sqlquery.Plan, m *table.Meta, query string) (*sqlquery.Incremental, bool) {
+func maintainable(vp *viewPlan, m *table.Meta, query string) (*sqlquery.Incremental, bool) {
 	if len(m.InterleaveSeparator) != 0 || strings.Contains(strings.ToUpper(query), "CURRENT_") {
 		return nil, false
 	}
-	ic, err := plan.Incremental()
+	ic, err := vp.incremental()
 	return ic, err == nil
 }
 
 // planMaint plans a view for maintenance; nil when it is not maintained.
 func (s *Server) planMaint(inst, id, query string) *maintView {
-	mv, _ := s.planMaintCover(inst, id, query)
+	mv, _ := s.planMaintCover(inst, id, query, 0)
 	return mv
 }
 
 // planMaintCover plans a view for maintenance (nil: it is not
 // maintainable); local is whether this node maintains it: outside a
 // cluster, or in one while it owns some of the table (mviewcluster.go).
-func (s *Server) planMaintCover(inst, id, query string) (mv *maintView, local bool) {
-	plan, err := sqlquery.Prepare(s.tableCatalog(inst), query, nil)
-	if err != nil || len(plan.Tables) != 1 {
+// The plan is the one kept for the query while the schema it was made
+// with stands (mviewplans.go); rebuild is maintIndex's.
+func (s *Server) planMaintCover(inst, id, query string, rebuild uint64) (mv *maintView, local bool) {
+	vp, err := s.viewPlan(inst, query, rebuild)
+	if err != nil || len(vp.plan.Tables) != 1 {
 		return nil, false
 	}
+	plan := vp.plan
 	m, err := s.engine.Table(inst, plan.Tables[0])
 	if err != nil {
 		return nil, false
 	}
-	ic, ok := maintainable(plan, m, query)
+	ic, ok := maintainable(vp, m, query)
 	if !ok {
 		return nil, false
 	}
@@ -244,7 +251,7 @@ func (s *Server) planMaintCover(inst, id, query string) (mv *maintView, local bo
 	}
 	spans, clustered := s.viewSpans(inst, m.Name)
 	mv = &maintView{inst: inst, id: id, query: query, meta: m, plan: plan, ic: ic, keyAt: keyAt, space: table.ViewSpace(inst + "/" + id), clustered: clustered, spans: spans}
-	if key, err := plan.MaterializedKey(query); err == nil && slices.Contains(key, keyAt) {
+	if key, err := vp.materializedKey(query); err == nil && slices.Contains(key, keyAt) {
 		mv.keyByGroup = true
 	}
 	return mv, mv.whole() || len(spans) > 0
@@ -276,12 +283,14 @@ func (s *Server) maintIndex() (map[uint64][]*maintView, error) {
 	index := map[uint64][]*maintView{}
 	var skipped []tableRef
 	merged := map[string]*maintView{}
+	v.rebuilds++
+	rebuild := v.rebuilds
 	err := s.engine.InstanceMeta(kindMaterializedView, "", func(inst, name string, b []byte) error {
 		mv := &adminpb.MaterializedView{}
 		if err := protojson.Unmarshal(b, mv); err != nil {
 			return err
 		}
-		p, local := s.planMaintCover(inst, name, mv.GetQuery())
+		p, local := s.planMaintCover(inst, name, mv.GetQuery(), rebuild)
 		switch {
 		case p == nil:
 		case local:
@@ -298,6 +307,7 @@ func (s *Server) maintIndex() (map[uint64][]*maintView, error) {
 		return nil, err
 	}
 	v.index, v.indexGen, v.indexed, v.skipped, v.merged = index, gen, true, skipped, merged
+	v.plans.prune(rebuild)
 	return index, nil
 }
 

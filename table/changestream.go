@@ -161,6 +161,9 @@ func (e *Engine) CommitSystem(b *DeleteBatch, m *Meta, rows [][]byte, recs []cha
 	if err != nil {
 		return err
 	}
+	if b.inst {
+		defer e.dropInstanceMetaCache() // instancecache.go
+	}
 	return e.commitRecorded(b.b, m, rows, recs, opts, false)
 }
 

@@ -182,6 +182,9 @@ type Engine struct {
 	moves moveCounters
 	// clog, when set, receives batches of user writes first (commitlog.go).
 	clog atomic.Pointer[commitLogBox]
+	// instMeta is the in-memory copy of the instance metadata space
+	// (instancecache.go).
+	instMeta instCache
 
 	seed     maphash.Seed
 	rowLocks [rowLockStripes]sync.Mutex

@@ -1,13 +1,13 @@
 package table
 
 import (
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/storage"
 )
 
 // Instance metadata (clusters and app profiles) is kept as opaque values in
 // the metadata space under kind "inst"; the server encodes them. Keys are
 // "<kind>\x00<instance>\x00<name>" so one prefix lists one instance's entries.
+// Reads are served from an in-memory copy of the space (instancecache.go).
 const metaKindInstance = "inst"
 
 func instanceMetaKey(kind, instance, name string) []byte {
@@ -17,76 +17,75 @@ func instanceMetaKey(kind, instance, name string) []byte {
 // PutInstanceMeta durably stores one instance metadata entry (kind is
 // "cluster" or "appprofile", chosen by the caller).
 func (e *Engine) PutInstanceMeta(kind, instance, name string, value []byte) error {
-	return e.writeInstanceMeta(func(b *pebble.Batch) error {
-		return b.Set(instanceMetaKey(kind, instance, name), value, nil)
-	})
+	return e.writeInstanceMeta(instChange{kind: kind, inst: instance, name: name, value: value})
 }
 
 // DeleteInstanceMeta durably removes one entry; removing a missing entry is
 // not an error.
 func (e *Engine) DeleteInstanceMeta(kind, instance, name string) error {
-	return e.writeInstanceMeta(func(b *pebble.Batch) error {
-		return b.Delete(instanceMetaKey(kind, instance, name), nil)
-	})
+	return e.writeInstanceMeta(instChange{kind: kind, inst: instance, name: name, del: true})
 }
 
 // ReplaceInstanceMeta removes the entry (removeKind, instance, name) and
 // stores value as (putKind, instance, name) in one atomic batch: a deleted
 // entry and the tombstone that remembers its deletion, or the reverse.
 func (e *Engine) ReplaceInstanceMeta(removeKind, putKind, instance, name string, value []byte) error {
-	return e.writeInstanceMeta(func(b *pebble.Batch) error {
-		if err := b.Delete(instanceMetaKey(removeKind, instance, name), nil); err != nil {
-			return err
-		}
-		return b.Set(instanceMetaKey(putKind, instance, name), value, nil)
-	})
+	return e.writeInstanceMeta(
+		instChange{kind: removeKind, inst: instance, name: name, del: true},
+		instChange{kind: putKind, inst: instance, name: name, value: value})
 }
 
-// writeInstanceMeta commits, synced, the batch fill builds.
-func (e *Engine) writeInstanceMeta(fill func(*pebble.Batch) error) error {
+// writeInstanceMeta commits, synced, the changes in one batch, then makes
+// them in the in-memory copy (instancecache.go): a read that starts after
+// the call returns sees them. Writers are serialised so the copy changes
+// in commit order; a failed commit drops the copy (its fate is unknown).
+func (e *Engine) writeInstanceMeta(changes ...instChange) error {
 	if err := e.enter(); err != nil {
 		return err
 	}
 	defer e.leave()
 	b := e.store.NewBatch()
 	defer b.Close()
-	if err := fill(b); err != nil {
+	for _, c := range changes {
+		k := instanceMetaKey(c.kind, c.inst, c.name)
+		var err error
+		if c.del {
+			err = b.Delete(k, nil)
+		} else {
+			err = b.Set(k, c.value, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	e.instMeta.mu.Lock()
+	defer e.instMeta.mu.Unlock()
+	if err := e.commit(b); err != nil {
+		e.instMeta.snap.Store(nil)
 		return err
 	}
-	return e.commit(b)
+	if s := e.instMeta.snap.Load(); s != nil {
+		e.instMeta.snap.Store(s.with(changes))
+	}
+	return nil
 }
 
-// InstanceMeta lists the entries of one kind; with instance "" it lists
-// every instance's. The callback gets instance, name and value (the value is
-// only valid during the call).
+// InstanceMeta lists the entries of one kind in key order; with instance
+// "" it lists every instance's. The callback gets instance, name and value
+// (the value is only valid during the call and must not be modified).
 func (e *Engine) InstanceMeta(kind, instance string, fn func(instance, name string, value []byte) error) error {
 	if err := e.enter(); err != nil {
 		return err
 	}
 	defer e.leave()
-	sub := kind + "\x00"
-	if instance != "" {
-		sub += instance + "\x00"
-	}
-	prefix := storage.MetaKey(metaKindInstance, sub)
-	it, err := e.store.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
+	s, err := e.instSnapshot()
 	if err != nil {
 		return err
 	}
-	base := len(storage.MetaKey(metaKindInstance, kind+"\x00"))
-	for it.First(); it.Valid(); it.Next() {
-		rest := string(it.Key()[base:])
-		inst, name := rest, ""
-		for i := 0; i < len(rest); i++ {
-			if rest[i] == 0 {
-				inst, name = rest[:i], rest[i+1:]
-				break
-			}
-		}
-		if err := fn(inst, name, it.Value()); err != nil {
-			it.Close()
+	for _, en := range s.entries(kind, instance) {
+		if err := fn(en.inst, en.name, en.value); err != nil {
 			return err
 		}
 	}
-	return it.Close()
+	return nil
 }

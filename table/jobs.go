@@ -38,16 +38,27 @@ func (e *Engine) RawGet(k []byte, fn func(v []byte)) (bool, error) {
 }
 
 // DeleteBatch gathers raw deletions that CommitSystem commits atomically.
-type DeleteBatch struct{ b *pebble.Batch }
+type DeleteBatch struct {
+	b *pebble.Batch
+	// inst: a deletion meets the instance metadata space, whose in-memory
+	// copy CommitSystem then drops (instancecache.go).
+	inst bool
+}
 
 // NewDeleteBatch starts an empty deletion batch. Close it when done.
 func (e *Engine) NewDeleteBatch() *DeleteBatch { return &DeleteBatch{b: e.store.NewBatch()} }
 
 // Delete deletes key k.
-func (d *DeleteBatch) Delete(k []byte) error { return d.b.Delete(k, nil) }
+func (d *DeleteBatch) Delete(k []byte) error {
+	d.inst = d.inst || touchesInstanceMeta(k, nil)
+	return d.b.Delete(k, nil)
+}
 
 // DeleteRange deletes the keys in [lo, hi).
-func (d *DeleteBatch) DeleteRange(lo, hi []byte) error { return d.b.DeleteRange(lo, hi, nil) }
+func (d *DeleteBatch) DeleteRange(lo, hi []byte) error {
+	d.inst = d.inst || touchesInstanceMeta(lo, hi)
+	return d.b.DeleteRange(lo, hi, nil)
+}
 
 // Close releases the batch.
 func (d *DeleteBatch) Close() error { return d.b.Close() }
