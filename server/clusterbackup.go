@@ -62,7 +62,7 @@ const backupRowsParallel = 8
 // backupRetryEvery is the longest a backup waits between two asks for a
 // tablet whose owner failed (sooner if the directory changes or the owner
 // comes back).
-var backupRetryEvery = time.Second
+const backupRetryEvery = time.Second
 
 var tableIDRE = regexp.MustCompile(`^[_a-zA-Z0-9][-_.a-zA-Z0-9]{0,49}$`)
 
@@ -399,7 +399,7 @@ func (c *clusterMember) backupSpan(ctx context.Context, src tableRef, s rowSpan,
 				down[p.Owner] = true
 			}
 		}
-		wctx, cancel := context.WithTimeout(ctx, backupRetryEvery)
+		wctx, cancel := context.WithTimeout(ctx, c.s.knobs().backupRetryEvery.or(backupRetryEvery))
 		c.m.WaitFor(wctx, func() bool {
 			if nd, ok := c.m.Directory(src.name()); !ok || nd.Revision != d.Revision {
 				return true
@@ -427,10 +427,6 @@ func (c *clusterMember) backupSpan(ctx context.Context, src tableRef, s rowSpan,
 	}
 }
 
-// testHookBackupRows, when set by a test, runs before a coordinator asks
-// for a piece.
-var testHookBackupRows func(piece tablets.Tablet)
-
 // askBackupRows has the owner of one piece (here or another node) write it.
 func (c *clusterMember) askBackupRows(ctx context.Context, src tableRef, p tablets.Tablet, rev int64, objects, prefix string, sem chan struct{}) (backup.Part, error) {
 	select {
@@ -439,7 +435,7 @@ func (c *clusterMember) askBackupRows(ctx context.Context, src tableRef, p table
 		return backup.Part{}, ctx.Err()
 	}
 	defer func() { <-sem }()
-	if h := testHookBackupRows; h != nil {
+	if h := c.s.knobs().backupRows.get(); h != nil { // tests
 		h(p)
 	}
 	req := &clusterpb.BackupRowsRequest{Table: src.name(), Start: p.Start, End: p.End, Revision: rev, Objects: objects, FilePrefix: prefix}
@@ -468,10 +464,6 @@ func (c *clusterMember) askBackupRows(ctx context.Context, src tableRef, p table
 	return backup.Part{Start: p.Start, End: p.End, Files: files, Node: resp.Node, VersionTime: time.UnixMicro(resp.VersionMicros)}, nil
 }
 
-// testHookBackupOwner, when set by a test, runs on an owner before it
-// writes its part of a backup; an error fails the part.
-var testHookBackupOwner func(ctx context.Context, node string) error
-
 // backupRows is an owner's part of a backup: the rows' cells from one
 // snapshot, taken and read while the gates of the tablets holding them are
 // held (a move waits), written to the shared store.
@@ -487,7 +479,7 @@ func (c *clusterMember) backupRows(ctx context.Context, req *clusterpb.BackupRow
 		return nil, status.Error(codes.InvalidArgument, "ebbtable: a backup part needs an object directory and a plain file prefix")
 	}
 	c.catchUpTo(ctx, req.Revision)
-	if h := testHookBackupOwner; h != nil {
+	if h := c.s.knobs().backupOwner.get(); h != nil { // tests
 		if err := h(ctx, c.opts.NodeID); err != nil {
 			return nil, err
 		}

@@ -20,6 +20,7 @@ import (
 // succeeds, whole, when the owner comes back in time (after more asks
 // than the eight it once gave up after).
 func TestScaleOutBackupOwnerDown(t *testing.T) {
+	t.Parallel()
 	// n1 (--backup-part-wait 1.5s) gives up; n2 keeps the default.
 	sc := startScaleClusterTuned(t, 0, func(o *Options) {
 		if o.Cluster.NodeID == "n1" {
@@ -34,9 +35,7 @@ func TestScaleOutBackupOwnerDown(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	oldEvery := backupRetryEvery
-	t.Cleanup(func() { backupRetryEvery, testHookBackupRows = oldEvery, nil })
-	backupRetryEvery = 20 * time.Millisecond
+	sc.knobs.backupRetryEvery.set(20 * time.Millisecond)
 	n3 := sc.nodes["n3"]
 	dir3 := n3.dir
 	n3.stop()
@@ -59,11 +58,11 @@ func TestScaleOutBackupOwnerDown(t *testing.T) {
 	// Back after more than eight asks: the backup, still waiting, has it.
 	var asks atomic.Int32
 	back := make(chan struct{})
-	testHookBackupRows = func(p tablets.Tablet) {
+	sc.knobs.backupRows.set(func(p tablets.Tablet) {
 		if p.Owner == "n3" && asks.Add(1) == 12 {
 			close(back)
 		}
-	}
+	})
 	done := make(chan error, 1)
 	go func() {
 		done <- sc.nodes["n2"].admin.CreateBackup(ctx, "t", "c1", "back", time.Now().Add(7*24*time.Hour))

@@ -432,6 +432,7 @@ func TestScaleOutBackupExpiryAndStale(t *testing.T) {
 // Backups taken while a tablet moves back and forth hold every row: a part
 // whose owner changed is cut again and asked of the new owner.
 func TestScaleOutBackupDuringMoves(t *testing.T) {
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2", "n3")
 	sc.createTable(t, "n1", "g", "p")
 	ctx := context.Background()
@@ -466,7 +467,7 @@ func TestScaleOutBackupDuringMoves(t *testing.T) {
 	// table and before it asks the owner, which then no longer owns it.
 	var once sync.Once
 	var asked atomic.Int32
-	testHookBackupRows = func(p tablets.Tablet) {
+	sc.knobs.backupRows.set(func(p tablets.Tablet) {
 		if p.ID == mid {
 			asked.Add(1)
 			once.Do(func() {
@@ -475,12 +476,11 @@ func TestScaleOutBackupDuringMoves(t *testing.T) {
 				}
 			})
 		}
-	}
-	defer func() { testHookBackupRows = nil }()
+	})
 	if err := sc.nodes["n1"].admin.CreateBackup(ctx, "t", "c1", "b0", time.Now().Add(7*time.Hour)); err != nil {
 		t.Fatalf("backup with a move before its part: %v", err)
 	}
-	testHookBackupRows = nil
+	sc.knobs.backupRows.unset()
 	if n := asked.Load(); n < 2 {
 		t.Errorf("the moved piece was asked for %d times, want a second time of its new owner", n)
 	}

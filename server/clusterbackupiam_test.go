@@ -116,10 +116,9 @@ func TestScaleOutBackupIAM(t *testing.T) {
 // counted once (by the node that ran them), ready backups and bytes
 // reported by one node, another once it is gone.
 func TestScaleOutBackupMetrics(t *testing.T) {
-	old := backupTotalsTTL
-	backupTotalsTTL = 0
-	t.Cleanup(func() { backupTotalsTTL = old })
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2", "n3")
+	sc.knobs.backupTotalsTTL.set(0)
 	sc.createTable(t, "n1", "k")
 	ctx := context.Background()
 	if err := writeScale(t, sc.nodes["n1"].client.Open("t"), "a", "x"); err != nil {

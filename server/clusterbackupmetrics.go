@@ -23,7 +23,7 @@ import (
 // backupTotalsTTL is how long a reporting node reuses the totals it read
 // from etcd (a scrape reads etcd at most this often); a change made
 // through this node resets it.
-var backupTotalsTTL = 10 * time.Second
+const backupTotalsTTL = 10 * time.Second
 
 type backupTotals struct {
 	mu       sync.Mutex
@@ -42,7 +42,7 @@ func (c *clusterMember) backupTotals() (int, int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := c.s.opts.Clock.Now()
-	if t.reported && now.Sub(t.at) < backupTotalsTTL {
+	if t.reported && now.Sub(t.at) < c.s.knobs().backupTotalsTTL.or(backupTotalsTTL) {
 		return t.n, t.bytes
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -35,11 +35,11 @@ func backupCluster(t *testing.T) *scaleCluster {
 
 // holdBackupOn holds the backup parts node writes until release (or the
 // part's call ends).
-func holdBackupOn(t *testing.T, node string) (release func()) {
+func holdBackupOn(t *testing.T, sc *scaleCluster, node string) (release func()) {
 	held := make(chan struct{})
 	var once sync.Once
 	release = func() { once.Do(func() { close(held) }) }
-	testHookBackupOwner = func(ctx context.Context, n string) error {
+	sc.knobs.backupOwner.set(func(ctx context.Context, n string) error {
 		if n != node {
 			return nil
 		}
@@ -49,10 +49,10 @@ func holdBackupOn(t *testing.T, node string) (release func()) {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	}
+	})
 	t.Cleanup(func() {
 		release()
-		testHookBackupOwner = nil
+		sc.knobs.backupOwner.unset()
 	})
 	return release
 }
@@ -90,9 +90,10 @@ func waitBackupVia(t *testing.T, n *scaleNode, name string, d time.Duration) (*a
 // official client's wait through a node other than the coordinator gets
 // the backup.
 func TestScaleOutBackupOpThroughAnyNode(t *testing.T) {
+	t.Parallel()
 	sc := backupCluster(t)
 	ctx := context.Background()
-	release := holdBackupOn(t, "n3")
+	release := holdBackupOn(t, sc, "n3")
 	op := startBackupOp(t, sc.nodes["n2"], "bk")
 	if op.Done || !strings.Contains(op.Name, backupOpMark) {
 		t.Fatalf("operation %v", op)
@@ -153,9 +154,10 @@ func TestScaleOutBackupOpThroughAnyNode(t *testing.T) {
 // naming the coordinator), removes the CREATING record and the files
 // written, and the name is free for a new backup.
 func TestScaleOutBackupOpCoordinatorKilled(t *testing.T) {
+	t.Parallel()
 	sc := backupCluster(t)
 	ctx := context.Background()
-	release := holdBackupOn(t, "n3")
+	release := holdBackupOn(t, sc, "n3")
 	op := startBackupOp(t, sc.nodes["n2"], "bk")
 	n1, n3 := sc.nodes["n1"], sc.nodes["n3"]
 	testkit.Eventually(t, "two parts written", 10*time.Second, func() (bool, string) {

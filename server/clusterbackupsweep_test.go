@@ -54,6 +54,7 @@ func crashMidBackup(t *testing.T, sc *scaleCluster, release func()) {
 // is given up by another node's sweep: its record and files go, and the
 // schedule's next check takes the table's backup anew.
 func TestScaleOutAutomatedBackupMakerKilled(t *testing.T) {
+	t.Parallel()
 	sc := startScaleCluster(t, "n1", "n2", "n3")
 	ctx := context.Background()
 	n1, n2, n3 := sc.nodes["n1"], sc.nodes["n2"], sc.nodes["n3"]
@@ -68,7 +69,7 @@ func TestScaleOutAutomatedBackupMakerKilled(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	release := holdBackupOn(t, "n3")
+	release := holdBackupOn(t, sc, "n3")
 	took := make(chan error, 1)
 	go func() { took <- n2.srv.takeAutoBackups(ctx) }()
 	var dead string
@@ -115,10 +116,11 @@ func TestScaleOutAutomatedBackupMakerKilled(t *testing.T) {
 // coordinator is then killed: the sweep gives it up from its record alone
 // (record and files gone, the name free).
 func TestScaleOutBackupOpDeletedCoordinatorKilled(t *testing.T) {
+	t.Parallel()
 	sc := backupCluster(t)
 	ctx := context.Background()
 	n1, n3 := sc.nodes["n1"], sc.nodes["n3"]
-	release := holdBackupOn(t, "n3")
+	release := holdBackupOn(t, sc, "n3")
 	op := startBackupOp(t, sc.nodes["n2"], "bk")
 	ops := longrunningpb.NewOperationsClient(n1.conn)
 	if _, err := ops.DeleteOperation(ctx, &longrunningpb.DeleteOperationRequest{Name: op.Name}); err != nil {

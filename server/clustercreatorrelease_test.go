@@ -36,6 +36,7 @@ func refMarkersOf(t *testing.T, sc *scaleCluster, creator uint64) int {
 // release) is given up: the references of both its creator ids are
 // released, not only the latest's, and every row still reads.
 func TestFailoverReleaseEveryCreator(t *testing.T) {
+	t.Parallel()
 	sc := startFailoverCluster(t)
 	sc.createTable(t, "n1", "g", "p") // n1 [,g), n2 [g,p), n3 [p,)
 	ctx := context.Background()
@@ -66,15 +67,14 @@ func TestFailoverReleaseEveryCreator(t *testing.T) {
 	if err := os.RemoveAll(n1.dir); err != nil {
 		t.Fatal(err)
 	}
-	testHookSkipReleasePrevious = true
-	t.Cleanup(func() { testHookSkipReleasePrevious = false })
+	sc.knobs.skipReleasePrevious.set(true)
 	testkit.Eventually(t, "n1 to start on an empty directory", 30*time.Second, func() (bool, string) {
 		err := sc.tryStart(t, "n1", n1.dir)
 		return !errors.Is(err, clusteretcd.ErrNodeLive), "old lease still live"
 	})
 	n1 = sc.start(t, "n1", n1.dir)
 	t.Cleanup(n1.stop)
-	testHookSkipReleasePrevious = false
+	sc.knobs.skipReleasePrevious.unset()
 	second := n1.srv.cluster.creator
 	if second == first || refMarkersOf(t, sc, first) == 0 {
 		t.Fatalf("creators %d then %d; the first's markers: %d", first, second, refMarkersOf(t, sc, first))

@@ -31,10 +31,6 @@ const DefaultReleaseDeadAfter = time.Hour
 // checkpoint of is deleted and may be undeleted).
 var errNotYet = errors.New("ebbtable: not yet")
 
-// testHookReleaseKeptRead, when set by a test, runs in releaseDead once
-// a kept directory of a table in the dead node's catalog was read.
-var testHookReleaseKeptRead func(dead, table string)
-
 // releaseDead releases node dead's objects in the shared store (see
 // above); dirs are the live directories, none of which names dead.
 func (f *failover) releaseDead(ctx context.Context, dead string, dirs []tablets.Directory) error {
@@ -67,7 +63,7 @@ func (c *clusterMember) releaseNode(ctx context.Context, dead string, dirs []tab
 			if err != nil {
 				return err
 			}
-			if h := testHookReleaseKeptRead; h != nil && kept {
+			if h := c.s.knobs().releaseKeptRead.get(); h != nil && kept { // tests
 				h(dead, e.Table)
 			}
 			if !kept || kd.TableID != e.TableID || !ownsAny([]tablets.Directory{kd}, dead) {

@@ -59,8 +59,7 @@ func TestFailoverReleaseRacesUndelete(t *testing.T) {
 		return !live, "n3 still listed"
 	})
 	var once sync.Once
-	t.Cleanup(func() { testHookReleaseKeptRead = nil })
-	testHookReleaseKeptRead = func(dead, table string) {
+	sc.knobs.releaseKeptRead.set(func(dead, table string) {
 		if !strings.HasSuffix(table, "/tables/u") {
 			return
 		}
@@ -74,7 +73,7 @@ func TestFailoverReleaseRacesUndelete(t *testing.T) {
 				return err == nil, "u not back on n1"
 			})
 		})
-	}
+	})
 	err := n1.srv.cluster.fail.releaseDead(ctx, "n3", n1.srv.ClusterMember().Directories())
 	if !errors.Is(err, errNotYet) {
 		t.Fatalf("a release racing an undelete of a table of the dead node went on: %v", err)
@@ -90,7 +89,7 @@ func TestFailoverReleaseRacesUndelete(t *testing.T) {
 		t.Errorf("u after the undelete: %s", keys)
 	}
 	// With nothing of n3 left to take over, the release goes through.
-	testHookReleaseKeptRead = nil
+	sc.knobs.releaseKeptRead.unset()
 	if err := n1.srv.cluster.fail.releaseDead(ctx, "n3", n1.srv.ClusterMember().Directories()); err != nil {
 		t.Fatalf("release once u was taken over: %v", err)
 	}

@@ -139,7 +139,7 @@ func (c *clusterMember) releasePrevious(ctx context.Context) error {
 	if !c.fresh || c.fail == nil {
 		return nil
 	}
-	if testHookSkipReleasePrevious {
+	if c.s.knobs().skipReleasePrevious.get() { // tests
 		return nil
 	}
 	ids, err := c.creatorsOf(ctx, c.opts.NodeID)
@@ -165,11 +165,6 @@ func (c *clusterMember) releasePrevious(ctx context.Context) error {
 	}
 	return nil
 }
-
-// testHookSkipReleasePrevious (tests) leaves a previous engine's
-// references unreleased at a fresh start, as a version before the
-// release at fresh starts did.
-var testHookSkipReleasePrevious bool
 
 // startedFresh: the first start on the data directory is done.
 func (c *clusterMember) startedFresh() error {

@@ -21,10 +21,9 @@ import (
 // instance's goes when the cluster has no table of it (a new instance of
 // the name starts without it), and stays while it has.
 func TestScaleOutIAMCleanup(t *testing.T) {
-	old := minKeepDeleted // not parallel: a package variable
-	minKeepDeleted = time.Second
-	t.Cleanup(func() { minKeepDeleted = old })
+	t.Parallel()
 	c := newIAMClusterTuned(t, false, func(o *Options) { o.UndeleteRetention = 2 * time.Second }, "n1", "n2")
+	c.knobs.minKeepDeleted.set(time.Second)
 	ctx := context.Background()
 	adm, ta := c.admin("n1", ""), c.tableAdmin("n1", "")
 	for _, id := range []string{"t", "u"} {

@@ -26,6 +26,7 @@ type iamCluster struct {
 	cutEtcd      func()         // drops every connection to etcd, refuses new ones
 	healEtcd     func()         // lets nodes reach etcd again
 	tune         func(*Options) // set before start: adjusts each node's options
+	knobs        *testKnobs     // every node's test hooks and bounds (testknobs.go)
 	tokens, peer string
 	cred, dir    string
 	nodes        map[string]*Server
@@ -41,7 +42,8 @@ func newIAMCluster(t testing.TB, secure bool, ids ...string) *iamCluster {
 
 func newIAMClusterTuned(t testing.TB, secure bool, tune func(*Options), ids ...string) *iamCluster {
 	t.Helper()
-	c := &iamCluster{t: t, secure: secure, shared: t.TempDir(), dir: t.TempDir(), nodes: map[string]*Server{}, dirs: map[string]string{}}
+	c := &iamCluster{t: t, secure: secure, shared: t.TempDir(), dir: t.TempDir(), nodes: map[string]*Server{}, dirs: map[string]string{},
+		knobs: &testKnobs{}}
 	c.etcd, c.cutEtcd, c.healEtcd = etcdtest.StartCuttable(t)
 	c.tune = tune
 	if secure {
@@ -69,7 +71,7 @@ func newIAMClusterTuned(t testing.TB, secure bool, tune func(*Options), ids ...s
 func (c *iamCluster) start(id, dir string) *Server {
 	c.t.Helper()
 	o := Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: dir,
-		Cluster: &ClusterOptions{Etcd: []string{c.etcd}, NodeID: id, LeaseTTL: 2 * time.Second, SharedStorage: "file://" + c.shared}}
+		Cluster: &ClusterOptions{Etcd: []string{c.etcd}, NodeID: id, LeaseTTL: 2 * time.Second, SharedStorage: "file://" + c.shared}, knobs: c.knobs}
 	if c.tune != nil {
 		c.tune(&o)
 	}

@@ -93,10 +93,6 @@ type localRestore struct {
 	done []backup.RowSpan // rows this process ingested
 }
 
-// testHookRestoreRows, when set by a test, runs on an owner before it
-// ingests its part of a restore; an error fails the part.
-var testHookRestoreRows func(node string, start, end []byte) error
-
 // RestoreTable restores a backup into a new table of the cluster.
 func (a *clusterAdmin) RestoreTable(ctx context.Context, req *adminpb.RestoreTableRequest) (*longrunningpb.Operation, error) {
 	c := a.c
@@ -286,7 +282,7 @@ func (c *clusterMember) finishRestore(ctx context.Context, ref tableRef, begin c
 		c.failRestore(ctx, ent, ent.Maker, err)
 		return nil, err
 	}
-	if h := testHookRestoreCommitting; h != nil {
+	if h := c.s.knobs().restoreCommitting.get(); h != nil { // tests
 		h(c.opts.NodeID)
 	}
 	t, err := c.commitRestoreEntry(ctx, ref, ent)
@@ -295,10 +291,6 @@ func (c *clusterMember) finishRestore(ctx context.Context, ref tableRef, begin c
 	}
 	return t, err
 }
-
-// testHookRestoreCommitting, when set by a test, runs on a coordinator
-// once its restore is decided (committing), before the commit entry.
-var testHookRestoreCommitting func(node string)
 
 // failRestore gives up a restore the coordinator (maker) runs: its
 // operation fails (unless another node moved it on meanwhile), then the
@@ -510,7 +502,7 @@ func (c *clusterMember) restoreRows(ctx context.Context, req *clusterpb.RestoreR
 	if !c.m.Live() {
 		return nil, status.Errorf(codes.Unavailable, "ebbtable: node %s does not hold its lease now; retry", c.opts.NodeID)
 	}
-	if h := testHookRestoreRows; h != nil {
+	if h := c.s.knobs().restoreRows.get(); h != nil { // tests
 		if err := h(c.opts.NodeID, req.Start, req.End); err != nil {
 			return nil, err
 		}

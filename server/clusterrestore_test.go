@@ -100,9 +100,10 @@ func checkNoTable(t *testing.T, sc *scaleCluster, id string) {
 // visible nowhere and the operation's progress shows the tablets done;
 // once the part goes through the table is whole on every node.
 func TestScaleOutRestoreLongRunning(t *testing.T) {
+	t.Parallel()
 	sc := restoreCluster(t)
 	ctx := context.Background()
-	release := holdRestoreOn(t, "n3")
+	release := holdRestoreOn(t, sc, "n3")
 	op := startRestore(t, sc.nodes["n2"], "r")
 	if op.Done {
 		t.Fatalf("restore done while a part is held: %v", op)
@@ -156,11 +157,12 @@ func TestScaleOutRestoreLongRunning(t *testing.T) {
 // shows the table or keeps its name, the directory is gone, the backup is
 // free; an owner that fails a few times (UNAVAILABLE) is asked again.
 func TestScaleOutRestoreFails(t *testing.T) {
+	t.Parallel()
 	sc := restoreCluster(t)
 	ctx := context.Background()
 	var mu sync.Mutex
 	unavailable := 2
-	testHookRestoreRows = func(node string, start, end []byte) error {
+	sc.knobs.restoreRows.set(func(node string, start, end []byte) error {
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
@@ -171,8 +173,8 @@ func TestScaleOutRestoreFails(t *testing.T) {
 			return status.Error(codes.Unavailable, "injected: n3 busy")
 		}
 		return status.Error(codes.Internal, "injected: n3's disk is full")
-	}
-	t.Cleanup(func() { testHookRestoreRows = nil })
+	})
+	t.Cleanup(sc.knobs.restoreRows.unset)
 	err := sc.nodes["n1"].admin.RestoreTable(ctx, "r", "c1", "bk")
 	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "disk is full") {
 		t.Fatalf("restore with a failing owner: %v", err)
@@ -196,7 +198,7 @@ func TestScaleOutRestoreFails(t *testing.T) {
 	// The name is free everywhere, the rows of the abandoned reservations
 	// gone, and the backup deletable.
 	mu.Lock()
-	testHookRestoreRows = nil
+	sc.knobs.restoreRows.unset()
 	mu.Unlock()
 	if err := sc.nodes["n3"].admin.RestoreTable(ctx, "r", "c1", "bk"); err != nil {
 		t.Fatalf("restore again: %v", err)
@@ -212,13 +214,17 @@ func TestScaleOutRestoreFails(t *testing.T) {
 // A node that restarts after ingesting its part (its reservation and
 // cells are gone at open) ingests it again at the commit: the table is
 // whole on it.
+//
+// Not parallel: its restart of n3 failed once in three runs beside the
+// other cluster tests ("requested lease not found": the 2 s lease granted at
+// the start expired while the starved process was still starting).
 func TestScaleOutRestoreNodeRestarts(t *testing.T) {
 	sc := restoreCluster(t)
 	ctx := context.Background()
 	n3done := make(chan struct{})
 	release := make(chan struct{})
 	var once3, once sync.Once
-	testHookRestoreRows = func(node string, start, end []byte) error {
+	sc.knobs.restoreRows.set(func(node string, start, end []byte) error {
 		switch node {
 		case "n3":
 			once3.Do(func() { close(n3done) })
@@ -226,10 +232,10 @@ func TestScaleOutRestoreNodeRestarts(t *testing.T) {
 			<-release
 		}
 		return nil
-	}
+	})
 	t.Cleanup(func() {
 		once.Do(func() { close(release) })
-		testHookRestoreRows = nil
+		sc.knobs.restoreRows.unset()
 	})
 	op := startRestore(t, sc.nodes["n2"], "r")
 	<-n3done
@@ -268,9 +274,10 @@ func TestScaleOutRestoreNodeRestarts(t *testing.T) {
 // --restore-part-wait passes, the restore is given up cluster-wide (no
 // directory, no reservation, the name free) and its operation fails.
 func TestScaleOutRestoreCoordinatorDies(t *testing.T) {
+	t.Parallel()
 	sc := restoreClusterTuned(t, func(o *Options) { o.Cluster.RestorePartWait = 1500 * time.Millisecond })
 	ctx := context.Background()
-	release := holdRestoreOn(t, "n3")
+	release := holdRestoreOn(t, sc, "n3")
 	op := startRestore(t, sc.nodes["n2"], "r")
 	testkit.Eventually(t, "two parts ingested", 10*time.Second, func() (bool, string) {
 		_, meta := getOp(t, sc.nodes["n2"], op.Name)
@@ -312,6 +319,7 @@ func TestScaleOutRestoreCoordinatorDies(t *testing.T) {
 // over, and the node that took its tablets ingests them: the restore
 // completes whole.
 func TestFailoverRestoreOwnerDies(t *testing.T) {
+	t.Parallel()
 	sc := startFailoverCluster(t)
 	sc.createTable(t, "n1", "g", "p")
 	ctx := context.Background()
@@ -325,14 +333,14 @@ func TestFailoverRestoreOwnerDies(t *testing.T) {
 	}
 	asked := make(chan struct{})
 	var once sync.Once
-	testHookRestoreRows = func(node string, start, end []byte) error {
+	sc.knobs.restoreRows.set(func(node string, start, end []byte) error {
 		if node == "n3" {
 			once.Do(func() { close(asked) })
 			return status.Error(codes.Unavailable, "injected: n3 is failing")
 		}
 		return nil
-	}
-	t.Cleanup(func() { testHookRestoreRows = nil })
+	})
+	t.Cleanup(sc.knobs.restoreRows.unset)
 	op := startRestore(t, sc.nodes["n1"], "r")
 	<-asked
 	sc.nodes["n3"].crash()
@@ -356,19 +364,19 @@ func TestFailoverRestoreOwnerDies(t *testing.T) {
 
 // holdRestoreOn holds node's part of every restore until release is
 // called (at cleanup at the latest).
-func holdRestoreOn(t *testing.T, node string) (release func()) {
+func holdRestoreOn(t *testing.T, sc *scaleCluster, node string) (release func()) {
 	held := make(chan struct{})
 	var once sync.Once
 	release = func() { once.Do(func() { close(held) }) }
-	testHookRestoreRows = func(n string, start, end []byte) error {
+	sc.knobs.restoreRows.set(func(n string, start, end []byte) error {
 		if n == node {
 			<-held
 		}
 		return nil
-	}
+	})
 	t.Cleanup(func() {
 		release()
-		testHookRestoreRows = nil
+		sc.knobs.restoreRows.unset()
 	})
 	return release
 }

@@ -48,8 +48,9 @@ func restoreOpState(t *testing.T, n *scaleNode, name string) string {
 // every node (its progress while it runs), and the official client's wait
 // through a node other than the coordinator gets the table.
 func TestScaleOutRestoreOpThroughAnyNode(t *testing.T) {
+	t.Parallel()
 	sc := restoreCluster(t)
-	release := holdRestoreOn(t, "n3")
+	release := holdRestoreOn(t, sc, "n3")
 	op := startRestore(t, sc.nodes["n2"], "r")
 	if !strings.Contains(op.Name, restoreOpMark) {
 		t.Fatalf("operation name %s", op.Name)
@@ -95,9 +96,10 @@ func TestScaleOutRestoreOpThroughAnyNode(t *testing.T) {
 // restore over and completes it once the dead node (owner of a tablet)
 // is back, and a client waiting through a third node gets the table.
 func TestScaleOutRestoreOpCoordinatorKilled(t *testing.T) {
+	t.Parallel()
 	sc := restoreCluster(t)
 	ctx := context.Background()
-	release := holdRestoreOn(t, "n3")
+	release := holdRestoreOn(t, sc, "n3")
 	op := startRestore(t, sc.nodes["n2"], "r")
 	n1, n3 := sc.nodes["n1"], sc.nodes["n3"]
 	testkit.Eventually(t, "two parts ingested", 10*time.Second, func() (bool, string) {
@@ -140,9 +142,10 @@ func TestScaleOutRestoreOpCoordinatorKilled(t *testing.T) {
 // over from its operation record and, the dead node back, completes it
 // (the restarted owners ingest their parts again).
 func TestScaleOutRestoreCoordinatorDeadOthersRestarted(t *testing.T) {
+	t.Parallel()
 	sc := restoreCluster(t)
 	ctx := context.Background()
-	release := holdRestoreOn(t, "n3")
+	release := holdRestoreOn(t, sc, "n3")
 	op := startRestore(t, sc.nodes["n2"], "r")
 	testkit.Eventually(t, "two parts ingested", 10*time.Second, func() (bool, string) {
 		_, meta := getOp(t, sc.nodes["n1"], op.Name)
@@ -188,15 +191,19 @@ func TestScaleOutRestoreCoordinatorDeadOthersRestarted(t *testing.T) {
 // The coordinator dies once every part is ingested, before its commit: a
 // sweep of another node commits the restore, the operation ends with the
 // table, and the dead node, back, ingests its tablet's rows at commit.
+//
+// Not parallel: its restart of n2 failed once in three runs beside the
+// other cluster tests ("requested lease not found": the 2 s lease granted at
+// the start expired while the starved process was still starting).
 func TestScaleOutRestoreCommitResumed(t *testing.T) {
 	sc := restoreCluster(t)
 	ctx := context.Background()
 	reached, proceed := make(chan struct{}), make(chan struct{})
-	testHookRestoreCommitting = func(node string) {
+	sc.knobs.restoreCommitting.set(func(node string) {
 		close(reached)
 		<-proceed
-	}
-	t.Cleanup(func() { testHookRestoreCommitting = nil })
+	})
+	t.Cleanup(sc.knobs.restoreCommitting.unset)
 	n2 := sc.nodes["n2"]
 	op := startRestore(t, n2, "r")
 	<-reached

@@ -111,11 +111,11 @@ func proposeOp(m proto.Message, err error) (*longrunningpb.Operation, error) {
 // table's data that long), and a minute at least, so a delete refused
 // (deletion protection) can put the directory back.
 func (c *clusterMember) keepDeletedFor() time.Duration {
-	return max(c.s.opts.UndeleteRetention, minKeepDeleted)
+	return max(c.s.opts.UndeleteRetention, c.s.knobs().minKeepDeleted.or(minKeepDeleted))
 }
 
-// minKeepDeleted is keepDeletedFor's floor (tests lower it).
-var minKeepDeleted = time.Minute
+// minKeepDeleted is keepDeletedFor's floor (tests lower it: testKnobs).
+const minKeepDeleted = time.Minute
 
 // undoDirOp undoes what a change's entry did to its table's directory
 // when the change failed on this node (and so, applied in the same order

@@ -30,10 +30,6 @@ import (
 // tablet is between owners.
 const consoleTailRetryFor = 10 * time.Second
 
-// consoleTailLines counts the records the console's tail streams handed
-// to its merges (tests compare it with the records delivered).
-var consoleTailLines atomic.Int64
-
 // errTailFull stops a poll's merge once it holds a batch.
 var errTailFull = errors.New("tail batch full")
 
@@ -118,7 +114,7 @@ func (c *consoleSource) Watch(ctx context.Context, part merge.Range, from merge.
 
 // serve runs a Watch in process.
 func (c *consoleSource) serve(ctx context.Context, req *ebbadminpb.WatchRequest) *localWatchStream {
-	st := &localWatchStream{ctx: ctx, ch: make(chan *ebbadminpb.WatchResponse), done: make(chan struct{})}
+	st := &localWatchStream{ctx: ctx, ch: make(chan *ebbadminpb.WatchResponse), done: make(chan struct{}), lines: &c.a.s.consoleTailLines}
 	go func() {
 		st.err = c.a.watchPartition(req, st)
 		close(st.done)
@@ -150,7 +146,8 @@ type localWatchStream struct {
 	ctx               context.Context
 	ch                chan *ebbadminpb.WatchResponse
 	done              chan struct{}
-	err               error // set before done is closed
+	err               error         // set before done is closed
+	lines             *atomic.Int64 // the server's consoleTailLines
 }
 
 func (l *localWatchStream) Context() context.Context     { return l.ctx }
@@ -178,7 +175,7 @@ func (l *localWatchStream) Recv() (*merge.Response, error) {
 	select {
 	case r := <-l.ch:
 		if r.GetLine() != "" {
-			consoleTailLines.Add(1)
+			l.lines.Add(1)
 		}
 		return MergeResponse(r), nil
 	case <-l.done:

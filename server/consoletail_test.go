@@ -19,9 +19,9 @@ import (
 // commit order, and the partitions' streams hand the merges at most four
 // times the records delivered (1.9–2.4 times when measured; polls reading
 // up to now had every partition stream its records ahead, and each full
-// batch left them to be read again: 7.3 times). Not parallel: it reads a
-// package counter.
+// batch left them to be read again: 7.3 times).
 func TestConsoleTailBacklog(t *testing.T) {
+	t.Parallel()
 	sc := startScaleClusterTuned(t, 0, func(o *Options) { o.HTTPAddr = "127.0.0.1:0" }, "n1", "n2", "n3")
 	ctx := context.Background()
 	const tablets, rows = 30, 3000
@@ -49,7 +49,8 @@ func TestConsoleTailBacklog(t *testing.T) {
 	base := "http://" + sc.nodes["n2"].srv.HTTPAddr() + "/t/" + testProject + "/" + testInstance + "/t/changes.json"
 	hc := &http.Client{Timeout: time.Minute}
 	defer hc.CloseIdleConnections()
-	lines0 := consoleTailLines.Load()
+	lines := &sc.nodes["n2"].srv.consoleTailLines
+	lines0 := lines.Load()
 	seen := map[string]int{}
 	var last changestream.Position
 	cursor, polls := "", 0
@@ -102,7 +103,7 @@ func TestConsoleTailBacklog(t *testing.T) {
 		}
 		delivered++
 	}
-	read := consoleTailLines.Load() - lines0
+	read := lines.Load() - lines0
 	t.Logf("%d records delivered in %d polls; the partitions' streams handed %d to the merges", delivered, polls, read)
 	if read > 4*int64(delivered) {
 		t.Errorf("the partitions' streams handed %d records to the merges for %d delivered; want at most four times as many", read, delivered)

@@ -38,10 +38,20 @@ func startCluster(t *testing.T, id, join, dir string) *cluster {
 // startClusterOn is startCluster on the given clock.
 func startClusterOn(t *testing.T, id, join, dir string, clk clock.Clock) *cluster {
 	t.Helper()
+	return startClusterTuned(t, id, join, dir, clk, nil)
+}
+
+// startClusterTuned is startClusterOn with the options adjusted by tune.
+func startClusterTuned(t *testing.T, id, join, dir string, clk clock.Clock, tune func(*Options)) *cluster {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	srv, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: dir, Clock: clk, ClusterID: id, Join: join})
+	opts := Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: dir, Clock: clk, ClusterID: id, Join: join}
+	if tune != nil {
+		tune(&opts)
+	}
+	srv, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,14 +417,16 @@ func TestDeleteClusterForgetsPeer(t *testing.T) {
 // 5 MiB so that 12 MiB cross it (the bound itself is TestAnswerBudget in
 // package replication).
 func TestLargeValuesReplicate(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	defer func(old int) { pullMaxBytes = old }(pullMaxBytes)
-	pullMaxBytes = 5 << 20
-	a := startCluster(t, "a", "", "")
+	knobs := &testKnobs{}
+	knobs.pullMaxBytes.set(5 << 20)
+	lowBudget := func(o *Options) { o.knobs = knobs }
+	a := startClusterTuned(t, "a", "", "", clock.Real{}, lowBudget)
 	if err := a.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", ColumnFamilies: map[string]bigtable.Family{"f": {GCPolicy: bigtable.NoGcPolicy()}}}); err != nil {
 		t.Fatal(err)
 	}
-	b := startCluster(t, "b", a.srv.Addr(), "")
+	b := startClusterTuned(t, "b", a.srv.Addr(), "", clock.Real{}, lowBudget)
 	big := make([]byte, 2<<20)
 	for i := range 6 { // 12 MiB, more than two pulls' 5 MiB
 		big[0] = byte(i)

@@ -171,10 +171,6 @@ func (d peerDirectory) Dial(id string) (replication.Peer, error) {
 	return grpcPeer{s: d.s, id: id}, nil
 }
 
-// pullMaxBytes is about the most record bytes one pull answer carries
-// (TestLargeValuesReplicate lowers it to cross the bound with less data).
-var pullMaxBytes = replication.PullMaxBytes
-
 // newReplicator wires package replication to the server.
 func newReplicator(s *Server) *replication.Replicator {
 	sink, pulls := s.pullSink() // clusterpull.go
@@ -203,8 +199,9 @@ func newReplicator(s *Server) *replication.Replicator {
 		// the records to their owners (clusterpull.go).
 		Sink:  sink,
 		Pulls: pulls,
-		// Tests lower the budget (see pullMaxBytes).
-		PullMaxBytes: pullMaxBytes,
+		// Tests lower the budget (TestLargeValuesReplicate, to cross the
+		// bound with less data).
+		PullMaxBytes: s.knobs().pullMaxBytes.or(replication.PullMaxBytes),
 	}
 	if k := s.cluster; k != nil && k.sink != nil { // clusterreplshare.go
 		o.OnThrough = k.sink.shareThrough

@@ -44,13 +44,15 @@ type scaleCluster struct {
 	// tune, when set, adjusts each node's options before it starts (a
 	// shared clock, GC settings).
 	tune func(*Options)
+	// knobs are every node's test hooks and bounds (testknobs.go).
+	knobs *testKnobs
 }
 
 func (sc *scaleCluster) start(t testing.TB, id, dir string) *scaleNode {
 	t.Helper()
 	opts := Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: dir, Cluster: &ClusterOptions{
 		Etcd: []string{sc.etcd}, NodeID: id, LeaseTTL: 2 * time.Second, SharedStorage: "file://" + sc.shared,
-		SplitBytes: sc.splitBytes, SplitInterval: 50 * time.Millisecond}}
+		SplitBytes: sc.splitBytes, SplitInterval: 50 * time.Millisecond}, knobs: sc.knobs}
 	if sc.tune != nil {
 		sc.tune(&opts)
 	}
@@ -104,7 +106,8 @@ func startScaleClusterSplitting(t testing.TB, splitBytes int64, ids ...string) *
 
 func startScaleClusterTuned(t testing.TB, splitBytes int64, tune func(*Options), ids ...string) *scaleCluster {
 	t.Helper()
-	sc := &scaleCluster{etcd: etcdtest.Start(t), shared: t.TempDir(), splitBytes: splitBytes, nodes: map[string]*scaleNode{}, tune: tune}
+	sc := &scaleCluster{etcd: etcdtest.Start(t), shared: t.TempDir(), splitBytes: splitBytes, nodes: map[string]*scaleNode{}, tune: tune,
+		knobs: &testKnobs{}}
 	for _, id := range ids {
 		n := sc.start(t, id, filepath.Join(t.TempDir(), id))
 		t.Cleanup(n.stop)

@@ -100,6 +100,8 @@ type Options struct {
 	// --materialized-view-rules any, docs/sql.md). Off, such a query is
 	// INVALID_ARGUMENT, as in Cloud Bigtable.
 	AnyViewQuery bool
+	// knobs: tests' hooks and bounds (testknobs.go); nil in production.
+	knobs *testKnobs
 }
 
 // EnsureDefaults fills unset options.
@@ -179,6 +181,10 @@ type Server struct {
 	// replJoinPending: started with --join in a cluster, which has not
 	// joined yet (clusterjoin.go).
 	replJoinPending atomic.Bool
+
+	// consoleTailLines counts the records the console's tail streams
+	// handed to its merges (tests compare it with the records delivered).
+	consoleTailLines atomic.Int64
 }
 
 // New opens the engine and builds the services. It does not listen yet.
