@@ -27,7 +27,8 @@ var (
 	ErrNodeLive = errors.New("ebbtable: node id is live in another process")
 	// ErrTableExists: the table already has a tablet directory.
 	ErrTableExists = errors.New("ebbtable: table already exists in the cluster")
-	// ErrClosed: the member has left.
+	// ErrClosed: the member has left (Close) or was abandoned; its etcd
+	// calls fail with it at once (bound.go).
 	ErrClosed = errors.New("ebbtable: cluster member closed")
 )
 
@@ -103,6 +104,11 @@ type Member struct {
 	stop    chan struct{}
 	stopped sync.Once
 	wg      sync.WaitGroup
+	// done ends every etcd call (bound.go): cancelled by Abandon and
+	// Close before they close the client.
+	done     context.CancelFunc
+	rawLease clientv3.Lease // not bound: Close's revoke
+	closed   atomic.Bool    // by Close or Abandon
 
 	mu       sync.RWMutex
 	lease    clientv3.LeaseID
@@ -135,14 +141,22 @@ func Join(ctx context.Context, opts Options) (*Member, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ebbtable: etcd at %v: %w", opts.Endpoints, err)
 	}
+	done, cancel := context.WithCancel(context.Background())
+	b := bound{done: done}
+	cli.KV = boundKV{KV: cli.KV, bound: b}
+	rawLease := cli.Lease
+	cli.Lease = boundLease{Lease: cli.Lease, bound: b}
+	cli.Watcher = boundWatcher{Watcher: cli.Watcher, bound: b}
 	m := &Member{opts: opts, cli: cli, log: opts.Logger, fence: cluster.NewFence(opts.Clock, opts.TTL/10),
-		stop: make(chan struct{}), changed: make(chan struct{})}
+		stop: make(chan struct{}), changed: make(chan struct{}), done: cancel, rawLease: rawLease}
 	if err := m.checkSettings(ctx); err != nil {
+		cancel()
 		cli.Close()
 		return nil, err
 	}
 	if opts.NodeID != "" {
 		if err := m.register(ctx); err != nil {
+			cancel()
 			cli.Close()
 			return nil, err
 		}
@@ -270,16 +284,22 @@ func (m *Member) LeaseID() int64 {
 	return int64(m.lease)
 }
 
-// Close leaves the cluster: the lease is revoked (the node's key goes at
-// once; its tablets stay its own in the directory) and the client closed.
+// Close leaves the cluster: etcd calls of the node still running, or
+// made later, fail at once (ErrClosed); the lease is revoked (the node's
+// key goes at once; its tablets stay its own in the directory) and the
+// client closed. Once closed or abandoned, Close does nothing.
 func (m *Member) Close() error {
+	if m.closed.Swap(true) {
+		return nil
+	}
+	m.done()
 	m.halt()
 	m.mu.RLock()
 	id := m.lease
 	m.mu.RUnlock()
 	if id != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		m.cli.Revoke(ctx, id)
+		m.rawLease.Revoke(ctx, id)
 		cancel()
 	}
 	m.fence.Lost()
@@ -287,8 +307,13 @@ func (m *Member) Close() error {
 }
 
 // Abandon stops renewing and closes the client without revoking the lease,
-// as a killed process would: the lease expires after its TTL. For tests.
+// as a killed process would: the lease expires after its TTL, and every
+// etcd call of the node fails at once from now on (ErrClosed). For tests.
 func (m *Member) Abandon() error {
+	if m.closed.Swap(true) {
+		return nil
+	}
+	m.done()
 	m.halt()
 	return m.cli.Close()
 }

@@ -461,11 +461,8 @@ func (s *Server) viewCurrent(mv *maintView) (ok bool, spans []table.RowRange, er
 	if err != nil {
 		return false, nil, err
 	}
-	var got []byte
-	err = s.engine.ScanViewState(mv.space, []byte{'V'}, []byte{'W'}, false, func(_, v []byte) (bool, error) {
-		got = bytes.Clone(v)
-		return false, nil
-	})
+	// A point read: no iterator (one would load a file of every level).
+	got, _, err := s.engine.GetViewState(mv.space, []byte{'V'})
 	if err != nil || got == nil {
 		return false, nil, err
 	}

@@ -321,6 +321,14 @@ func (e *Engine) ReadViewLog(tableID, from uint64, limit int) ([]ViewLogEntry, u
 type ViewBatch struct {
 	e *Engine
 	b *pebble.Batch
+	// free are iterators finished scans left, reused by the next scan
+	// (SetOptions refreshes their view of the batch): maintenance scans
+	// each view's state once or more per round, and opening an iterator
+	// loads a file of every level its bounds overlap. The view state they
+	// read under the batch's own writes is the committed one when they
+	// were opened; every writer of a view's state holds its table's
+	// maintenance lock, as the batch's user does.
+	free []*pebble.Iterator
 }
 
 // NewViewBatch starts a view batch. Close it when done.
@@ -383,7 +391,32 @@ func (vb *ViewBatch) Get(space, key []byte) ([]byte, bool, error) {
 // end of the space), in order or reversed, this batch's writes included,
 // until fn returns false.
 func (vb *ViewBatch) Scan(space, lo, hi []byte, reverse bool, fn func(k, v []byte) (bool, error)) error {
-	return scanSpace(vb.b, space, lo, hi, reverse, fn)
+	lower, upper := spaceBounds(space, lo, hi)
+	o := &pebble.IterOptions{LowerBound: lower, UpperBound: upper}
+	var it *pebble.Iterator
+	if n := len(vb.free); n > 0 {
+		it, vb.free = vb.free[n-1], vb.free[:n-1]
+		it.SetOptions(o)
+	} else {
+		var err error
+		if it, err = vb.b.NewIter(o); err != nil {
+			return err
+		}
+	}
+	if err := walkSpace(it, space, reverse, fn); err != nil {
+		it.Close()
+		return err
+	}
+	vb.free = append(vb.free, it)
+	return nil
+}
+
+// closeIters closes the iterators scans left.
+func (vb *ViewBatch) closeIters() {
+	for _, it := range vb.free {
+		it.Close()
+	}
+	vb.free = nil
 }
 
 // Len is the size of the batch so far.
@@ -395,6 +428,7 @@ func (vb *ViewBatch) Commit() error {
 		return err
 	}
 	defer vb.e.leave()
+	vb.closeIters()
 	// Unsynced and ungated: no table read waits for view state, and a
 	// crash that loses the batch loses the log entries' deletion with it,
 	// so the entries are consumed again.
@@ -402,7 +436,27 @@ func (vb *ViewBatch) Commit() error {
 }
 
 // Close releases the batch.
-func (vb *ViewBatch) Close() { vb.b.Close() }
+func (vb *ViewBatch) Close() {
+	vb.closeIters()
+	vb.b.Close()
+}
+
+// GetViewState reads a key of a view's committed state.
+func (e *Engine) GetViewState(space, key []byte) ([]byte, bool, error) {
+	if err := e.enter(); err != nil {
+		return nil, false, err
+	}
+	defer e.leave()
+	v, closer, err := e.store.Get(append(bytes.Clone(space), key...))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer closer.Close()
+	return bytes.Clone(v), true, nil
+}
 
 // ScanViewState is ViewBatch.Scan over the committed state.
 func (e *Engine) ScanViewState(space, lo, hi []byte, reverse bool, fn func(k, v []byte) (bool, error)) error {
@@ -414,29 +468,38 @@ func (e *Engine) ScanViewState(space, lo, hi []byte, reverse bool, fn func(k, v 
 }
 
 func scanSpace(r pebble.Reader, space, lo, hi []byte, reverse bool, fn func(k, v []byte) (bool, error)) error {
-	o := &pebble.IterOptions{LowerBound: append(bytes.Clone(space), lo...), UpperBound: storage.PrefixEnd(space)}
-	if hi != nil {
-		o.UpperBound = append(bytes.Clone(space), hi...)
-	}
-	it, err := r.NewIter(o)
+	lower, upper := spaceBounds(space, lo, hi)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return err
 	}
-	ok := it.First()
+	err = walkSpace(it, space, reverse, fn)
+	if cerr := it.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// walkSpace calls fn for the keys of it (positioned from its start, or its
+// end if reverse), their space cut off, until fn returns false; then the
+// iterator's error.
+func walkSpace(it *pebble.Iterator, space []byte, reverse bool, fn func(k, v []byte) (bool, error)) error {
+	var ok bool
 	if reverse {
 		ok = it.Last()
+	} else {
+		ok = it.First()
 	}
 	for ; ok; ok = nextOrPrev(it, reverse) {
 		more, err := fn(it.Key()[len(space):], it.Value())
 		if err != nil {
-			it.Close()
 			return err
 		}
 		if !more {
 			break
 		}
 	}
-	return it.Close()
+	return it.Error()
 }
 
 func nextOrPrev(it *pebble.Iterator, reverse bool) bool {
