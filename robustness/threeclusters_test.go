@@ -51,15 +51,26 @@ func TestThreeClusters(t *testing.T) {
 	if err := aa.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", ColumnFamilies: map[string]bigtable.Family{"f": {GCPolicy: bigtable.NoGcPolicy()}}}); err != nil {
 		t.Fatal(err)
 	}
-	write := func(c *bigtable.Client, row, col string, ts int, val string) error {
+	writeWithin := func(d time.Duration, c *bigtable.Client, row, col string, ts int, val string) error {
 		m := bigtable.NewMutation()
 		m.Set("f", col, bigtable.Timestamp(ts*1000), []byte(val))
-		wctx, cancel := context.WithTimeout(ctx, 2*time.Second) // the client retries a dead server forever
+		wctx, cancel := context.WithTimeout(ctx, d)
 		defer cancel()
 		return c.Open("t").Apply(wctx, row, m)
 	}
+	// write may meet a killed server: 2 s, as the client retries a dead
+	// server forever.
+	write := func(c *bigtable.Client, row, col string, ts int, val string) error {
+		return writeWithin(2*time.Second, c, row, col, ts, val)
+	}
+	// mustWrite writes to a live server and must succeed: a generous
+	// budget, as a loaded machine (CI runs every package at once) can
+	// hold one write past 2 s.
+	mustWrite := func(c *bigtable.Client, row, col string, ts int, val string) error {
+		return writeWithin(30*time.Second, c, row, col, ts, val)
+	}
 	for i := range 100 {
-		if err := write(ca, fmt.Sprintf("seed-%03d", i), "c", 1, "s"); err != nil {
+		if err := mustWrite(ca, fmt.Sprintf("seed-%03d", i), "c", 1, "s"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -106,7 +117,7 @@ func TestThreeClusters(t *testing.T) {
 	wg.Wait()
 	for i := range 20 { // writes on the restarted cluster
 		row := fmt.Sprintf("c2-%03d", i)
-		if err := write(newC, row, "c", 2, "c2"); err != nil {
+		if err := mustWrite(newC, row, "c", 2, "c2"); err != nil {
 			t.Fatal(err)
 		}
 		acked[row] = true
@@ -175,7 +186,7 @@ func TestThreeClusters(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer routed.Close()
-	if err := write(routed, "routed", "c", 4, "via-a"); err != nil {
+	if err := mustWrite(routed, "routed", "c", 4, "via-a"); err != nil {
 		t.Fatal(err)
 	}
 	if row, err := cb.Open("t").ReadRow(ctx, "routed"); err != nil || len(row["f"]) != 1 {
