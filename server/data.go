@@ -115,9 +115,14 @@ func (d *dataServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_Re
 		}
 	}
 	w := chunkWriter{stream: stream}
-	start := time.Now()
+	// The clock and the counts only for a request that asks for them.
+	full := req.GetRequestStatsView() == btpb.ReadRowsRequest_REQUEST_STATS_FULL
+	var start time.Time
 	var stats table.ReadStats
-	rr.Stats = &stats
+	if full {
+		start = time.Now()
+		rr.Stats = &stats
+	}
 	emit := w.row
 	if showExpiry(stream.Context()) {
 		emit = func(r cell.Row) error { return w.row(labelExpiry(r)) }
@@ -129,7 +134,7 @@ func (d *dataServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_Re
 	if err := w.flush(); err != nil {
 		return err
 	}
-	if req.GetRequestStatsView() != btpb.ReadRowsRequest_REQUEST_STATS_FULL {
+	if !full {
 		return nil
 	}
 	return stream.Send(&btpb.ReadRowsResponse{RequestStats: &btpb.RequestStats{

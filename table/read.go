@@ -80,8 +80,12 @@ type ReadStats struct {
 	CellsSeen, CellsReturned int64
 }
 
-// interval is [lo, hi) in raw row-key order; hi nil means unbounded.
-type interval struct{ lo, hi []byte }
+// interval is [lo, hi) in raw row-key order; hi nil means unbounded. one
+// marks the interval of the single row lo (hi is then nil; see bounds).
+type interval struct {
+	lo, hi []byte
+	one    bool
+}
 
 func keySucc(k []byte) []byte { return append(bytes.Clone(k), 0) }
 
@@ -160,13 +164,14 @@ func (e *Engine) readRows(ctx context.Context, instance, table string, req ReadR
 	if req.Limit < 0 {
 		return fmt.Errorf("%w: rows limit must not be negative", ErrInvalid)
 	}
-	ivs, err := req.intervals()
-	if err != nil {
-		return err
-	}
 	// A point read may skip the new cells of writes in flight instead of
 	// waiting for them (durability).
 	point := len(req.Ranges) == 0 && len(req.Keys) > 0
+	var one [1]interval
+	ivs, err := req.pointIntervals(point, &one) // readpoint.go
+	if err != nil {
+		return err
+	}
 	var skip *skipKeys
 	var opts *pebble.IterOptions
 	if point {
@@ -238,11 +243,7 @@ func (e *Engine) readRows(ctx context.Context, instance, table string, req ReadR
 		slices.Reverse(ivs)
 	}
 	for _, iv := range ivs {
-		lo := storage.RowBound(m.ID, iv.lo)
-		hi := storage.TableEnd(m.ID)
-		if iv.hi != nil {
-			hi = storage.RowBound(m.ID, iv.hi)
-		}
+		lo, hi := iv.bounds(m.ID)
 		it.SetBounds(lo, hi)
 		if req.Reversed {
 			err = s.scanBackward(emit)
