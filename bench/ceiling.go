@@ -11,7 +11,6 @@ import (
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/storage"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -223,7 +222,7 @@ func (s *ceilingServer) writePebble(req *btpb.MutateRowsRequest) error {
 			}
 		}
 	}
-	return b.Commit(pebble.Sync)
+	return storage.CommitSynced(b)
 }
 
 func (s *ceilingServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_ReadRowsServer) error {

@@ -5,7 +5,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/storage"
 )
 
@@ -61,7 +60,7 @@ func rawPebbleWrites(ctx context.Context, cfg Config) (Result, error) {
 					return err
 				}
 			}
-			err := batch.Commit(pebble.Sync)
+			err := storage.CommitSynced(batch)
 			batch.Close()
 			if err != nil {
 				return err
