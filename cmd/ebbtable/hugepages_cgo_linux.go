@@ -19,9 +19,7 @@ func withHugePages(args []string) {
 	if !changed {
 		return
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return
-	}
-	_ = syscall.Exec(exe, os.Args, env) // returns only on failure
+	// /proc/self/exe is the running image, even if its file was replaced
+	// or deleted since the start.
+	_ = syscall.Exec("/proc/self/exe", os.Args, env) // returns only on failure
 }
