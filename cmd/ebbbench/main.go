@@ -26,7 +26,10 @@
 // own process: the most any Pebble-backed server reaches behind this
 // client). The writes line is then followed by ebbtable's, the ceiling's
 // and ceiling-pebble's throughput as shares of raw Pebble's in the same
-// round.
+// round. With --raw-pebble this process re-executes itself with glibc's
+// huge-page tunable (internal/hugepages), as ebbtable's serve does, so raw
+// Pebble's memtable is on the same pages as serve's; its children inherit
+// it (an ebbtable binary older than serve's own re-exec then gets it too).
 //
 // --cpuprofile PREFIX writes the ebbtable server's CPU profile under each
 // workload of the first round to PREFIX.writes, PREFIX.scans and
@@ -55,6 +58,7 @@ import (
 	"syscall"
 
 	"github.com/ebbtable/ebbtable/bench"
+	"github.com/ebbtable/ebbtable/internal/hugepages"
 )
 
 func main() {
@@ -86,6 +90,13 @@ func main() {
 	ceilingAddr := flag.String("addr", "127.0.0.1:0", "with --serve-ceiling: the address to listen on")
 	ceilingPebble := flag.String("ceiling-pebble", "", "with --serve-ceiling: commit each MutateRows call's cells to a Pebble database in `DIR` with a synced batch before acknowledging it (the ceiling-pebble target)")
 	flag.Parse()
+	if opts.RawPebble {
+		// Raw Pebble (here) and ceiling-pebble (a child) on huge pages,
+		// as ebbtable's serve runs its Pebble: the children inherit the
+		// environment, which leaves the emulator and the ceiling (pure
+		// Go) alone.
+		hugepages.Reexec()
+	}
 
 	if *serveCeiling {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -1,4 +1,4 @@
-package main
+package hugepages
 
 import (
 	"slices"
@@ -20,9 +20,9 @@ func TestTunedEnv(t *testing.T) {
 		// A second GLIBC_TUNABLES is dropped: getenv sees the first.
 		{[]string{"GLIBC_TUNABLES=x=1", "GLIBC_TUNABLES=glibc.malloc.hugetlb=0"}, []string{"GLIBC_TUNABLES=x=1:glibc.malloc.hugetlb=1"}, true},
 	} {
-		got, changed := tunedEnv(c.in)
+		got, changed := TunedEnv(c.in)
 		if changed != c.changed || !slices.Equal(got, c.want) {
-			t.Errorf("tunedEnv(%q) = %q, %v; want %q, %v", c.in, got, changed, c.want, c.changed)
+			t.Errorf("TunedEnv(%q) = %q, %v; want %q, %v", c.in, got, changed, c.want, c.changed)
 		}
 	}
 }

@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package main
+package hugepages
 
 import (
 	"fmt"
@@ -10,23 +10,22 @@ import (
 	"testing"
 )
 
-// reexecEnv makes this test binary act as serve's start (TestMain): it
-// prints its pid and GLIBC_TUNABLES before and after withHugePages.
+// reexecEnv makes this test binary act as a process calling Reexec at its
+// start (TestMain): it prints its pid and GLIBC_TUNABLES before and after.
 const reexecEnv = "EBBTABLE_TEST_HUGEPAGES_REEXEC"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(reexecEnv) == "1" {
 		fmt.Printf("pid %d tunables %q\n", os.Getpid(), os.Getenv("GLIBC_TUNABLES"))
-		withHugePages([]string{"serve"})
+		Reexec()
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
 
-// TestServeReexecsWithHugePages checks serve's start re-executes the
-// process once, keeping its pid, with the tunable set, and not when
-// GLIBC_TUNABLES already names it.
-func TestServeReexecsWithHugePages(t *testing.T) {
+// TestReexec checks Reexec re-executes the process once, keeping its pid,
+// with the tunable set, and not when GLIBC_TUNABLES already names it.
+func TestReexec(t *testing.T) {
 	run := func(env ...string) []string {
 		cmd := exec.Command(os.Args[0], "-test.run", "^$")
 		cmd.Env = append(append(os.Environ(), reexecEnv+"=1"), env...)
