@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ebbtable/ebbtable/storage"
 )
 
 // start brings up one target for a test or benchmark and closes it at the end.
@@ -237,5 +239,97 @@ func TestHotRows(t *testing.T) {
 		if r.Workload != WorkloadHotRows || r.Ops < 10 || r.Ops != r.Rows || r.P50Micros <= 0 {
 			t.Errorf("%s: implausible %+v", r.Target, r)
 		}
+	}
+}
+
+// TestRawPebble runs raw Pebble beside ebbtable (RawPebble) and checks the
+// writes comparison gives ebbtable's throughput as a share of it.
+func TestRawPebble(t *testing.T) {
+	rep, err := Run(context.Background(), Options{
+		Config:    Config{Rows: 300, BatchSize: 50, Workers: 2},
+		DataDir:   t.TempDir(),
+		InProcess: true,
+		RawPebble: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pb *Result
+	for i, r := range rep.Results {
+		if r.Target == TargetPebble {
+			pb = &rep.Results[i]
+		}
+	}
+	if len(rep.Results) != 5 || pb == nil || pb.Workload != WorkloadWrites || pb.Rows != 300 || pb.Ops != 6 || pb.RowsPerSec <= 0 {
+		t.Fatalf("results %+v: want five, one a raw Pebble write of 300 rows in 6 batches", rep.Results)
+	}
+	if len(rep.Comparisons) != 1 {
+		t.Fatalf("got %d comparisons, want 1", len(rep.Comparisons))
+	}
+	c := rep.Comparisons[0]
+	if c.PebbleRowsPerSec != pb.RowsPerSec || c.EbbtableOfPebble <= 0 || c.CeilingOfPebble <= 0 ||
+		c.EbbtableOfPebbleMin > c.EbbtableOfPebble || c.EbbtableOfPebble > c.EbbtableOfPebbleMax || c.CeilingPebbleOfPebble <= 0 {
+		t.Fatalf("implausible comparison %+v", c)
+	}
+	var tbl bytes.Buffer
+	if err := rep.WriteTable(&tbl); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(tbl.String(), "raw pebble") {
+		t.Errorf("table lacks raw Pebble's line:\n%s", tbl.String())
+	}
+}
+
+// TestCeilingPebbleWrites checks the ceiling-pebble target commits every
+// written cell to its Pebble database under ebbtable's key and value
+// encoding, and raw Pebble's value encoding is storage.EncodeValue's.
+func TestCeilingPebbleWrites(t *testing.T) {
+	cfg := Config{Table: "t", Rows: 250, BatchSize: 40, Workers: 3, Seed: 5}
+	dir := t.TempDir()
+	e, err := StartCeilingPebble(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Setup(context.Background(), e.Admin, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Writes(context.Background(), e.Client, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := storage.Open(storage.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	it, err := db.NewIter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	pool := newValuePool(cfg.withDefaults())
+	want := map[string][]byte{}
+	for i := range cfg.Rows {
+		want[cfg.Key(i)] = pool.value(i)
+	}
+	n := 0
+	for it.First(); it.Valid(); it.Next() {
+		k, err := storage.DecodeCellKey(it.Key())
+		if err != nil {
+			continue // the full-memtable tombstone's key, say
+		}
+		v, _, err := storage.DecodeValue(it.Value())
+		if err != nil || !bytes.Equal(v, want[string(k.Row)]) || string(k.Qualifier) != "c" {
+			t.Fatalf("cell %q: value %x (err %v), want %x", k.Row, v, err, want[string(k.Row)])
+		}
+		n++
+	}
+	if n != cfg.Rows {
+		t.Fatalf("%d cells in Pebble, want %d", n, cfg.Rows)
+	}
+	if v := []byte("value"); !bytes.Equal(storage.EncodeValue(v, 0), append([]byte{0}, v...)) {
+		t.Fatal("storage.EncodeValue(v, 0) is no longer a zero byte and v: fix writePebble and rawPebbleWrites")
 	}
 }

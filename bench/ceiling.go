@@ -11,6 +11,7 @@ import (
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"github.com/ebbtable/ebbtable/storage"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -27,11 +28,24 @@ import (
 // protobuf, paid on the same cores. (Its scans are not tuned: no bound.)
 const TargetCeiling = "ceiling"
 
+// TargetCeilingPebble is the ceiling with raw Pebble behind it: the same
+// server, but each MutateRows call's SetCells go into one Pebble batch
+// (the cells encoded as ebbtable encodes them, in a database storage.Open
+// opened with ebbtable's options) committed with pebble.Sync before the
+// call is acknowledged. It does what any durable Pebble-backed server must
+// do per write and nothing else, so its write throughput bounds any such
+// server's behind this client on this machine. Writes only: it keeps no
+// map to read from.
+const TargetCeilingPebble = "ceiling-pebble"
+
 // ceilingServer holds one table's rows: row key → the single cell the
 // workloads write (family, qualifier, value).
 type ceilingServer struct {
 	btpb.UnimplementedBigtableServer
 	adminpb.UnimplementedBigtableTableAdminServer
+
+	// db, if set, takes the writes instead of rows (TargetCeilingPebble).
+	db *storage.DB
 
 	mu     sync.RWMutex
 	tables map[string]bool
@@ -48,8 +62,8 @@ type ceilingCell struct {
 
 // newCeiling is the ceiling's gRPC server, with the message limits
 // ebbtable's server uses.
-func newCeiling() *grpc.Server {
-	cs := &ceilingServer{tables: map[string]bool{}, rows: map[string]ceilingCell{}}
+func newCeiling(db *storage.DB) *grpc.Server {
+	cs := &ceilingServer{db: db, tables: map[string]bool{}, rows: map[string]ceilingCell{}}
 	srv := grpc.NewServer(grpc.MaxRecvMsgSize(256<<20), grpc.MaxSendMsgSize(256<<20))
 	btpb.RegisterBigtableServer(srv, cs)
 	adminpb.RegisterBigtableTableAdminServer(srv, cs)
@@ -63,7 +77,7 @@ func StartCeiling(ctx context.Context) (*Endpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: ceiling: %w", err)
 	}
-	srv := newCeiling()
+	srv := newCeiling(nil)
 	go srv.Serve(lis)
 	e, err := Dial(ctx, TargetCeiling, lis.Addr().String())
 	if err != nil {
@@ -74,15 +88,54 @@ func StartCeiling(ctx context.Context) (*Endpoint, error) {
 	return e, nil
 }
 
+// StartCeilingPebble starts the ceiling writing to raw Pebble in dir
+// (TargetCeilingPebble) in this process on 127.0.0.1.
+func StartCeilingPebble(ctx context.Context, dir string) (*Endpoint, error) {
+	db, err := storage.Open(storage.Options{Dir: dir, FullMemtable: true})
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("bench: ceiling: %w", err)
+	}
+	srv := newCeiling(db)
+	go srv.Serve(lis)
+	e, err := Dial(ctx, TargetCeilingPebble, lis.Addr().String())
+	if err != nil {
+		srv.Stop()
+		db.Close()
+		return nil, err
+	}
+	e.stop = func() error { srv.Stop(); return db.Close() }
+	return e, nil
+}
+
 // ServeCeiling serves the ceiling on addr until ctx ends: the process
 // mode's ceiling target (ebbbench --serve-ceiling). Once it listens it
 // prints "ceiling running on HOST:PORT" to stdout.
 func ServeCeiling(ctx context.Context, addr string, stdout io.Writer) error {
+	return ServeCeilingPebble(ctx, addr, "", stdout)
+}
+
+// ServeCeilingPebble is ServeCeiling with the writes going to raw Pebble
+// in pebbleDir (TargetCeilingPebble; ebbbench --serve-ceiling
+// --ceiling-pebble DIR); an empty pebbleDir serves the plain ceiling.
+func ServeCeilingPebble(ctx context.Context, addr, pebbleDir string, stdout io.Writer) error {
+	var db *storage.DB
+	if pebbleDir != "" {
+		var err error
+		if db, err = storage.Open(storage.Options{Dir: pebbleDir, FullMemtable: true}); err != nil {
+			return err
+		}
+		defer db.Close()
+	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("bench: ceiling: %w", err)
 	}
-	srv := newCeiling()
+	srv := newCeiling(db)
 	go func() {
 		<-ctx.Done()
 		srv.Stop()
@@ -125,6 +178,15 @@ func (s *ceilingServer) ListTables(_ context.Context, req *adminpb.ListTablesReq
 
 func (s *ceilingServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtable_MutateRowsServer) error {
 	resp := &btpb.MutateRowsResponse{Entries: make([]*btpb.MutateRowsResponse_Entry, len(req.GetEntries()))}
+	if s.db != nil {
+		if err := s.writePebble(req); err != nil {
+			return status.Errorf(codes.Internal, "ceiling: %v", err)
+		}
+		for i := range resp.Entries {
+			resp.Entries[i] = &btpb.MutateRowsResponse_Entry{Index: int64(i), Status: &rpcstatus.Status{}}
+		}
+		return stream.Send(resp)
+	}
 	s.mu.Lock()
 	for i, e := range req.GetEntries() {
 		for _, m := range e.GetMutations() {
@@ -137,6 +199,30 @@ func (s *ceilingServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigt
 	s.sorted = nil
 	s.mu.Unlock()
 	return stream.Send(resp)
+}
+
+// writePebble commits a MutateRows call's SetCells to s.db in one synced
+// batch, each cell under the key ebbtable would give it (table and family
+// ids fixed: the workloads write one table of one family).
+func (s *ceilingServer) writePebble(req *btpb.MutateRowsRequest) error {
+	const tableID, familyID = 1, 1
+	b := s.db.NewBatch()
+	defer b.Close()
+	var key, val []byte
+	for _, e := range req.GetEntries() {
+		for _, m := range e.GetMutations() {
+			sc := m.GetSetCell()
+			if sc == nil {
+				continue
+			}
+			key = storage.AppendCellKey(key[:0], tableID, e.GetRowKey(), familyID, sc.GetColumnQualifier(), sc.GetTimestampMicros())
+			val = append(append(val[:0], 0), sc.GetValue()...) // storage.EncodeValue(value, 0)
+			if err := b.Set(key, val, nil); err != nil {
+				return err
+			}
+		}
+	}
+	return storage.CommitSynced(b)
 }
 
 func (s *ceilingServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_ReadRowsServer) error {

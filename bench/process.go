@@ -105,9 +105,12 @@ func (b *Binaries) command(target, dataDir, profile string) (Command, error) {
 		return Command{Path: b.Ebbtable, Args: args}, nil
 	case TargetEmulator:
 		return Command{Path: b.Emulator, Args: []string{"--host", "127.0.0.1", "--port", "0"}}, nil
-	case TargetCeiling:
+	case TargetCeiling, TargetCeilingPebble:
 		c := b.Ceiling
 		c.Args = append(append([]string(nil), c.Args...), "--addr", "127.0.0.1:0")
+		if target == TargetCeilingPebble {
+			c.Args = append(c.Args, "--ceiling-pebble", dataDir)
+		}
 		return c, nil
 	}
 	return Command{}, fmt.Errorf("bench: unknown target %q (want %s, %s or %s)", target, TargetEbbtable, TargetEmulator, TargetCeiling)

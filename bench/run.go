@@ -29,6 +29,13 @@ var Goals = map[string]float64{
 // Goals[WorkloadPointReads].
 const CeilingShare = 0.9
 
+// PebbleShare is issue 23's second bulk-write goal: ebbtable at least half
+// of raw Pebble's synced-batch throughput on the same cells.
+const PebbleShare = 0.5
+
+// allTargets are the targets Run knows.
+var allTargets = []string{TargetEbbtable, TargetEmulator, TargetCeiling, TargetCeilingPebble, TargetPebble}
+
 // Modes of Run.
 const (
 	// ModeProcess runs each target as its own process (the default): what
@@ -42,8 +49,13 @@ const (
 type Options struct {
 	Config
 	// Targets to run, in order, each round; nil means emulator, ebbtable,
-	// then the ceiling.
+	// then the ceiling (and raw Pebble with RawPebble).
 	Targets []string
+	// RawPebble adds TargetPebble and TargetCeilingPebble to the default
+	// targets (writes only): raw Pebble's synced-batch throughput on the
+	// writes workload's cells, in this process, and the ceiling server
+	// committing them to raw Pebble, beside the servers in the same round.
+	RawPebble bool
 	// Rounds is how many times the targets are run in turn (zero: once).
 	// Comparisons give the median ratio over the rounds and its range.
 	Rounds int
@@ -101,6 +113,27 @@ type Comparison struct {
 	// reach here. EbbtableOfCeiling is ebbtable's over the ceiling's.
 	CeilingRatio      float64 `json:"ceiling_ratio,omitempty"`
 	EbbtableOfCeiling float64 `json:"ebbtable_of_ceiling,omitempty"`
+	// PebbleRowsPerSec is raw Pebble's median synced-batch throughput on
+	// the same cells (writes, with TargetPebble only); EbbtableOfPebble
+	// and CeilingOfPebble are the medians over rounds of ebbtable's and
+	// the ceiling's throughput over raw Pebble's in the same round, with
+	// the range of ebbtable's.
+	PebbleRowsPerSec    float64 `json:"pebble_rows_per_sec,omitempty"`
+	EbbtableOfPebble    float64 `json:"ebbtable_of_pebble,omitempty"`
+	EbbtableOfPebbleMin float64 `json:"ebbtable_of_pebble_min,omitempty"`
+	EbbtableOfPebbleMax float64 `json:"ebbtable_of_pebble_max,omitempty"`
+	CeilingOfPebble     float64 `json:"ceiling_of_pebble,omitempty"`
+	// CeilingPebbleOfPebble is the median over rounds of the ceiling
+	// writing to raw Pebble (TargetCeilingPebble) over raw Pebble alone,
+	// with its range: the most any Pebble-backed server reaches of raw
+	// Pebble behind this client on this machine.
+	CeilingPebbleOfPebble    float64 `json:"ceiling_pebble_of_pebble,omitempty"`
+	CeilingPebbleOfPebbleMin float64 `json:"ceiling_pebble_of_pebble_min,omitempty"`
+	CeilingPebbleOfPebbleMax float64 `json:"ceiling_pebble_of_pebble_max,omitempty"`
+	// CeilingPebbleRatio is the median over rounds of ceiling-pebble's
+	// throughput over the emulator's: the most a Pebble-backed server
+	// reaches against the emulator here.
+	CeilingPebbleRatio float64 `json:"ceiling_pebble_ratio,omitempty"`
 	// Median CPU per row of each target's server process (process mode)
 	// and of this process (the client; in-process mode, client and server).
 	ServerCPU map[string]float64 `json:"server_cpu_us_per_row,omitempty"`
@@ -116,10 +149,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	targets := opts.Targets
 	if len(targets) == 0 {
 		targets = []string{TargetEmulator, TargetEbbtable, TargetCeiling}
+		if opts.RawPebble {
+			targets = append(targets, TargetCeilingPebble, TargetPebble)
+		}
 	}
 	for _, t := range targets {
-		if t != TargetEbbtable && t != TargetEmulator && t != TargetCeiling {
-			return nil, fmt.Errorf("bench: unknown target %q (want %s, %s or %s)", t, TargetEbbtable, TargetEmulator, TargetCeiling)
+		if !slices.Contains(allTargets, t) {
+			return nil, fmt.Errorf("bench: unknown target %q (want one of %s)", t, strings.Join(allTargets, ", "))
 		}
 	}
 	rounds := max(opts.Rounds, 1)
@@ -159,8 +195,23 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 }
 
 func runTarget(ctx context.Context, target string, round int, cfg Config, opts Options, progress func(Result)) (_ []Result, err error) {
+	if target == TargetPebble {
+		cfg.FirstRow = 0
+		load := loadAvg()
+		res, err := rawPebbleWrites(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", target, err)
+		}
+		res.Round, res.Load1 = round, load
+		progress(res)
+		return []Result{res}, nil
+	}
 	dir := opts.DataDir
-	if target == TargetEbbtable && dir == "" {
+	if target == TargetCeilingPebble {
+		// Writes only (it keeps nothing to read), into a fresh database.
+		cfg.Scans, cfg.Reads, dir = 0, 0, ""
+	}
+	if (target == TargetEbbtable || target == TargetCeilingPebble) && dir == "" {
 		dir, err = os.MkdirTemp("", "ebbbench-")
 		if err != nil {
 			return nil, err
@@ -176,6 +227,8 @@ func runTarget(ctx context.Context, target string, round int, cfg Config, opts O
 			e, err = StartEmulator(ctx)
 		case TargetCeiling:
 			e, err = StartCeiling(ctx)
+		case TargetCeilingPebble:
+			e, err = StartCeilingPebble(ctx, dir)
 		case TargetEbbtable:
 			e, err = StartEbbtable(ctx, dir, nil)
 		}
@@ -307,13 +360,30 @@ func compare(results []Result) []Comparison {
 	}
 	var out []Comparison
 	for _, w := range []string{WorkloadWrites, WorkloadScans, WorkloadPointReads} {
-		var ratios, ceil, ofCeil, ebRate, emRate, ebP99, emP99 []float64
+		var ratios, ceil, ofCeil, ebRate, emRate, ebP99, emP99, pbRate, ebOfPb, ceOfPb, cpOfPb, cpRatio []float64
 		srv, cli := map[string][]float64{}, map[string][]float64{}
 		for round := 0; round <= maxRound; round++ {
 			eb, ok1 := byKey[key{TargetEbbtable, w, round}]
 			em, ok2 := byKey[key{TargetEmulator, w, round}]
 			ce, ok3 := byKey[key{TargetCeiling, w, round}]
-			for t, r := range map[string]Result{TargetEbbtable: eb, TargetEmulator: em, TargetCeiling: ce} {
+			pb, ok4 := byKey[key{TargetPebble, w, round}]
+			if ok4 && pb.RowsPerSec > 0 {
+				pbRate = append(pbRate, pb.RowsPerSec)
+				if ok1 {
+					ebOfPb = append(ebOfPb, eb.RowsPerSec/pb.RowsPerSec)
+				}
+				if ok3 {
+					ceOfPb = append(ceOfPb, ce.RowsPerSec/pb.RowsPerSec)
+				}
+				if cp, ok := byKey[key{TargetCeilingPebble, w, round}]; ok {
+					cpOfPb = append(cpOfPb, cp.RowsPerSec/pb.RowsPerSec)
+				}
+			}
+			cp := byKey[key{TargetCeilingPebble, w, round}]
+			if cp.RowsPerSec > 0 && ok2 && em.RowsPerSec > 0 {
+				cpRatio = append(cpRatio, cp.RowsPerSec/em.RowsPerSec)
+			}
+			for t, r := range map[string]Result{TargetEbbtable: eb, TargetEmulator: em, TargetCeiling: ce, TargetPebble: pb, TargetCeilingPebble: cp} {
 				if r.Rows > 0 {
 					if r.ServerCPUMicrosPerRow > 0 {
 						srv[t] = append(srv[t], r.ServerCPUMicrosPerRow)
@@ -350,6 +420,17 @@ func compare(results []Result) []Comparison {
 			Goal:               Goals[w],
 			ServerCPU:          map[string]float64{},
 			ClientCPU:          map[string]float64{},
+			PebbleRowsPerSec:   median(pbRate),
+			CeilingOfPebble:    median(ceOfPb),
+			CeilingPebbleRatio: median(cpRatio),
+		}
+		if len(ebOfPb) > 0 {
+			c.EbbtableOfPebbleMin, c.EbbtableOfPebbleMax = slices.Min(ebOfPb), slices.Max(ebOfPb)
+			c.EbbtableOfPebble = median(ebOfPb)
+		}
+		if len(cpOfPb) > 0 {
+			c.CeilingPebbleOfPebbleMin, c.CeilingPebbleOfPebbleMax = slices.Min(cpOfPb), slices.Max(cpOfPb)
+			c.CeilingPebbleOfPebble = median(cpOfPb)
 		}
 		for t, xs := range srv {
 			c.ServerCPU[t] = median(xs)
@@ -434,6 +515,19 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if slices.ContainsFunc(r.Comparisons, func(c Comparison) bool { return c.CeilingRatio > 0 }) {
 		fmt.Fprintln(w, "ceiling: a server answering from a Go map (no storage, filters or versions), over the emulator: for writes and point reads, the most any server reaches with this client on this machine (its scans are not tuned, so not a bound)")
+	}
+	for _, cmp := range r.Comparisons {
+		if cmp.PebbleRowsPerSec <= 0 {
+			continue
+		}
+		fmt.Fprintf(w, "raw pebble (synced batches of the same cells, in this process, no gRPC): %.0f rows/s, cpu %s µs/row; ebbtable %.0f%% of it (%.0f-%.0f%%), goal >=%.0f%%; ceiling %.0f%% of it",
+			cmp.PebbleRowsPerSec, cpu(cmp.ServerCPU, TargetPebble), cmp.EbbtableOfPebble*100, cmp.EbbtableOfPebbleMin*100, cmp.EbbtableOfPebbleMax*100,
+			PebbleShare*100, cmp.CeilingOfPebble*100)
+		if cmp.CeilingPebbleOfPebble > 0 {
+			fmt.Fprintf(w, "; ceiling writing to pebble %.0f%% of it (%.0f-%.0f%%), %.2fx the emulator, server cpu %s µs/row",
+				cmp.CeilingPebbleOfPebble*100, cmp.CeilingPebbleOfPebbleMin*100, cmp.CeilingPebbleOfPebbleMax*100, cmp.CeilingPebbleRatio, cpu(cmp.ServerCPU, TargetCeilingPebble))
+		}
+		fmt.Fprintln(w)
 	}
 	var loads []string
 	for _, res := range r.Results {

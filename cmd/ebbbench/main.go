@@ -15,7 +15,21 @@
 //
 //	go run ./cmd/ebbbench [--rounds N] [--rows N] [--workers N] [--reads N] [--scans N]
 //	    [--only ebbtable|emulator|ceiling] [--data DIR] [--json] [--cpuprofile PREFIX]
-//	    [--in-process] [--ebbtable-bin PATH] [--emulator-bin PATH]
+//	    [--in-process] [--ebbtable-bin PATH] [--emulator-bin PATH] [--raw-pebble]
+//
+// --raw-pebble adds two write-only targets to each round: raw Pebble
+// (bench.TargetPebble: the writes workload's cells, encoded as ebbtable
+// encodes them, committed in synced batches of --batch rows by --workers
+// goroutines straight into a Pebble opened with ebbtable's options, in
+// this process, no gRPC) and the ceiling committing each call's cells to
+// such a Pebble before acknowledging it (bench.TargetCeilingPebble, its
+// own process: the most any Pebble-backed server reaches behind this
+// client). The writes line is then followed by ebbtable's, the ceiling's
+// and ceiling-pebble's throughput as shares of raw Pebble's in the same
+// round. With --raw-pebble this process re-executes itself with glibc's
+// huge-page tunable (internal/hugepages), as ebbtable's serve does, so raw
+// Pebble's memtable is on the same pages as serve's; its children inherit
+// it (an ebbtable binary older than serve's own re-exec then gets it too).
 //
 // --cpuprofile PREFIX writes the ebbtable server's CPU profile under each
 // workload of the first round to PREFIX.writes, PREFIX.scans and
@@ -44,6 +58,7 @@ import (
 	"syscall"
 
 	"github.com/ebbtable/ebbtable/bench"
+	"github.com/ebbtable/ebbtable/internal/hugepages"
 )
 
 func main() {
@@ -62,22 +77,31 @@ func main() {
 	flag.IntVar(&opts.ValueSize, "value-size", def.ValueSize, "bytes per cell value")
 	flag.Uint64Var(&opts.Seed, "seed", def.Seed, "seed for keys, values and read order")
 	flag.StringVar(&opts.DataDir, "data", "", "ebbtable data directory; its table \"bench\" is recreated (default: a temporary directory, removed afterwards)")
-	flag.StringVar(&only, "only", "", "run only this target: ebbtable, emulator or ceiling")
+	flag.StringVar(&only, "only", "", "run only this target: ebbtable, emulator, ceiling, ceiling-pebble or pebble")
 	flag.BoolVar(&js, "json", false, "print the report as JSON")
 	flag.StringVar(&opts.CPUProfile, "cpuprofile", "", "write CPU profiles of the ebbtable workloads to `PREFIX`.writes, .scans and .point-reads (with --hot-rows: PREFIX.hot-rows, of the first round's ebbtable run)")
 	hot := flag.Duration("hot-rows", 0, "run only the hot-row workload, for this long")
 	flag.IntVar(&opts.Rounds, "rounds", 3, "run the targets in turn this many times; ratios are the median over rounds, with their range")
+	flag.BoolVar(&opts.RawPebble, "raw-pebble", false, "also run, each round, the ceiling committing its writes to Pebble (ceiling-pebble) and raw Pebble itself: synced batches of the writes workload's cells into a Pebble opened with ebbtable's options, in this process, no gRPC (the servers' write throughput is given as shares of raw Pebble's)")
 	flag.BoolVar(&opts.InProcess, "in-process", false, "run the servers inside this process instead of one process each")
 	flag.StringVar(&opts.Binaries.Ebbtable, "ebbtable-bin", "", "ebbtable binary to run (default: built from this module at start)")
 	flag.StringVar(&opts.Binaries.Emulator, "emulator-bin", "", "emulator binary to run (default: built from cloud.google.com/go/bigtable/cmd/emulator at start)")
 	serveCeiling := flag.Bool("serve-ceiling", false, "only serve the ceiling target on --addr (the process mode starts this)")
 	ceilingAddr := flag.String("addr", "127.0.0.1:0", "with --serve-ceiling: the address to listen on")
+	ceilingPebble := flag.String("ceiling-pebble", "", "with --serve-ceiling: commit each MutateRows call's cells to a Pebble database in `DIR` with a synced batch before acknowledging it (the ceiling-pebble target)")
 	flag.Parse()
+	if opts.RawPebble {
+		// Raw Pebble (here) and ceiling-pebble (a child) on huge pages,
+		// as ebbtable's serve runs its Pebble: the children inherit the
+		// environment, which leaves the emulator and the ceiling (pure
+		// Go) alone.
+		hugepages.Reexec()
+	}
 
 	if *serveCeiling {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		if err := bench.ServeCeiling(ctx, *ceilingAddr, os.Stdout); err != nil {
+		if err := bench.ServeCeilingPebble(ctx, *ceilingAddr, *ceilingPebble, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "ebbbench:", err)
 			os.Exit(1)
 		}
@@ -86,10 +110,10 @@ func main() {
 
 	switch only {
 	case "":
-	case bench.TargetEbbtable, bench.TargetEmulator, bench.TargetCeiling:
+	case bench.TargetEbbtable, bench.TargetEmulator, bench.TargetCeiling, bench.TargetCeilingPebble, bench.TargetPebble:
 		opts.Targets = []string{only}
 	default:
-		fmt.Fprintf(os.Stderr, "ebbbench: --only must be %s, %s or %s\n", bench.TargetEbbtable, bench.TargetEmulator, bench.TargetCeiling)
+		fmt.Fprintf(os.Stderr, "ebbbench: --only must be %s, %s, %s, %s or %s\n", bench.TargetEbbtable, bench.TargetEmulator, bench.TargetCeiling, bench.TargetCeilingPebble, bench.TargetPebble)
 		os.Exit(2)
 	}
 	opts.Progress = os.Stderr

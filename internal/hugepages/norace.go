@@ -1,0 +1,6 @@
+//go:build !race
+
+package hugepages
+
+// raceBuild: built with -race (Reexec does nothing).
+const raceBuild = false
