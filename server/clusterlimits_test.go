@@ -9,6 +9,9 @@ import (
 	"time"
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
+	"cloud.google.com/go/iam/apiv1/iampb"
+	"github.com/ebbtable/ebbtable/clusteretcd"
+	"github.com/ebbtable/ebbtable/internal/testkit"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -101,4 +104,119 @@ func TestClusterCreateInstanceRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	race("create after a delete")
+}
+
+// Issue 22: IAM policies dropped with their resource on a cluster of
+// several nodes (c = n1, n2) reach its peer (b, a process alone) as
+// deletions, and a deletion made on b reaches c; the stamps etcd keeps
+// beside the policies (iamstamp/NAME) go once b has the deletions, so they
+// do not grow with every resource that ever had a policy. Resources: an
+// authorized view deleted through n1, a declared instance deleted through
+// n2, a table deleted and made again through n1 (its policy dropped with no
+// tombstone: the sweep makes one), and an instance declared on b, given a
+// policy there and deleted there.
+func TestClusterIAMDeletionsTravel(t *testing.T) {
+	t.Parallel()
+	sc := startScaleClusterTuned(t, 0, func(o *Options) { o.ClusterID = "c" }, "n1", "n2")
+	ctx := context.Background()
+	sc.createTable(t, "n1")
+	b := startCluster(t, "b", sc.nodes["n1"].srv.Addr(), "")
+	bconn := testkit.Dial(t, b.srv.Addr())
+
+	instName := func(id string) string { return "projects/" + testProject + "/instances/" + id }
+	view := scaleTable + "/authorizedViews/v"
+	t2 := instName(testInstance) + "/tables/t2"
+	tableAdmin := func(id string) adminpb.BigtableTableAdminClient {
+		return adminpb.NewBigtableTableAdminClient(sc.nodes[id].conn)
+	}
+	instAdmin := func(id string) adminpb.BigtableInstanceAdminClient {
+		return adminpb.NewBigtableInstanceAdminClient(sc.nodes[id].conn)
+	}
+	set := func(c iamClient, res string) {
+		t.Helper()
+		p := &iampb.Policy{Bindings: []*iampb.Binding{{Role: "roles/bigtable.reader", Members: []string{"user:alice@example.com"}}}}
+		if _, err := c.SetIamPolicy(ctx, &iampb.SetIamPolicyRequest{Resource: res, Policy: p}); err != nil {
+			t.Fatalf("set the policy of %s: %v", res, err)
+		}
+	}
+	// onB and inEtcd tell whether b, and c's etcd, hold a policy (with
+	// bindings) for each resource.
+	onB := func(res string) bool {
+		p, err := b.srv.IAMPolicy(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(p.GetBindings()) > 0
+	}
+	etcd := sc.nodes["n1"].srv.ClusterMember()
+	stamps := func() map[string]clusteretcd.StampedIAM {
+		all, err := etcd.StampedIAMPolicies(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return all
+	}
+	holds := func(what string, want bool, where func(string) bool, res ...string) {
+		t.Helper()
+		eventually(t, what, func() (bool, string) {
+			for _, r := range res {
+				if where(r) != want {
+					return false, r
+				}
+			}
+			return true, ""
+		})
+	}
+	inEtcd := func(res string) bool { return stamps()[res].Value != nil }
+	noStamp := func(res string) bool { _, ok := stamps()[res]; return !ok }
+
+	// Made on c, each with a policy that reaches b.
+	if _, err := tableAdmin("n1").CreateAuthorizedView(ctx, &adminpb.CreateAuthorizedViewRequest{Parent: scaleTable, AuthorizedViewId: "v",
+		AuthorizedView: &adminpb.AuthorizedView{AuthorizedView: &adminpb.AuthorizedView_SubsetView_{SubsetView: &adminpb.AuthorizedView_SubsetView{RowPrefixes: [][]byte{[]byte("a")}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := instAdmin("n1").CreateInstance(ctx, &adminpb.CreateInstanceRequest{Parent: "projects/" + testProject, InstanceId: "gone",
+		Clusters: map[string]*adminpb.Cluster{"c": {ServeNodes: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tableAdmin("n1").CreateTable(ctx, &adminpb.CreateTableRequest{Parent: instName(testInstance), TableId: "t2",
+		Table: &adminpb.Table{ColumnFamilies: map[string]*adminpb.ColumnFamily{"f": {}}}}); err != nil {
+		t.Fatal(err)
+	}
+	set(tableAdmin("n2"), view)
+	set(instAdmin("n2"), instName("gone"))
+	set(tableAdmin("n2"), t2)
+	holds("c's policies on b", true, onB, view, instName("gone"), t2)
+
+	// Deleted on c: gone on b too, and etcd keeps no stamp of them.
+	if _, err := tableAdmin("n1").DeleteAuthorizedView(ctx, &adminpb.DeleteAuthorizedViewRequest{Name: view}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := instAdmin("n2").DeleteInstance(ctx, &adminpb.DeleteInstanceRequest{Name: instName("gone")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tableAdmin("n1").DeleteTable(ctx, &adminpb.DeleteTableRequest{Name: t2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tableAdmin("n1").CreateTable(ctx, &adminpb.CreateTableRequest{Parent: instName(testInstance), TableId: "t2",
+		Table: &adminpb.Table{ColumnFamilies: map[string]*adminpb.ColumnFamily{"f": {}}}}); err != nil {
+		t.Fatal(err)
+	}
+	holds("the deleted resources' policies gone from b", false, onB, view, instName("gone"), t2)
+	holds("no stamp left in c's etcd for the deleted resources", true, noStamp, view, instName("gone"), t2)
+
+	// Made, given a policy and deleted on b: the deletion reaches c, and
+	// the tombstone adopted into etcd goes too.
+	binst := adminpb.NewBigtableInstanceAdminClient(bconn)
+	if _, err := binst.CreateInstance(ctx, &adminpb.CreateInstanceRequest{Parent: "projects/" + testProject, InstanceId: "fromb",
+		Clusters: map[string]*adminpb.Cluster{"b": {ServeNodes: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	set(binst, instName("fromb"))
+	holds("b's instance policy in c's etcd", true, inEtcd, instName("fromb"))
+	if _, err := binst.DeleteInstance(ctx, &adminpb.DeleteInstanceRequest{Name: instName("fromb")}); err != nil {
+		t.Fatal(err)
+	}
+	holds("b's deletion in c's etcd", false, inEtcd, instName("fromb"))
+	holds("no stamp left in c's etcd for b's deleted instance", true, noStamp, instName("fromb"))
 }

@@ -48,6 +48,8 @@ type metaMirror struct {
 	applied map[string]string // kind\x00instance\x00name → the value mirrored ("": deleted)
 	// createGate, if set (tests), runs before a create's etcd write.
 	createGate func()
+	// iamSweep is the sweep of IAM stamps (clusteriamsweep.go).
+	iamSweep iamSweep
 }
 
 func (a *instanceServer) clusterMember() *clusterMember {
