@@ -10,10 +10,13 @@ import (
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"cloud.google.com/go/iam/apiv1/iampb"
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"github.com/ebbtable/ebbtable/clusteretcd"
 	"github.com/ebbtable/ebbtable/internal/testkit"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 )
 
 // Issue 22: two CreateInstance calls for the same instance id through two
@@ -219,4 +222,61 @@ func TestClusterIAMDeletionsTravel(t *testing.T) {
 	}
 	holds("b's deletion in c's etcd", false, inEtcd, instName("fromb"))
 	holds("no stamp left in c's etcd for b's deleted instance", true, noStamp, instName("fromb"))
+}
+
+// Issue 22: the operation of an admin call done when it returns
+// (UpdateTable through the schema log, CreateInstance through the
+// instance server) is answered by GetOperation through another node,
+// listed once through each, and deleted through either.
+func TestClusterInstantOperationsEveryNode(t *testing.T) {
+	t.Parallel()
+	sc := startScaleClusterTuned(t, 0, nil, "n1", "n2")
+	ctx := context.Background()
+	sc.createTable(t, "n1")
+	ops := map[string]longrunningpb.OperationsClient{}
+	for _, id := range []string{"n1", "n2"} {
+		ops[id] = longrunningpb.NewOperationsClient(sc.nodes[id].conn)
+	}
+	up, err := adminpb.NewBigtableTableAdminClient(sc.nodes["n1"].conn).UpdateTable(ctx, &adminpb.UpdateTableRequest{
+		Table:      &adminpb.Table{Name: scaleTable, DeletionProtection: true},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"deletion_protection"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := adminpb.NewBigtableInstanceAdminClient(sc.nodes["n2"].conn).CreateInstance(ctx, &adminpb.CreateInstanceRequest{Parent: "projects/" + testProject,
+		InstanceId: "declared", Clusters: map[string]*adminpb.Cluster{"c": {ServeNodes: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		op      *longrunningpb.Operation
+		through string
+	}{{up, "n2"}, {ci, "n1"}} {
+		got, err := ops[c.through].GetOperation(ctx, &longrunningpb.GetOperationRequest{Name: c.op.GetName()})
+		if err != nil {
+			t.Fatalf("GetOperation %s through %s: %v", c.op.GetName(), c.through, err)
+		}
+		if !got.GetDone() || !proto.Equal(got.GetResponse(), c.op.GetResponse()) {
+			t.Fatalf("GetOperation %s through %s: %v, want %v", c.op.GetName(), c.through, got, c.op)
+		}
+	}
+	for _, id := range []string{"n1", "n2"} {
+		l, err := ops[id].ListOperations(ctx, &longrunningpb.ListOperationsRequest{Name: "operations/" + scaleTable})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, op := range l.GetOperations() {
+			names = append(names, op.GetName())
+		}
+		if len(names) != 1 || names[0] != up.GetName() {
+			t.Fatalf("ListOperations of the table through %s: %v, want [%s]", id, names, up.GetName())
+		}
+	}
+	if _, err := ops["n2"].DeleteOperation(ctx, &longrunningpb.DeleteOperationRequest{Name: up.GetName()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ops["n1"].GetOperation(ctx, &longrunningpb.GetOperationRequest{Name: up.GetName()}); status.Code(err) != codes.NotFound {
+		t.Fatalf("GetOperation through n1 after DeleteOperation through n2: %v, want NotFound", err)
+	}
 }

@@ -116,7 +116,7 @@ func (a *instanceServer) CreateInstance(ctx context.Context, req *adminpb.Create
 	if err := a.declareInstance(p, clusters); err != nil { // clustermeta.go: exactly one of concurrent creates wins
 		return nil, toStatus(err)
 	}
-	return a.s.ops.done(inst, p, &adminpb.CreateInstanceMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
+	return a.doneOp(inst, p, &adminpb.CreateInstanceMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
 }
 
 // instanceInfo returns inst as declared, or as an implicit instance.
@@ -200,7 +200,7 @@ func (a *instanceServer) PartialUpdateInstance(ctx context.Context, req *adminpb
 		return nil, toStatus(err)
 	}
 	now := timestamppb.New(a.s.opts.Clock.Now())
-	return a.s.ops.done(inst, p, &adminpb.UpdateInstanceMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
+	return a.doneOp(inst, p, &adminpb.UpdateInstanceMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
 }
 
 // DeleteInstance removes a declared instance with its clusters, app
