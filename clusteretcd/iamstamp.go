@@ -138,3 +138,26 @@ func (m *Member) ReplaceIAMStamp(ctx context.Context, name string, rev int64, st
 	}
 	return resp.Succeeded, nil
 }
+
+// IAMTombstones reads, at one revision, the stamps of resources that have
+// no policy (tombstones, and stamps a drop left behind), by resource name
+// (Value nil). The policies are read keys only: a sweep of the stamps
+// costs little more than the stamps themselves.
+func (m *Member) IAMTombstones(ctx context.Context) (map[string]StampedIAM, error) {
+	pre, spre := m.iamKey(""), m.iamStampKey("")
+	resp, err := m.cli.Txn(ctx).Then(clientv3.OpGet(pre, clientv3.WithPrefix(), clientv3.WithKeysOnly()), clientv3.OpGet(spre, clientv3.WithPrefix())).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("ebbtable: etcd: %w", err)
+	}
+	live := map[string]bool{}
+	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
+		live[strings.TrimPrefix(string(kv.Key), pre)] = true
+	}
+	out := map[string]StampedIAM{}
+	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+		if n := strings.TrimPrefix(string(kv.Key), spre); !live[n] {
+			out[n] = StampedIAM{Stamp: kv.Value, StampRev: kv.ModRevision}
+		}
+	}
+	return out, nil
+}

@@ -87,7 +87,7 @@ func (s *Server) sweepIAMStamps(ctx context.Context) error {
 	if !due {
 		return nil
 	}
-	all, err := c.m.StampedIAMPolicies(ctx)
+	all, err := c.m.IAMTombstones(ctx)
 	if err != nil {
 		return err
 	}
@@ -98,9 +98,6 @@ func (s *Server) sweepIAMStamps(ctx context.Context) error {
 	}
 	var tombs []tomb
 	for n, e := range all {
-		if e.Value != nil || e.Stamp == nil {
-			continue
-		}
 		var m metaMarker
 		if err := json.Unmarshal(e.Stamp, &m); err != nil {
 			s.log.Warn("IAM stamps: an undecodable stamp left alone", "resource", n, "err", err)
