@@ -279,12 +279,16 @@ func (m *Member) tableIAMOps(ctx context.Context, table string, onlyLeased bool,
 // cluster has no table of it (no directory, none kept for an undelete):
 // a deleted instance's policy must not govern a new instance of the
 // name, and must not stop governing tables the cluster still serves.
-// It reports whether it did.
-func (m *Member) DeleteInstanceIAM(ctx context.Context, inst string) (bool, error) {
+// A policy it drops leaves gone, the deletion's stamp (iamstamp.go), as a
+// tombstone that travels to peer clusters. It reports whether it did.
+func (m *Member) DeleteInstanceIAM(ctx context.Context, inst string, gone []byte) (bool, error) {
+	k := m.iamKey(inst)
+	drop := clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(k), ">", 0)},
+		[]clientv3.Op{clientv3.OpDelete(k), clientv3.OpPut(m.iamStampKey(inst), string(gone))}, nil)
 	resp, err := m.cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(m.dirKey(inst+"/")), "=", 0).WithPrefix(),
 		clientv3.Compare(clientv3.CreateRevision(m.deletedKey(inst+"/")), "=", 0).WithPrefix(),
-	).Then(clientv3.OpDelete(m.iamKey(inst))).Commit()
+	).Then(drop).Commit()
 	if err != nil {
 		return false, fmt.Errorf("ebbtable: etcd: %w", err)
 	}

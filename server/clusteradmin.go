@@ -9,6 +9,7 @@ import (
 	"time"
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	tablets "github.com/ebbtable/ebbtable/cluster"
 	"github.com/ebbtable/ebbtable/clusteretcd"
 	"github.com/ebbtable/ebbtable/internal/durable"
@@ -142,6 +143,8 @@ func (c *clusterMember) proposeArgs(ctx context.Context, method string, ref tabl
 	}
 	if res.err != nil {
 		c.undoDirOp(ctx, ref, e, op)
+	} else if lro, ok := res.resp.(*longrunningpb.Operation); ok {
+		res.resp = c.keepOp(lro) // clustermetaops.go: every node answers for it
 	}
 	wctx, cancel := context.WithTimeout(ctx, allAppliedWait)
 	defer cancel()
@@ -226,6 +229,7 @@ func (c *clusterMember) catchUp(ctx context.Context) error {
 	}
 	for _, e := range es {
 		res := c.applyEntry(withSchemaSeq(context.WithoutCancel(ctx), e.Seq), e)
+		c.forgetApplied(e, res) // clustermetaops.go
 		if res.err != nil {
 			c.s.log.Info("schema change failed here", "seq", e.Seq, "method", e.Method, "table", e.Table, "err", res.err)
 		}

@@ -181,7 +181,11 @@ func (s *Server) forgetInstanceIAM(inst string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), iamTimeout)
 	defer cancel()
-	dropped, err := s.cluster.m.DeleteInstanceIAM(ctx, inst)
+	gone, err := s.goneIAMStamp()
+	if err != nil {
+		return err
+	}
+	dropped, err := s.cluster.m.DeleteInstanceIAM(ctx, inst, gone)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "%v", err)
 	}
@@ -191,14 +195,31 @@ func (s *Server) forgetInstanceIAM(inst string) error {
 	return nil
 }
 
-// dropClusterIAM deletes resource's policy from etcd.
+// dropClusterIAM deletes a deleted resource's policy from etcd, leaving a
+// stamped tombstone that travels to peer clusters (clusteriamrepl.go), so
+// they drop their copy too.
 func (s *Server) dropClusterIAM(resource string) error {
+	name, err := clusterIAMName(resource)
+	if err != nil {
+		return err
+	}
+	gone, err := s.goneIAMStamp()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), iamTimeout)
 	defer cancel()
-	if err := s.cluster.m.DeleteIAMPolicy(ctx, resource); err != nil {
+	if err := s.cluster.m.DropIAMPolicyStamped(ctx, name, gone); err != nil {
 		return status.Errorf(codes.Unavailable, "%v", err)
 	}
 	return nil
+}
+
+// goneIAMStamp is the stamp of a policy deleted here now (metarepl.go).
+func (s *Server) goneIAMStamp() ([]byte, error) {
+	m := s.nextMetaStamp()
+	m.Gone = true
+	return json.Marshal(m)
 }
 
 // clusterIAMPolicies reads the policies of inst's resources rest from

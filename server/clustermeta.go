@@ -48,6 +48,8 @@ type metaMirror struct {
 	applied map[string]string // kind\x00instance\x00name → the value mirrored ("": deleted)
 	// createGate, if set (tests), runs before a create's etcd write.
 	createGate func()
+	// iamSweep is the sweep of IAM stamps (clusteriamsweep.go).
+	iamSweep iamSweep
 }
 
 func (a *instanceServer) clusterMember() *clusterMember {
@@ -140,6 +142,58 @@ func (a *instanceServer) putInstance(p *adminpb.Instance) error {
 		{Kind: kindInstance, Instance: p.GetName(), Value: v},
 		{Kind: metaStampKind, Instance: p.GetName(), Name: markerName(kindInstance, ""), Value: m},
 	})
+}
+
+// declareInstance stores a new declared instance with its clusters
+// (CreateInstance). In cluster mode all of it goes to etcd in one
+// transaction, only if etcd holds no declaration of the instance (never
+// declared, or deleted): of two nodes creating the same instance at once
+// exactly one succeeds, and the other gets AlreadyExists with nothing of
+// its request written.
+func (a *instanceServer) declareInstance(p *adminpb.Instance, clusters map[string]*adminpb.Cluster) error {
+	inst := p.GetName()
+	c := a.clusterMember()
+	if c == nil {
+		for id, cl := range clusters {
+			if err := a.putCluster(inst, id, cl); err != nil {
+				return err
+			}
+		}
+		return a.putInstance(p)
+	}
+	v, err := protojson.Marshal(p)
+	if err != nil {
+		return err
+	}
+	m, err := json.Marshal(a.s.nextMetaStamp())
+	if err != nil {
+		return err
+	}
+	decl := clusteretcd.MetaEntry{Kind: kindInstance, Instance: inst, Value: v}
+	es := []clusteretcd.MetaEntry{decl, {Kind: metaStampKind, Instance: inst, Name: markerName(kindInstance, ""), Value: m}}
+	for id, cl := range clusters {
+		cv, err := protojson.Marshal(cl)
+		if err != nil {
+			return err
+		}
+		es = append(es, clusteretcd.MetaEntry{Kind: kindCluster, Instance: inst, Name: id, Value: cv})
+	}
+	if g := c.meta.createGate; g != nil {
+		g()
+	}
+	ctx, cancel := etcdCtx()
+	defer cancel()
+	ok, err := c.m.PutMetaIfVacant(ctx, decl, es...)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "%v", err)
+	}
+	if err := c.mirrorMeta(ctx); err != nil {
+		return status.Errorf(codes.Unavailable, "%v", err)
+	}
+	if !ok {
+		return status.Errorf(codes.AlreadyExists, "ebbtable: instance %s already exists (made through another node)", inst)
+	}
+	return nil
 }
 
 // dropInstanceMeta, in cluster mode, deletes in etcd the records of inst

@@ -148,6 +148,9 @@ func (s *Server) clusterPeerLoop() {
 		if err := s.syncClusterPeers(ctx); err != nil {
 			s.log.Debug("replication: reading the cluster's peers", "err", err)
 		}
+		if err := s.sweepIAMStamps(ctx); err != nil { // clusteriamsweep.go
+			s.log.Debug("IAM stamps: sweeping", "err", err)
+		}
 		if k := s.cluster.sink; k != nil {
 			if err := k.trimFromEtcd(ctx); err != nil { // clusterpull.go
 				s.log.Debug("replication: trimming tombstones", "err", err)

@@ -205,7 +205,7 @@ func (c *clusterMember) opFinish(ctx context.Context, name, maker string, resp p
 // keptInEtcd reports whether an operation's name is one kept in etcd (a
 // restore's or a backup's).
 func keptInEtcd(name string) bool {
-	return strings.Contains(name, restoreOpMark) || strings.Contains(name, backupOpMark)
+	return strings.Contains(name, restoreOpMark) || strings.Contains(name, backupOpMark) || strings.Contains(name, instantOpMark) // clustermetaops.go
 }
 
 // remoteOperation answers GetOperation for the operations kept in etcd

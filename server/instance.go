@@ -302,7 +302,7 @@ func (a *instanceServer) CreateCluster(ctx context.Context, req *adminpb.CreateC
 	meta := &adminpb.CreateClusterMetadata{OriginalRequest: req, RequestTime: now}
 	if c.State == adminpb.Cluster_READY {
 		meta.FinishTime = now
-		return a.s.ops.done(c.Name, c, meta)
+		return a.doneOp(c.Name, c, meta)
 	}
 	op, err := a.s.ops.pending(c.Name, meta)
 	if err != nil {
@@ -332,7 +332,7 @@ func (a *instanceServer) UpdateCluster(ctx context.Context, req *adminpb.Cluster
 		return nil, toStatus(err)
 	}
 	now := timestamppb.New(a.s.opts.Clock.Now())
-	return a.s.ops.done(c.Name, c, &adminpb.UpdateClusterMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
+	return a.doneOp(c.Name, c, &adminpb.UpdateClusterMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
 }
 
 // PartialUpdateCluster applies serve_nodes and the autoscaling config (the
@@ -367,7 +367,7 @@ func (a *instanceServer) PartialUpdateCluster(ctx context.Context, req *adminpb.
 		return nil, toStatus(err)
 	}
 	now := timestamppb.New(a.s.opts.Clock.Now())
-	return a.s.ops.done(c.Name, c, &adminpb.PartialUpdateClusterMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
+	return a.doneOp(c.Name, c, &adminpb.PartialUpdateClusterMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
 }
 
 func (a *instanceServer) DeleteCluster(ctx context.Context, req *adminpb.DeleteClusterRequest) (*emptypb.Empty, error) {
@@ -723,7 +723,7 @@ func (a *instanceServer) UpdateAppProfile(ctx context.Context, req *adminpb.Upda
 	if err := a.putProfile(inst, id, p, false); err != nil {
 		return nil, toStatus(err)
 	}
-	return a.s.ops.done(p.Name, profileOut(p), &adminpb.UpdateAppProfileMetadata{})
+	return a.doneOp(p.Name, profileOut(p), &adminpb.UpdateAppProfileMetadata{})
 }
 
 func (a *instanceServer) DeleteAppProfile(ctx context.Context, req *adminpb.DeleteAppProfileRequest) (*emptypb.Empty, error) {

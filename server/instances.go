@@ -109,15 +109,14 @@ func (a *instanceServer) CreateInstance(ctx context.Context, req *adminpb.Create
 	}
 	now := timestamppb.New(a.s.opts.Clock.Now())
 	p.CreateTime = now
+	clusters := map[string]*adminpb.Cluster{}
 	for id, c := range req.GetClusters() {
-		if err := a.putCluster(inst, id, newCluster(inst, id, c)); err != nil {
-			return nil, toStatus(err)
-		}
+		clusters[id] = newCluster(inst, id, c)
 	}
-	if err := a.putInstance(p); err != nil {
+	if err := a.declareInstance(p, clusters); err != nil { // clustermeta.go: exactly one of concurrent creates wins
 		return nil, toStatus(err)
 	}
-	return a.s.ops.done(inst, p, &adminpb.CreateInstanceMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
+	return a.doneOp(inst, p, &adminpb.CreateInstanceMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
 }
 
 // instanceInfo returns inst as declared, or as an implicit instance.
@@ -201,7 +200,7 @@ func (a *instanceServer) PartialUpdateInstance(ctx context.Context, req *adminpb
 		return nil, toStatus(err)
 	}
 	now := timestamppb.New(a.s.opts.Clock.Now())
-	return a.s.ops.done(inst, p, &adminpb.UpdateInstanceMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
+	return a.doneOp(inst, p, &adminpb.UpdateInstanceMetadata{OriginalRequest: req, RequestTime: now, FinishTime: now})
 }
 
 // DeleteInstance removes a declared instance with its clusters, app
