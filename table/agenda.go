@@ -23,8 +23,10 @@ import (
 // Nothing else makes a cell collectable but time passing a max age, which
 // the collector finds through the timestamp block property. Deletions only
 // ever make cells less collectable, so they mark nothing. An entry is never
-// due before the write that made it, which lets a whole sweep settle every
-// entry due more than AgendaSlack before it began.
+// due before the write that made it, nor more than agendaReuse before a later
+// write that relied on it instead of adding one (agendamarks.go), which
+// lets a whole sweep settle every entry due more than AgendaSlack +
+// agendaReuse before it began.
 
 // AgendaSlack bounds how long a write may take between reading the clock and
 // committing; the collector's windows overlap by it (docs/garbage-collection.md).
@@ -32,12 +34,17 @@ const AgendaSlack = 5 * time.Second
 
 // gcGens holds, per table id, a counter bumped whenever cells arrive that
 // no agenda entry announces (an import from a peer): the collector sweeps a
-// table whole when it changed.
-type gcGens struct{ m sync.Map } // uint64 → *atomic.Uint64
+// table whole when it changed. all counts the bumps of every table (they
+// forget the agenda marks, agendamarks.go).
+type gcGens struct {
+	m   sync.Map // uint64 → *atomic.Uint64
+	all atomic.Uint64
+}
 
 func (g *gcGens) bump(id uint64) {
 	v, _ := g.m.LoadOrStore(id, new(atomic.Uint64))
 	v.(*atomic.Uint64).Add(1)
+	g.all.Add(1)
 }
 
 func (g *gcGens) get(id uint64) uint64 {
@@ -158,7 +165,9 @@ func (e *Engine) AgendaCounts(m *Meta, now int64, limit int) (due, later int, er
 }
 
 // SettleAgenda deletes m's agenda entries due before before: a whole sweep
-// that began at least AgendaSlack after them judged their rows.
+// that began at least AgendaSlack after them judged their rows. It keeps
+// those due within agendaReuse of before: a later write of their row may
+// have relied on them (agendamarks.go).
 func (e *Engine) SettleAgenda(m *Meta, before int64) error {
 	if err := e.enter(); err != nil {
 		return err
@@ -166,8 +175,10 @@ func (e *Engine) SettleAgenda(m *Meta, before int64) error {
 	defer e.leave()
 	b := e.store.NewBatch()
 	defer b.Close()
-	if err := b.DeleteRange(storage.AgendaPrefix(m.ID), storage.AgendaDueBound(m.ID, before), nil); err != nil {
+	if err := b.DeleteRange(storage.AgendaPrefix(m.ID), storage.AgendaDueBound(m.ID, before-agendaReuse.Microseconds()), nil); err != nil {
 		return err
 	}
-	return e.commitUngated(b, pebble.NoSync)
+	err := e.commitUngated(b, pebble.NoSync)
+	e.agendaMarks.forgetAll()
+	return err
 }

@@ -156,6 +156,8 @@ func (e *Engine) CommitSystem(b *DeleteBatch, m *Meta, rows [][]byte, recs []cha
 	if sync {
 		opts = pebble.Sync
 	}
+	// The batch may delete the rows' agenda entries (agendamarks.go).
+	e.forgetAgendaMarks(m.ID, rows)
 	logged, err := e.logViewRows(b.b, m, rows, recs) // viewlog.go
 	defer logged()
 	if err != nil {

@@ -173,6 +173,9 @@ type Engine struct {
 	// gcGen counts, per table, arrivals of cells the GC agenda does not
 	// announce (agenda.go).
 	gcGen gcGens
+	// agendaMarks remembers, per row-lock stripe, the last agenda entry a
+	// write put, which the row's next writes may rely on (agendamarks.go).
+	agendaMarks agendaMarks
 	// pileHook receives rows reads found piling up hidden versions (piles.go).
 	pileHook atomic.Pointer[pileHookBox]
 	// hot remembers the columns whose hidden tails reads recently left

@@ -232,6 +232,11 @@ func (e *Engine) MutateRow(instance, table string, row []byte, muts []Mutation) 
 // applyLocked writes prepared mutations in one durable batch. The row lock
 // must be held.
 func (e *Engine) applyLocked(m *Meta, row []byte, ps []prepared) (wait func() error, err error) {
+	defer func() {
+		if err != nil {
+			e.forgetAgendaMarks(m.ID, [][]byte{row})
+		}
+	}()
 	needsRead := false
 	for _, p := range ps {
 		needsRead = needsRead || p.Kind != SetCell
@@ -437,7 +442,7 @@ func (e *Engine) applyOne(b *pebble.Batch, m *Meta, row []byte, p prepared, stam
 		// The batch copies the key: most keys fit a buffer on the stack.
 		var kb [128]byte
 		k := storage.AppendCellKey(kb[:0], m.ID, row, p.familyID, p.Qualifier, p.Timestamp)
-		if err := e.markAgenda(b, m, p.familyID, row, p.Timestamp, p.ExpireAt); err != nil {
+		if err := e.markAgendaLocked(b, m, p.familyID, row, p.Timestamp, p.ExpireAt); err != nil {
 			return nil, err
 		}
 		return p.Value, b.Set(k, storage.EncodeStamped(p.Value, p.ExpireAt, stamp), nil)
@@ -459,7 +464,7 @@ func (e *Engine) applyOne(b *pebble.Batch, m *Meta, row []byte, p prepared, stam
 			}
 			closer.Close()
 		}
-		if err := e.markAgenda(b, m, p.familyID, row, p.Timestamp, p.ExpireAt); err != nil {
+		if err := e.markAgendaLocked(b, m, p.familyID, row, p.Timestamp, p.ExpireAt); err != nil {
 			return nil, err
 		}
 		return in, b.Set(k, storage.EncodeStamped(in, p.ExpireAt, stamp), nil)
@@ -624,6 +629,7 @@ func (e *Engine) MutateRows(instance, table string, entries []RowMutation) ([]er
 			}
 			if err != nil {
 				e.endStamp(stamp)
+				e.forgetAgendaMarks(m.ID, rows)
 				unlock()
 				b.Close()
 				return nil, err
@@ -637,6 +643,9 @@ func (e *Engine) MutateRows(instance, table string, entries []RowMutation) ([]er
 		}
 	}
 	wait, err := e.commitVisibleAt(b, m, rows, recs, stamp.Commit, cells.get())
+	if err != nil {
+		e.forgetAgendaMarks(m.ID, rows)
+	}
 	unlock()
 	if err != nil {
 		return nil, err
