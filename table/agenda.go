@@ -61,20 +61,29 @@ func (e *Engine) GCGeneration(id uint64) uint64 { return e.gcGen.get(id) }
 // markAgenda puts row on the agenda, in b, for a cell just written to family
 // fam with timestamp ts and native expiry exp (0: none).
 func (e *Engine) markAgenda(b *pebble.Batch, m *Meta, fam uint32, row []byte, ts, exp int64) error {
+	now, due, err := e.agendaExpiry(b, m, fam, row, ts, exp)
+	if err != nil || !due {
+		return err
+	}
+	return b.Set(storage.AgendaKey(m.ID, now, row), nil, nil)
+}
+
+// agendaExpiry puts, in b, the agenda entry of a cell's native expiry exp
+// (0: none), and reports whether the cell's family rule also wants the row
+// on the agenda now (a versions rule, or a cell already old enough), with
+// the time now the entry would be due.
+func (e *Engine) agendaExpiry(b *pebble.Batch, m *Meta, fam uint32, row []byte, ts, exp int64) (now int64, due bool, err error) {
 	if exp != 0 {
 		if err := b.Set(storage.AgendaKey(m.ID, exp, row), nil, nil); err != nil {
-			return err
+			return 0, false, err
 		}
 	}
 	f, ok := m.FamilyByID(fam)
 	if !ok || f.GC.IsNone() {
-		return nil
+		return 0, false, nil
 	}
-	now := e.nowMicros()
-	if f.GC.HasVersions() || agedAtWrite(f.GC, ts, now) {
-		return b.Set(storage.AgendaKey(m.ID, now, row), nil, nil)
-	}
-	return nil
+	now = e.nowMicros()
+	return now, f.GC.HasVersions() || agedAtWrite(f.GC, ts, now), nil
 }
 
 // agedAtWrite says whether a cell written at now with timestamp ts is

@@ -70,18 +70,9 @@ func (a *agendaMarks) forgetAll() { a.gen.Add(1) }
 // one an earlier write of the row put (see agendaMarks). A caller whose
 // batch then fails to commit calls forgetAgendaMarks under the same lock.
 func (e *Engine) markAgendaLocked(b *pebble.Batch, m *Meta, fam uint32, row []byte, ts, exp int64) error {
-	if exp != 0 {
-		if err := b.Set(storage.AgendaKey(m.ID, exp, row), nil, nil); err != nil {
-			return err
-		}
-	}
-	f, ok := m.FamilyByID(fam)
-	if !ok || f.GC.IsNone() {
-		return nil
-	}
-	now := e.nowMicros()
-	if !f.GC.HasVersions() && !agedAtWrite(f.GC, ts, now) {
-		return nil
+	now, due, err := e.agendaExpiry(b, m, fam, row, ts, exp)
+	if err != nil || !due {
+		return err
 	}
 	mk := &e.agendaMarks.marks[e.stripe(m.ID, row)]
 	gen := e.agendaMarks.gen.Load() + e.gcGen.all.Load()
