@@ -376,7 +376,13 @@ func (vb *ViewBatch) Consumed(entries []ViewLogEntry) error {
 
 // Get reads a key of a view's state, this batch's writes included.
 func (vb *ViewBatch) Get(space, key []byte) ([]byte, bool, error) {
-	v, closer, err := vb.b.Get(append(bytes.Clone(space), key...))
+	return getCopy(vb.b, append(bytes.Clone(space), key...))
+}
+
+// getCopy reads key from r and returns a copy of its value, or false when
+// r has no such key.
+func getCopy(r pebble.Reader, key []byte) ([]byte, bool, error) {
+	v, closer, err := r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, false, nil
 	}
@@ -447,15 +453,7 @@ func (e *Engine) GetViewState(space, key []byte) ([]byte, bool, error) {
 		return nil, false, err
 	}
 	defer e.leave()
-	v, closer, err := e.store.Get(append(bytes.Clone(space), key...))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	defer closer.Close()
-	return bytes.Clone(v), true, nil
+	return getCopy(e.store, append(bytes.Clone(space), key...))
 }
 
 // ScanViewState is ViewBatch.Scan over the committed state.
