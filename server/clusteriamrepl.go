@@ -63,21 +63,31 @@ func (s *Server) clusterIAMEntries() ([]replication.MetaEntry, error) {
 	return out, nil
 }
 
+// stampedIAM reads a peer's metadata entry as a stamped IAM policy: the
+// resource's name below its instance and the stamped value; false for an
+// entry of another kind or one that does not decode.
+func stampedIAM(e replication.MetaEntry) (rest string, sv stampedValue, ok bool) {
+	if e.Kind != replication.StampedKind {
+		return "", sv, false
+	}
+	kind, rest, ok := strings.Cut(e.Name, "\x00")
+	if !ok || kind != kindIAM {
+		return "", sv, false
+	}
+	if json.Unmarshal([]byte(e.Value), &sv) != nil {
+		return "", sv, false
+	}
+	return rest, sv, true
+}
+
 // adoptClusterIAM adopts into etcd a peer's stamped policies later than
 // those etcd keeps. An entry already handled (the same stamp as the last
 // time) is skipped without asking etcd: every pull carries them all.
 func (s *Server) adoptClusterIAM(list []replication.MetaEntry) error {
 	k := s.cluster.sink
 	for _, e := range list {
-		if e.Kind != replication.StampedKind {
-			continue
-		}
-		kind, rest, ok := strings.Cut(e.Name, "\x00")
-		if !ok || kind != kindIAM {
-			continue
-		}
-		var sv stampedValue
-		if json.Unmarshal([]byte(e.Value), &sv) != nil {
+		rest, sv, ok := stampedIAM(e)
+		if !ok {
 			continue
 		}
 		key := e.Instance + "\x00" + rest

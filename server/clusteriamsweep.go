@@ -205,15 +205,8 @@ func (s *Server) peersIAM(ctx context.Context) (map[string]map[string]stampedVal
 		}
 		mm := map[string]stampedValue{}
 		for _, e := range list {
-			if e.Kind != replication.StampedKind {
-				continue
-			}
-			kind, rest, ok := strings.Cut(e.Name, "\x00")
-			if !ok || kind != kindIAM {
-				continue
-			}
-			var sv stampedValue
-			if json.Unmarshal([]byte(e.Value), &sv) != nil {
+			rest, sv, ok := stampedIAM(e)
+			if !ok {
 				continue
 			}
 			mm[strings.TrimSuffix(e.Instance+"/"+rest, "/")] = sv
