@@ -60,20 +60,7 @@ func TestClusterCreateInstanceRace(t *testing.T) {
 		}
 		arrived.Wait()
 		close(release)
-		ok, exists := 0, 0
-		for range 2 {
-			switch err := <-errs; status.Code(err) {
-			case codes.OK:
-				ok++
-			case codes.AlreadyExists:
-				exists++
-			default:
-				t.Fatalf("%s: %v", what, err)
-			}
-		}
-		if ok != 1 || exists != 1 {
-			t.Fatalf("%s: CreateInstance through both nodes at once: %d succeeded, %d AlreadyExists; want exactly one each", what, ok, exists)
-		}
+		oneWinner(t, what+": CreateInstance through both nodes at once", errs)
 		// Both nodes answer the winner's instance, with its cluster only.
 		var want string
 		for _, id := range []string{"n1", "n2"} {

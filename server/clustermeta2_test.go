@@ -145,20 +145,7 @@ func TestClusterInstanceMetaCreateRace(t *testing.T) {
 		}
 		arrived.Wait()
 		close(release)
-		ok, exists := 0, 0
-		for range 2 {
-			switch err := <-errs; status.Code(err) {
-			case codes.OK:
-				ok++
-			case codes.AlreadyExists:
-				exists++
-			default:
-				t.Fatalf("%s: %v", what, err)
-			}
-		}
-		if ok != 1 || exists != 1 {
-			t.Fatalf("%s through both nodes at once: %d succeeded, %d AlreadyExists; want exactly one each", what, ok, exists)
-		}
+		oneWinner(t, what+" through both nodes at once", errs)
 	}
 	race("CreateAppProfile", func(node string) error {
 		_, err := ia[node].CreateAppProfile(ctx, bigtable.ProfileConf{InstanceID: testInstance, ProfileID: "p", Description: node,
@@ -188,4 +175,24 @@ func TestClusterInstanceMetaCreateRace(t *testing.T) {
 			Cluster: &adminpb.Cluster{ServeNodes: 1}})
 		return err
 	})
+}
+
+// oneWinner reads the two answers of a create raced through two nodes:
+// exactly one must succeed and the other be refused with AlreadyExists.
+func oneWinner(t *testing.T, what string, errs <-chan error) {
+	t.Helper()
+	ok, exists := 0, 0
+	for range 2 {
+		switch err := <-errs; status.Code(err) {
+		case codes.OK:
+			ok++
+		case codes.AlreadyExists:
+			exists++
+		default:
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	if ok != 1 || exists != 1 {
+		t.Fatalf("%s: %d succeeded, %d AlreadyExists; want exactly one each", what, ok, exists)
+	}
 }
