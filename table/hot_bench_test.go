@@ -84,11 +84,5 @@ func BenchmarkHotRows(b *testing.B) {
 		})
 	}
 	wg.Wait()
-	b.StopTimer()
-	close(errs)
-	if err := <-errs; err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
-	b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-µs/op")
+	endWorkers(b, errs, start, cpu, "op")
 }

@@ -72,13 +72,7 @@ func BenchmarkSyncedWrites(b *testing.B) {
 			})
 		}
 		wg.Wait()
-		b.StopTimer()
-		close(errs)
-		if err := <-errs; err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "rows/s")
-		b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-µs/row")
+		endWorkers(b, errs, start, cpu, "row")
 	}
 
 	b.Run("engine", func(b *testing.B) {
@@ -129,4 +123,17 @@ func BenchmarkSyncedWrites(b *testing.B) {
 			return batch.Commit(pebble.Sync)
 		})
 	})
+}
+
+// endWorkers ends a benchmark whose workers have returned: it fails on the
+// first error they sent on errs, then reports b.N units a second and the
+// process's CPU per unit since start and cpu (processCPU's reading then).
+func endWorkers(b *testing.B, errs chan error, start time.Time, cpu time.Duration, unit string) {
+	b.StopTimer()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), unit+"s/s")
+	b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-µs/"+unit)
 }
