@@ -214,11 +214,8 @@ func TestScaleOutRestoreFails(t *testing.T) {
 // A node that restarts after ingesting its part (its reservation and
 // cells are gone at open) ingests it again at the commit: the table is
 // whole on it.
-//
-// Not parallel: its restart of n3 failed once in three runs beside the
-// other cluster tests ("requested lease not found": the 2 s lease granted at
-// the start expired while the starved process was still starting).
 func TestScaleOutRestoreNodeRestarts(t *testing.T) {
+	t.Parallel()
 	sc := restoreCluster(t)
 	ctx := context.Background()
 	n3done := make(chan struct{})

@@ -191,11 +191,8 @@ func TestScaleOutRestoreCoordinatorDeadOthersRestarted(t *testing.T) {
 // The coordinator dies once every part is ingested, before its commit: a
 // sweep of another node commits the restore, the operation ends with the
 // table, and the dead node, back, ingests its tablet's rows at commit.
-//
-// Not parallel: its restart of n2 failed once in three runs beside the
-// other cluster tests ("requested lease not found": the 2 s lease granted at
-// the start expired while the starved process was still starting).
 func TestScaleOutRestoreCommitResumed(t *testing.T) {
+	t.Parallel()
 	sc := restoreCluster(t)
 	ctx := context.Background()
 	reached, proceed := make(chan struct{}), make(chan struct{})
