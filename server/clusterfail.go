@@ -96,6 +96,38 @@ type failover struct {
 	stageHook atomic.Pointer[func(stage string)]
 	// takeOversPaused (tests) holds this node's take-overs back.
 	takeOversPaused atomic.Bool
+	// step is what takeOverLoop is doing now (nil: waiting), for a test
+	// that waits on a take-over to say where it is stuck.
+	step atomic.Pointer[loopStep]
+}
+
+// loopStep is one step of takeOverLoop under way, and since when.
+type loopStep struct {
+	what  string
+	since time.Time
+}
+
+// unpend forgets spans a take-over added to pending whose flip failed.
+func (f *failover) unpend(spans []ownedSpan) {
+	f.roundMu.Lock()
+	defer f.roundMu.Unlock()
+	for _, s := range spans {
+		delete(f.pending, s.key())
+	}
+}
+
+// atStage records the stage a take-over of g reached (see step).
+func (f *failover) atStage(g tablets.TakeOver, stage string) {
+	f.setStep("take over " + g.Dead + "'s tablets of " + g.Table + ": " + stage)
+}
+
+// setStep records takeOverLoop's current step (what "": none).
+func (f *failover) setStep(what string) {
+	if what == "" {
+		f.step.Store(nil)
+		return
+	}
+	f.step.Store(&loopStep{what: what, since: time.Now()})
 }
 
 // victim is a dead node whose tablets were planned for take-over.
@@ -546,7 +578,9 @@ func (f *failover) takeOverLoop() {
 				f.victims[g.Dead] = &victim{}
 			}
 		}
+		f.setStep("settle victims")
 		f.settleVictims(dirs)
+		f.setStep("")
 		if err != nil && len(plan) == 0 {
 			continue
 		}
@@ -562,7 +596,9 @@ func (f *failover) takeOverLoop() {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			f.setStep("take over " + g.Dead + "'s tablets of " + g.Table)
 			err := f.takeOver(ctx, g)
+			f.setStep("")
 			cancel()
 			f.failMu.Lock()
 			if err != nil {
@@ -695,9 +731,11 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 	// This node applies the schema log at least as far as the dead node
 	// had (it died before the take-over began): every family its
 	// checkpoints and log name is known here, as live or dropped.
+	f.atStage(g, "catch up with the schema log")
 	if err := c.catchUp(ctx); err != nil {
 		return err
 	}
+	f.atStage(g, "wait for moves in")
 	// Ingesting a checkpoint replaces its whole span here: it must not
 	// reach rows this node serves or is taking (a checkpoint from before a
 	// split whose other half came here since). Moves into this node wait.
@@ -715,8 +753,10 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 	// drops are applied (dropsMissed): a row-range drop applied meanwhile
 	// would be undone by the ingest or the replay, and missed by the
 	// check; a family dropped meanwhile would be named by the ingest.
+	f.atStage(g, "wait for schema changes")
 	c.applyRun.Lock()
 	unlockApply := sync.OnceFunc(c.applyRun.Unlock)
+	f.atStage(g, "rebuild")
 	defer unlockApply()
 	m, err := eng.Table(ref.instance, ref.table)
 	if err != nil {
@@ -830,10 +870,21 @@ func (f *failover) takeOver(ctx context.Context, g tablets.TakeOver) error {
 	for _, t := range g.Tablets {
 		spans = append(spans, ownedSpan{table: g.Table, start: t.Start, end: t.End})
 	}
+	f.atStage(g, "checkpoint")
 	if err := f.checkpoint(ctx, spans, false); err != nil {
 		return err
 	}
+	f.atStage(g, "flip")
+	if h := f.stageHook.Load(); h != nil {
+		(*h)("flip")
+	}
 	if err := c.flipTakeOver(ctx, g); err != nil {
+		if errors.Is(err, tablets.ErrConflict) {
+			// Surely not flipped: the spans are not this node's, and
+			// left pending they would refuse this take-over's retry
+			// for a minute (mine: "reaches rows this node serves").
+			f.unpend(spans)
+		}
 		return err
 	}
 	c.s.log.Info("took over a dead node's tablets", "dead", g.Dead, "table", g.Table, "tablets", len(g.Tablets),

@@ -251,7 +251,10 @@ func TestFailoverGaps(t *testing.T) {
 	}
 	testkit.Eventually(t, "n3's tablet of t to be taken over", 30*time.Second, func() (bool, string) {
 		got := ownersOf(t, n1, "t")
-		return !strings.Contains(got, "n3"), got
+		if strings.Contains(got, "n3") {
+			return false, got + "; " + failoverState(n1, n2)
+		}
+		return true, got
 	})
 	if err := <-dropped; err != nil {
 		t.Fatal(err)
@@ -328,7 +331,10 @@ func TestFailoverGaps(t *testing.T) {
 	}
 	testkit.Eventually(t, "n3's tablet of u to be taken over", 30*time.Second, func() (bool, string) {
 		got := ownersOf(t, n1, "u")
-		return !strings.Contains(got, "n3"), got
+		if strings.Contains(got, "n3") {
+			return false, got + "; " + failoverState(n1, n2)
+		}
+		return true, got
 	})
 	check(n2, "u", wantU)
 	// Then n3 is released: no reference marker of it is left, and what
