@@ -300,3 +300,50 @@ func TestMaxDelayWhilePaused(t *testing.T) {
 		t.Fatalf("after Resume: delay %v, b reads %q", d, rows(b, "t"))
 	}
 }
+
+// dropOnLookup is a Sink whose first lookup of one table deletes it just
+// before answering: a DeleteTable that lands while a pull syncs schemas
+// (another node's, applied through the schema log, or a client's).
+type dropOnLookup struct {
+	*table.Engine
+	name    string
+	dropped bool
+}
+
+func (d *dropOnLookup) setEngine(e *table.Engine) { d.Engine = e }
+
+func (d *dropOnLookup) Table(instance, name string) (*table.Meta, error) {
+	if name == d.name && !d.dropped {
+		d.dropped = true
+		if err := d.Engine.DeleteTable(instance, name); err != nil {
+			return nil, err
+		}
+	}
+	return d.Engine.Table(instance, name)
+}
+
+// TestDropDuringSchemaSync: a table dropped here while a pull brings the
+// peer's older catalog, which still lists it, stays dropped. Reading the
+// dropped tables before looking the table up re-created it (a re-created
+// name then failed CreateTable with AlreadyExists in a cluster test).
+func TestDropDuringSchemaSync(t *testing.T) {
+	n := newNetwork(t)
+	a := n.add("a", -1)
+	sink := &dropOnLookup{name: "t", dropped: true}
+	b := n.addWith("b", replication.Options{PullWait: -1, Sink: sink})
+	link(a, b)
+	createTable(t, a, "t", gcrule.MaxVersions(1))
+	pull(t, b, "a") // b creates t
+	if got := rows(b, "t"); got != "" {
+		t.Fatalf("b after the first pull: %q, want the empty table", got)
+	}
+	n.clock.Advance(time.Millisecond)
+	sink.dropped = false
+	pull(t, b, "a") // a still lists t; b's lookup drops it as it answers
+	if !sink.dropped {
+		t.Fatal("the sync never looked the table up")
+	}
+	if got := rows(b, "t"); got != "no table" {
+		t.Fatalf("b after dropping t during a pull: %q, want no table", got)
+	}
+}

@@ -69,6 +69,9 @@ func (n *network) addWith(id string, o replication.Options) *node {
 	if err := eng.SetReplicating(id); err != nil {
 		t.Fatal(err)
 	}
+	if s, ok := o.Sink.(interface{ setEngine(*table.Engine) }); ok {
+		s.setEngine(eng) // a test's Sink around the engine
+	}
 	nd := &node{id: id, net: n, eng: eng, peers: map[string]replication.PeerInfo{}, gone: map[string]bool{}, contacts: map[string]time.Time{}, shipped: map[string]int{}, settledN: map[string]int{}, pullsOf: map[string]int{}}
 	o.ClusterID, o.Advertised = id, func() string { return "mem:" + id }
 	o.Engine, o.Peers, o.Clock = eng, nd, n.clock

@@ -47,13 +47,18 @@ func (r *Replicator) syncSchemas(peer string, catalog []TableSchema, dropped []t
 			log.Warn("replication: cannot drop table a peer dropped", "peer", peer, "table", d.Name, "err", err)
 		}
 	}
-	drops, err := e.DroppedTables()
-	if err != nil {
-		return err
-	}
+	// The dropped tables are read after each table found missing, never
+	// before: a drop applied between the two reads (a DeleteTable through
+	// this process, or another node's through the schema log) would
+	// otherwise be missing from the list while the table is already gone,
+	// and the peer's older catalog would create the table again.
 	for _, ts := range catalog {
 		m, err := e.Table(ts.Instance, ts.Name)
 		if errors.Is(err, table.ErrTableNotFound) {
+			drops, err := e.DroppedTables()
+			if err != nil {
+				return err
+			}
 			if droppedAfter(drops, ts) {
 				continue
 			}
