@@ -35,8 +35,15 @@ func (m *Member) GetIAMPolicy(ctx context.Context, name string) ([]byte, int64, 
 // PutIAMPolicy replaces a policy read at revision rev (0: there was none);
 // ErrRecordChanged if it changed since.
 func (m *Member) PutIAMPolicy(ctx context.Context, name string, value []byte, rev int64) error {
+	return m.putIAMPolicy(ctx, name, value, rev)
+}
+
+// putIAMPolicy is PutIAMPolicy, with more writes (also) made in its
+// transaction.
+func (m *Member) putIAMPolicy(ctx context.Context, name string, value []byte, rev int64, also ...clientv3.Op) error {
 	k := m.iamKey(name)
-	resp, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).Then(clientv3.OpPut(k, string(value))).Commit()
+	resp, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).
+		Then(append([]clientv3.Op{clientv3.OpPut(k, string(value))}, also...)...).Commit()
 	if err != nil {
 		return fmt.Errorf("ebbtable: etcd: %w", err)
 	}

@@ -21,17 +21,7 @@ func (m *Member) iamStampKey(name string) string { return m.key("iamstamp", name
 
 // PutIAMPolicyStamped is PutIAMPolicy that also records the change's stamp.
 func (m *Member) PutIAMPolicyStamped(ctx context.Context, name string, value []byte, rev int64, stamp []byte) error {
-	k := m.iamKey(name)
-	resp, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).
-		Then(clientv3.OpPut(k, string(value)), clientv3.OpPut(m.iamStampKey(name), string(stamp))).Commit()
-	if err != nil {
-		return fmt.Errorf("ebbtable: etcd: %w", err)
-	}
-	if !resp.Succeeded {
-		return fmt.Errorf("%w: the IAM policy of %s", ErrRecordChanged, name)
-	}
-	m.ownIAMWrite(name, value, resp.Header.Revision, false)
-	return nil
+	return m.putIAMPolicy(ctx, name, value, rev, clientv3.OpPut(m.iamStampKey(name), string(stamp)))
 }
 
 // StampedIAM is a policy with its stamp as kept in etcd; Value nil for a
