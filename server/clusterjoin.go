@@ -6,12 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"github.com/ebbtable/ebbtable/changestream"
-	"github.com/ebbtable/ebbtable/clock"
 	tablets "github.com/ebbtable/ebbtable/cluster"
 	"github.com/ebbtable/ebbtable/clusteretcd"
 	"github.com/ebbtable/ebbtable/replication"
@@ -316,60 +314,15 @@ func (c *clusterMember) applyReplImport(e clusteretcd.SchemaEntry) applyResult {
 // meanwhile are routed again.
 func (c *clusterMember) importCells(m *table.Meta, pairs [][2][]byte) error {
 	name := tableRef{instance: m.Instance, table: m.Name}.name()
-	pending := pairs
-	for attempt := 0; ; attempt++ {
-		changed := c.m.Changed()
-		d, ok := c.m.Directory(name)
-		if !ok {
-			return status.Errorf(codes.Unavailable, "ebbtable: table %s has no tablets in the cluster", name)
-		}
-		groups := map[int][][2][]byte{}
-		var order []int
-		for _, p := range pending {
+	return routeToOwners(c, name, pairs,
+		status.Errorf(codes.Unavailable, "ebbtable: table %s has no tablets in the cluster", name),
+		func(p [2][]byte) ([]byte, error) {
 			k, err := storage.DecodeCellKey(p[0])
-			if err != nil {
-				return err
-			}
-			i := d.Locate(k.Row)
-			if _, ok := groups[i]; !ok {
-				order = append(order, i)
-			}
-			groups[i] = append(groups[i], p)
-		}
-		errs := make([]error, len(order))
-		var wg sync.WaitGroup
-		for j, i := range order {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[j] = c.sendImport(d.Tablets[i].Owner, &clusterpb.ImportSnapshotRequest{Table: name, Tablet: d.Tablets[i].ID, Revision: d.Revision}, groups[i])
-			}()
-		}
-		wg.Wait()
-		pending = nil
-		var last error
-		for j, i := range order {
-			if errs[j] != nil {
-				pending = append(pending, groups[i]...)
-				last = errs[j]
-			}
-		}
-		if len(pending) == 0 {
-			return nil
-		}
-		if attempt >= applyRetries || status.Code(last) != codes.Unavailable {
-			return last
-		}
-		timer, stop := clock.Timer(c.s.opts.Clock, 50*time.Millisecond) // stopped when another case wins
-		select {
-		case <-changed:
-		case <-timer:
-		case <-c.stop:
-			stop()
-			return clusteretcd.ErrClosed
-		}
-		stop()
-	}
+			return k.Row, err
+		},
+		func(d tablets.Directory, i int, group [][2][]byte) error {
+			return c.sendImport(d.Tablets[i].Owner, &clusterpb.ImportSnapshotRequest{Table: name, Tablet: d.Tablets[i].ID, Revision: d.Revision}, group)
+		})
 }
 
 // importTombstones has every node keep a run of a seed's tombstones (the

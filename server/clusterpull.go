@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ebbtable/ebbtable/changestream"
-	"github.com/ebbtable/ebbtable/clock"
 	tablets "github.com/ebbtable/ebbtable/cluster"
 	"github.com/ebbtable/ebbtable/clusteretcd"
 	"github.com/ebbtable/ebbtable/replication"
@@ -226,62 +225,25 @@ func (k *clusterSink) save(origin, name string, id uint64, p changestream.Positi
 // route sends records to the owners of their rows' tablets, all tablets at
 // once, and routes those of a tablet that moved or split again.
 func (k *clusterSink) route(name, origin string, recs []changestream.Record) (table.ReplicaStats, error) {
-	var total table.ReplicaStats
-	pending := recs
-	for attempt := 0; ; attempt++ {
-		changed := k.c.m.Changed()
-		d, ok := k.c.m.Directory(name)
-		if !ok {
-			return total, status.Errorf(codes.Unavailable, "ebbtable: table %s has no tablets in the cluster yet", name)
-		}
-		groups := map[int][]changestream.Record{}
-		var order []int
-		for _, r := range pending {
-			i := d.Locate(r.RowKey)
-			if _, ok := groups[i]; !ok {
-				order = append(order, i)
+	var (
+		mu    sync.Mutex
+		total table.ReplicaStats
+	)
+	err := routeToOwners(k.c, name, recs,
+		status.Errorf(codes.Unavailable, "ebbtable: table %s has no tablets in the cluster yet", name),
+		func(r changestream.Record) ([]byte, error) { return r.RowKey, nil },
+		func(d tablets.Directory, i int, group []changestream.Record) error {
+			st, err := k.send(d, d.Tablets[i], origin, group)
+			if err == nil {
+				mu.Lock()
+				total.Applied += st.Applied
+				total.Superseded += st.Superseded
+				total.Skipped += st.Skipped
+				mu.Unlock()
 			}
-			groups[i] = append(groups[i], r)
-		}
-		stats := make([]table.ReplicaStats, len(order))
-		errs := make([]error, len(order))
-		var wg sync.WaitGroup
-		for j, i := range order {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				stats[j], errs[j] = k.send(d, d.Tablets[i], origin, groups[i])
-			}()
-		}
-		wg.Wait()
-		pending = nil
-		var last error
-		for j, i := range order {
-			if errs[j] != nil {
-				pending = append(pending, groups[i]...)
-				last = errs[j]
-				continue
-			}
-			total.Applied += stats[j].Applied
-			total.Superseded += stats[j].Superseded
-			total.Skipped += stats[j].Skipped
-		}
-		if len(pending) == 0 {
-			return total, nil
-		}
-		if attempt >= applyRetries || status.Code(last) != codes.Unavailable {
-			return total, last
-		}
-		timer, stop := clock.Timer(k.c.s.opts.Clock, 50*time.Millisecond) // stopped when another case wins
-		select {
-		case <-changed:
-		case <-timer: // a directory the owner sees first
-		case <-k.c.stop:
-			stop()
-			return total, clusteretcd.ErrClosed
-		}
-		stop()
-	}
+			return err
+		})
+	return total, err
 }
 
 // send has one tablet's owner apply records of its rows.
