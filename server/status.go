@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/ebbtable/ebbtable/backup"
+	"github.com/ebbtable/ebbtable/clusteretcd"
 	"github.com/ebbtable/ebbtable/filter"
 	"github.com/ebbtable/ebbtable/gcrule"
 	"github.com/ebbtable/ebbtable/table"
@@ -28,6 +29,9 @@ var codeTable = []struct {
 	{table.ErrOutOfRange, codes.OutOfRange},
 	{table.ErrClosed, codes.Unavailable},
 	{table.ErrStorageFailed, codes.Unavailable},
+	// A node leaving the cluster (closing, or abandoned after it lost its
+	// lease) answers UNAVAILABLE: another node serves the call on a retry.
+	{clusteretcd.ErrClosed, codes.Unavailable},
 	{table.ErrDataLoss, codes.DataLoss},
 	{backup.ErrNotFound, codes.NotFound},
 	{backup.ErrExists, codes.AlreadyExists},
