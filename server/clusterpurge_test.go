@@ -29,17 +29,25 @@ func TestScaleOutKeptDirectoryPurged(t *testing.T) {
 		if err := writeScale(t, sc.nodes["n1"].client.Open(id), "a", "x"); err != nil {
 			t.Fatal(err)
 		}
-		if err := sc.nodes["n2"].admin.DeleteTable(ctx, id); err != nil {
-			t.Fatal(err)
-		}
 	}
+	// Each check follows its table's delete at once: the retention runs
+	// from the delete's proposal, and u's create, write and delete between
+	// t's delete and its check took over 5 s at load 43.
 	m := sc.nodes["n3"].srv.ClusterMember()
+	sent := time.Now()
+	if err := sc.nodes["n2"].admin.DeleteTable(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
 	if _, ok, err := m.KeptDirectory(ctx, testInstanceName+"/tables/t"); err != nil || !ok {
-		t.Fatalf("kept directory of t: %v %v", ok, err)
+		t.Fatalf("kept directory of t: %v %v (%v after the delete was sent)", ok, err, time.Since(sent))
+	}
+	sent = time.Now()
+	if err := sc.nodes["n2"].admin.DeleteTable(ctx, "u"); err != nil {
+		t.Fatal(err)
 	}
 	// Undeleted within the retention: whole again, its directory live.
 	if _, err := sc.nodes["n3"].rawAdmin().UndeleteTable(ctx, &adminpb.UndeleteTableRequest{Name: testInstanceName + "/tables/u"}); err != nil {
-		t.Fatalf("undelete u: %v", err)
+		t.Fatalf("undelete u: %v (%v after the delete was sent)", err, time.Since(sent))
 	}
 	if row, err := sc.nodes["n2"].client.Open("u").ReadRow(ctx, "a"); err != nil || len(row["f"]) != 1 {
 		t.Fatalf("row of the undeleted table: %v %v", row, err)
