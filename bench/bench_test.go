@@ -227,7 +227,7 @@ func BenchmarkPointReads(b *testing.B) {
 // emulator: it must run operations of both kinds without error and report
 // CPU per operation.
 func TestHotRows(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it counts the operations of 150 ms (at least 10).
 	hc := DefaultHotRows(150 * time.Millisecond)
 	hc.Workers, hc.Rows, hc.ValueSize = 4, 10, 64
 	res, err := RunHotRows(context.Background(), HotRowsOptions{HotRowsConfig: hc, Targets: []string{TargetEbbtable, TargetEmulator}, InProcess: true})

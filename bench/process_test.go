@@ -124,7 +124,7 @@ func TestHotRowsAsAProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds two binaries")
 	}
-	t.Parallel()
+	// Not parallel: it counts the operations of 150 ms (at least 10).
 	ebb, err := testkit.Build("github.com/ebbtable/ebbtable/cmd/ebbtable", "ebbtable")
 	if err != nil {
 		t.Fatal(err)
