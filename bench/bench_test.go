@@ -103,6 +103,7 @@ func TestWorkloads(t *testing.T) {
 // TestRunReport runs the whole comparison at a tiny size and checks both
 // report formats.
 func TestRunReport(t *testing.T) {
+	t.Parallel()
 	rep, err := Run(context.Background(), Options{
 		Config:    Config{Rows: 200, BatchSize: 50, Workers: 2, Scans: 2, Reads: 50},
 		DataDir:   t.TempDir(),
@@ -226,6 +227,7 @@ func BenchmarkPointReads(b *testing.B) {
 // emulator: it must run operations of both kinds without error and report
 // CPU per operation.
 func TestHotRows(t *testing.T) {
+	// Not parallel: it counts the operations of 150 ms (at least 10).
 	hc := DefaultHotRows(150 * time.Millisecond)
 	hc.Workers, hc.Rows, hc.ValueSize = 4, 10, 64
 	res, err := RunHotRows(context.Background(), HotRowsOptions{HotRowsConfig: hc, Targets: []string{TargetEbbtable, TargetEmulator}, InProcess: true})
@@ -245,6 +247,7 @@ func TestHotRows(t *testing.T) {
 // TestRawPebble runs raw Pebble beside ebbtable (RawPebble) and checks the
 // writes comparison gives ebbtable's throughput as a share of it.
 func TestRawPebble(t *testing.T) {
+	t.Parallel()
 	rep, err := Run(context.Background(), Options{
 		Config:    Config{Rows: 300, BatchSize: 50, Workers: 2},
 		DataDir:   t.TempDir(),
@@ -284,6 +287,7 @@ func TestRawPebble(t *testing.T) {
 // written cell to its Pebble database under ebbtable's key and value
 // encoding, and raw Pebble's value encoding is storage.EncodeValue's.
 func TestCeilingPebbleWrites(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Table: "t", Rows: 250, BatchSize: 40, Workers: 3, Seed: 5}
 	dir := t.TempDir()
 	e, err := StartCeilingPebble(context.Background(), dir)

@@ -48,6 +48,7 @@ func TestEbbtableAsAProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds two binaries")
 	}
+	t.Parallel()
 	// The test kit's builds are shared with the other packages that run
 	// ebbtable and kept between runs; Binaries.Build is ebbbench's.
 	ebb, err := testkit.Build("github.com/ebbtable/ebbtable/cmd/ebbtable", "ebbtable")
@@ -123,6 +124,7 @@ func TestHotRowsAsAProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds two binaries")
 	}
+	// Not parallel: it counts the operations of 150 ms (at least 10).
 	ebb, err := testkit.Build("github.com/ebbtable/ebbtable/cmd/ebbtable", "ebbtable")
 	if err != nil {
 		t.Fatal(err)

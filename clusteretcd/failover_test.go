@@ -10,6 +10,7 @@ import (
 // TestForgetDeadProgress: a live node's progress mark stays; once the
 // node's key is gone, the mark goes.
 func TestForgetDeadProgress(t *testing.T) {
+	t.Parallel()
 	ep := etcdtest.Start(t)
 	a, b := join(t, ep, "a"), join(t, ep, "b")
 	ctx := context.Background()

@@ -15,6 +15,7 @@ import (
 // a later trim deletes the chunks no header names, leftovers of a crash
 // included.
 func TestSnapshotLargerThanARequest(t *testing.T) {
+	t.Parallel()
 	ep := etcdtest.Start(t)
 	m := join(t, ep, "a")
 	ctx := context.Background()

@@ -15,6 +15,7 @@ import (
 // before it registers, and a setting not recorded yet is recorded by the
 // node that brings it.
 func TestClusterSettings(t *testing.T) {
+	t.Parallel()
 	ep := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -81,6 +81,7 @@ func reclaimEnv(t *testing.T) (*env, string) {
 // they were still on disk (or already out of Pebble's accounts but not
 // deleted). Half the table is in an SSTable, half in the memtable and WAL.
 func TestReclaimReportsWhatCameBack(t *testing.T) {
+	t.Parallel()
 	e, dir := reclaimEnv(t)
 	eng := e.eng
 	e.clock.Advance(time.Second)
@@ -111,6 +112,7 @@ func TestReclaimReportsWhatCameBack(t *testing.T) {
 // reports them as still being deleted, not as freed, and they go once the
 // read is closed.
 func TestReclaimReportsFilesReadsHold(t *testing.T) {
+	t.Parallel()
 	e, dir := reclaimEnv(t)
 	if err := e.eng.Flush(); err != nil { // all of it in SSTables
 		t.Fatal(err)

@@ -173,30 +173,63 @@ type browser struct {
 	errors []string
 }
 
+// One Chromium serves every browser test of the package (starting it is
+// the costly part: about a CPU-second under -race load): each test gets its
+// own tab in its own browser context (no cookies, storage or cache shared),
+// closed when the test ends. TestMain closes the browser.
+var chromium struct {
+	once   sync.Once
+	ctx    context.Context // the browser's first tab, kept open
+	cancel func()
+	err    error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if chromium.cancel != nil {
+		chromium.cancel()
+	}
+	os.Exit(code)
+}
+
+// startChromium starts the shared browser once.
+func startChromium(exe string) (context.Context, error) {
+	chromium.once.Do(func() {
+		opts := append(chromedp.DefaultExecAllocatorOptions[:],
+			chromedp.ExecPath(exe),
+			chromedp.NoSandbox, // CI runs as root
+			chromedp.DisableGPU,
+			chromedp.WindowSize(1100, 750),
+			chromedp.Flag("disable-dev-shm-usage", true),
+			// Tests talk to loopback only: Chromium resolves no host name but
+			// the loopback ones, and does not probe for DNS over HTTPS, update
+			// components or fetch field trials.
+			chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE localhost , EXCLUDE 127.0.0.1"),
+			chromedp.Flag("disable-features", "DnsOverHttps,OptimizationHints,MediaRouter,Translate,AutofillServerCommunication,CertificateTransparencyComponentUpdater"),
+			chromedp.Flag("dns-over-https-mode", "off"),
+			chromedp.Flag("disable-component-update", true),
+			chromedp.Flag("disable-domain-reliability", true),
+			chromedp.Flag("disable-field-trial-config", true),
+			chromedp.Flag("no-pings", true),
+		)
+		actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+		ctx, cancelC := chromedp.NewContext(actx)
+		chromium.ctx, chromium.cancel = ctx, func() { cancelC(); cancelA() }
+		chromium.err = chromedp.Do(ctx, chromedp.Navigate("about:blank"))
+	})
+	return chromium.ctx, chromium.err
+}
+
 func newBrowser(t *testing.T, exe string) *browser {
 	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(exe),
-		chromedp.NoSandbox, // CI runs as root
-		chromedp.DisableGPU,
-		chromedp.WindowSize(1100, 750),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		// Tests talk to loopback only: Chromium resolves no host name but
-		// the loopback ones, and does not probe for DNS over HTTPS, update
-		// components or fetch field trials.
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE localhost , EXCLUDE 127.0.0.1"),
-		chromedp.Flag("disable-features", "DnsOverHttps,OptimizationHints,MediaRouter,Translate,AutofillServerCommunication,CertificateTransparencyComponentUpdater"),
-		chromedp.Flag("dns-over-https-mode", "off"),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-domain-reliability", true),
-		chromedp.Flag("disable-field-trial-config", true),
-		chromedp.Flag("no-pings", true),
-	)
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelC := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancelC(); cancelA() })
-	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+	root, err := startChromium(exe)
+	if err != nil {
 		t.Fatalf("start chromium: %v", err)
+	}
+	ctx, cancel := chromedp.NewContext(root, chromedp.WithNewBrowserContext())
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("open a tab: %v", err)
 	}
 	b := &browser{ctx: ctx}
 	msgs := chromedp.Console(ctx)
@@ -296,6 +329,7 @@ func screenshot(t *testing.T, b *browser, name string) {
 // browser marks hidden cells, the change-stream tail fills, the dry runs
 // answer, and every link on the pages resolves.
 func TestConsoleInBrowser(t *testing.T) {
+	t.Parallel() // its own server and browser tab
 	exe := chromiumPath(t)
 	e := startServer(t)
 	e.fill(t)

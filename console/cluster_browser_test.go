@@ -24,6 +24,7 @@ import (
 // once, in commit order, whichever node served and received the write,
 // and goes on showing new ones live.
 func TestConsoleChangeTailCluster(t *testing.T) {
+	t.Parallel() // its own server and browser tab
 	exe := chromiumPath(t)
 	etcd, shared := etcdtest.Start(t), t.TempDir()
 	ids := []string{"n1", "n2", "n3"}

@@ -16,6 +16,7 @@ import (
 // answers, a bad query shows the RPC's error with its position, and no
 // page raises an error.
 func TestConsoleSQLInBrowser(t *testing.T) {
+	t.Parallel() // its own server and browser tab
 	exe := chromiumPath(t)
 	e := startServer(t)
 	e.fill(t)

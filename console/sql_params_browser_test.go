@@ -14,6 +14,7 @@ import (
 // (and one empty row) after the run, and a value that is not of its type
 // is refused with the parameter's name.
 func TestConsoleSQLParamsInBrowser(t *testing.T) {
+	t.Parallel() // its own server and browser tab
 	exe := chromiumPath(t)
 	e := startServer(t)
 	e.fill(t)

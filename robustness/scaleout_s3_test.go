@@ -72,19 +72,21 @@ func motoServer(t *testing.T, bucket string) string {
 	return endpoint
 }
 
+// s3Env is the environment a serve process on s3:// shared storage gets
+// on top of cleanEnv: moto_server's test credentials and region, and no
+// endpoint, session or profile of the machine's own (a later value of a
+// variable wins over an earlier one).
+var s3Env = []string{"AWS_ACCESS_KEY_ID=testing", "AWS_SECRET_ACCESS_KEY=testing", "AWS_REGION=us-east-1",
+	"AWS_ENDPOINT_URL=", "AWS_ENDPOINT_URL_S3=", "AWS_SESSION_TOKEN=", "AWS_PROFILE="}
+
 // TestScaleOutKillNineS3: the scale-out end-to-end test (three serve
 // processes, tablets splitting and moving, a node killed with SIGKILL and
 // restarted, every acknowledged write read back once) with the shared
 // SSTables in s3://ebb/cluster on a moto_server process, reached through
 // the nodes' S3 client (minio-go) over HTTP with the usual AWS settings.
 func TestScaleOutKillNineS3(t *testing.T) {
+	t.Parallel() // its own moto_server, etcd, processes and directories; the AWS settings go to its serve processes only (s3Env)
 	endpoint := motoServer(t, "ebb")
-	t.Setenv("AWS_ACCESS_KEY_ID", "testing")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "testing")
-	t.Setenv("AWS_REGION", "us-east-1")
-	for _, k := range []string{"AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_SESSION_TOKEN", "AWS_PROFILE"} {
-		t.Setenv(k, "")
-	}
 	start := time.Now()
 	scaleOutKillNineOn(t, "s3://ebb/cluster", 1500, "--s3-endpoint", endpoint)
 	// Objects landed in the bucket: list it (moto answers unsigned GETs).

@@ -51,6 +51,9 @@ func startScaleProc(t *testing.T, id, dir, etcd, shared string, extra ...string)
 	p.cmd = exec.Command(ebbtableBin, append([]string{"serve", "--addr", "127.0.0.1:0", "--http-addr", "off", "--data", dir,
 		"--etcd", etcd, "--node-id", id, "--shared-storage", sharedURL(shared), "--lease-ttl", "2s"}, extra...)...)
 	p.cmd.Env = cleanEnv()
+	if strings.HasPrefix(shared, "s3://") {
+		p.cmd.Env = append(p.cmd.Env, s3Env...)
+	}
 	p.cmd.Stderr = p.stderr
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 // the old database then reads the new one's data. ebbtable allocates a
 // new creator id for every fresh data directory (server/clustercreator.go).
 func TestSharedCreatorReuseOverwrites(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	store, err := SharedDir(filepath.Join(root, "shared"))
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 // deletion, and the statistics loader (which asserts range-deletion
 // bounds in every build) panics on them; Store.Excise must not.
 func TestExciseThroughSharedRangeDeletion(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	store, err := SharedDir(filepath.Join(root, "shared"))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 // RowAfter on many row keys (zero and 0xFF bytes included), appended to a
 // buffer that holds something already.
 func TestAppendRowBounds(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
 	rows := [][]byte{nil, {}, {0}, {0, 0}, {0xFF}, {0, 0xFF, 0}, []byte("user000000000042")}
 	for range 5000 {

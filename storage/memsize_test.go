@@ -8,6 +8,7 @@ import (
 // memtable of MemTableSize, not Pebble's 256 KiB first step of a ramp of
 // eight, and the ramp key is gone; without it, the ramp is there.
 func TestFullMemtableAtOpen(t *testing.T) {
+	t.Parallel()
 	for _, full := range []bool{false, true} {
 		db, err := Open(Options{Dir: t.TempDir(), FullMemtable: full})
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 // output writes wait for the rate (a lower bound on its duration, which
 // sleeping guarantees); an unpaced one is not slowed by the pacer.
 func TestCompactPaced(t *testing.T) {
+	t.Parallel()
 	db, err := Open(Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +87,7 @@ func TestCompactPaced(t *testing.T) {
 // TestCompactPacedGivesWayToWrites: once foreground writes back up in L0,
 // a paced compaction stops pacing, whatever its rate.
 func TestCompactPacedGivesWayToWrites(t *testing.T) {
+	t.Parallel()
 	db, err := Open(Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)

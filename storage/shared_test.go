@@ -12,6 +12,7 @@ import (
 // directory keeps its creator id; L6 SSTables land in the shared store and
 // L0 stays local; a leftover temporary SSTable is removed at open.
 func TestSharedOptions(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	store, err := SharedDir(filepath.Join(root, "shared"))
 	if err != nil {

@@ -87,6 +87,7 @@ func mustVerify(t *testing.T, dir string) *Report {
 }
 
 func TestVerifyHealthy(t *testing.T) {
+	t.Parallel()
 	dir := writeDB(t)
 	rep := mustVerify(t, dir)
 	for _, f := range rep.Findings {
@@ -109,6 +110,7 @@ func TestVerifyHealthy(t *testing.T) {
 }
 
 func TestVerifyInUse(t *testing.T) {
+	t.Parallel()
 	dir := writeDB(t)
 	db, err := Open(Options{Dir: dir})
 	if err != nil {
@@ -220,6 +222,7 @@ func recordOffsets(t *testing.T, dir string) []int64 {
 }
 
 func TestVerifyManifestAndOptions(t *testing.T) {
+	t.Parallel()
 	dir := writeDB(t)
 	mans := filesOf(t, dir, "MANIFEST-*")
 	current := mans[len(mans)-1]
@@ -235,6 +238,7 @@ func TestVerifyManifestAndOptions(t *testing.T) {
 }
 
 func TestCheckOnOpen(t *testing.T) {
+	t.Parallel()
 	dir := writeDB(t)
 	if notes, err := CheckOnOpen(dir); err != nil || len(notes) != 0 {
 		t.Fatalf("healthy directory: %v, notes %q", err, notes)

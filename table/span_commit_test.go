@@ -21,6 +21,7 @@ import (
 // which is what lets a move ship a tablet's change records without
 // reporting a deletion twice (server/clusterchanges.go).
 func TestExportCommitHighWater(t *testing.T) {
+	t.Parallel()
 	src, dst, _ := openSpanPair(t)
 	createSpanTable(t, src, dst)
 	if _, err := src.SetChangeStream("i", "t", 24*time.Hour); err != nil {

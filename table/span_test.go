@@ -186,6 +186,7 @@ func TestSpanMoveShared(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes many cells")
 	}
+	t.Parallel()
 	ctx := context.Background()
 	root := t.TempDir()
 	store, err := storage.SharedDir(filepath.Join(root, "shared"))
@@ -295,6 +296,7 @@ func TestSpanMoveShared(t *testing.T) {
 // the shared levels travel as keys, and the target reads what the source
 // read.
 func TestSpanMoveLocalLevels(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	src, dst, _ := openSpanPair(t)
 	createSpanTable(t, src, dst)
@@ -383,6 +385,7 @@ func TestSpanMoveLocalLevels(t *testing.T) {
 // TestSpanIngestRefusals: a table with another id, or a family under
 // another id, is refused with ErrPrecondition and changes nothing.
 func TestSpanIngestRefusals(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	src, dst, _ := openSpanPair(t)
 	createSpanTable(t, src)
@@ -461,6 +464,7 @@ func (c *crashStore) Delete(name string) error {
 // the span whole with an owner: the source changes nothing before its
 // excise, the target's ingest is all or nothing.
 func TestSpanMoveCrash(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	root := t.TempDir()
 	store, err := storage.SharedDir(filepath.Join(root, "shared"))
@@ -539,6 +543,7 @@ func TestSpanMoveCrash(t *testing.T) {
 // span lies in memtables or in SSTables; ApproxSpanSize sees the shared
 // levels.
 func TestSpanSplitKey(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	root := t.TempDir()
 	store, err := storage.SharedDir(filepath.Join(root, "shared"))
@@ -584,6 +589,7 @@ func TestSpanSplitKey(t *testing.T) {
 // storage: every key is copied then, and the target reads what the source
 // read.
 func TestSpanMoveUnshared(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	root := t.TempDir()
 	clk := clock.NewFake(spanStart)
