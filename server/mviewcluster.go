@@ -291,11 +291,7 @@ func (s *Server) reconcileView(ctx context.Context, mv *maintView, have []table.
 
 // putHeader writes a view state's header.
 func (s *Server) putHeader(vb *table.ViewBatch, mv *maintView) error {
-	h, err := mv.header()
-	if err != nil {
-		return err
-	}
-	hb, err := json.Marshal(h)
+	_, hb, err := mv.header()
 	if err != nil {
 		return err
 	}
@@ -344,7 +340,9 @@ func (s *Server) viewsBeforeIngest(inst, name string, start, end []byte) error {
 	if err != nil || n == 0 {
 		return err
 	}
-	return vb.Commit()
+	err = vb.Commit()
+	s.mviews.stateGen.Add(1) // maintIdle
+	return err
 }
 
 // mergeViewPlan plans inst's view id for reads that merge the owners'

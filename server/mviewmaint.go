@@ -100,6 +100,23 @@ type mviews struct {
 	// from is, per table, the view-log sequence number to read from next
 	// (table.ReadViewLog); kept under the table's lock.
 	from sync.Map
+	// idle is, per table, its last round that found nothing to do
+	// (*idleRound); kept under the table's lock. stateGen counts writes of
+	// view state made outside maintainTable (dropView, viewsBeforeIngest).
+	idle     sync.Map
+	stateGen atomic.Int64
+	// rounds and idleRounds count maintainTable's rounds that looked for
+	// work, and those it skipped as idle (tests).
+	rounds, idleRounds atomic.Int64
+}
+
+// idleRound is a table's maintenance round that ended with nothing to do:
+// the views it covered, their states' earliest deadline then (0: none),
+// and mviews.stateGen when it began.
+type idleRound struct {
+	views []*maintView
+	due   int64
+	gen   int64
 }
 
 func (v *mviews) logFrom(id uint64) uint64 {
@@ -126,6 +143,13 @@ type maintView struct {
 	// has one output key on every node (a read of some keys asks the
 	// owners for just those groups; mviewpartial.go).
 	keyByGroup bool
+
+	// hdr is the header the state must have (header), made once: meta,
+	// query and spans do not change for a maintView.
+	hdrOnce  sync.Once
+	hdr      viewHeader
+	hdrBytes []byte
+	hdrErr   error
 }
 
 // whole reports whether this node's state covers the whole table.
@@ -337,6 +361,15 @@ func (s *Server) maintainTable(ctx context.Context, tableID uint64, views []*mai
 	if len(views) == 0 {
 		return nil
 	}
+	if s.maintIdle(tableID, views) {
+		s.mviews.idleRounds.Add(1)
+		return nil
+	}
+	s.mviews.rounds.Add(1)
+	// Whatever happens below, the table is idle again only once a round
+	// ends with nothing to do.
+	s.mviews.idle.Delete(tableID)
+	gen := s.mviews.stateGen.Load()
 	m := views[0].meta
 	if !s.engine.ViewLogged(tableID) {
 		if err := s.engine.SetViewLogged(tableID, true); err != nil {
@@ -393,6 +426,7 @@ func (s *Server) maintainTable(ctx context.Context, tableID uint64, views []*mai
 		}
 		vb := s.engine.NewViewBatch()
 		work := len(entries) > 0
+		var nextDue int64 // the views' earliest deadline after now (0: none)
 		for _, mv := range views {
 			st := viewStore{vb: vb, space: mv.space}
 			dirty := slices.Clone(rows)
@@ -405,10 +439,13 @@ func (s *Server) maintainTable(ctx context.Context, tableID uint64, views []*mai
 					return err
 				}
 			}
-			due, err := st.dueRows(clock.Micros(now), maintBatch)
+			due, after, err := st.dueRows(clock.Micros(now), maintBatch)
 			if err != nil {
 				vb.Close()
 				return err
+			}
+			if after > 0 && (nextDue == 0 || after < nextDue) {
+				nextDue = after
 			}
 			work = work || len(due) > 0
 			if err := s.updateRows(ctx, mv, m, st, now, append(dirty, due...)); err != nil {
@@ -419,6 +456,9 @@ func (s *Server) maintainTable(ctx context.Context, tableID uint64, views []*mai
 		if !work {
 			vb.Close()
 			s.mviews.setLogFrom(tableID, next)
+			// Nothing was written since this round's scans: its states
+			// are as they read them.
+			s.mviews.idle.Store(tableID, &idleRound{views: slices.Clone(views), due: nextDue, gen: gen})
 			return nil
 		}
 		if err := vb.Consumed(entries); err != nil {
@@ -434,6 +474,37 @@ func (s *Server) maintainTable(ctx context.Context, tableID uint64, views []*mai
 	}
 }
 
+// maintIdle reports whether a round of the table's views would find
+// nothing to do, without reading storage; under the table's lock. The
+// table's last round found nothing to do (idleRound), for these very views
+// (the same plans: the same table meta, query and spans), and since then:
+//
+//   - no view state was written: every writer of it holds the table's lock
+//     and runs in maintainTable (rebuildView, reconcileView, the log's
+//     batches), which drops the table's idleRound first, or bumps
+//     stateGen (dropView, viewsBeforeIngest); the engine writes view state
+//     only through ViewBatch. So each state still has the header
+//     viewCurrent accepted, for the spans the view covers now;
+//   - no deadline came: the states' deadlines are those the round's
+//     dueRows saw, none of them due then, the earliest still after now;
+//   - the log has nothing from where that round stopped
+//     (table.Engine.ViewLogSince: an acknowledged write's entry is counted
+//     before its commit, so a read after a write does maintain).
+//
+// Such a round would read the log (empty), the due rows (none), change
+// nothing and commit nothing; skipping it changes nothing either.
+func (s *Server) maintIdle(tableID uint64, views []*maintView) bool {
+	r, _ := s.mviews.idle.Load(tableID)
+	idle, _ := r.(*idleRound)
+	if idle == nil || idle.gen != s.mviews.stateGen.Load() || !slices.Equal(idle.views, views) {
+		return false
+	}
+	if idle.due != 0 && clock.Micros(s.opts.Clock.Now()) >= idle.due {
+		return false
+	}
+	return s.engine.ViewLogged(tableID) && !s.engine.ViewLogSince(tableID, s.mviews.logFrom(tableID))
+}
+
 func prefixEndOf(tag byte, p []byte) []byte {
 	if end := prefixEnd(append([]byte{tag}, p...)); end != nil {
 		return end
@@ -441,23 +512,33 @@ func prefixEndOf(tag byte, p []byte) []byte {
 	return []byte{tag + 1}
 }
 
-func (mv *maintView) header() (viewHeader, error) {
-	schema, err := json.Marshal(mv.meta)
-	version := viewStateVersion
-	if mv.ic.HasDistinct() {
-		version = viewStateVersionDistinct
-	}
-	h := viewHeader{Version: version, Query: mv.query, TableID: mv.meta.ID, Schema: string(schema)}
-	if mv.clustered {
-		h.Coverage, h.Spans = coverageSpans, encodeSpans(mv.spans)
-	}
-	return h, err
+// header is the header the view's state must have, and its encoding (what
+// putHeader writes); made once per maintView.
+func (mv *maintView) header() (viewHeader, []byte, error) {
+	mv.hdrOnce.Do(func() {
+		schema, err := json.Marshal(mv.meta)
+		if err != nil {
+			mv.hdrErr = err
+			return
+		}
+		version := viewStateVersion
+		if mv.ic.HasDistinct() {
+			version = viewStateVersionDistinct
+		}
+		h := viewHeader{Version: version, Query: mv.query, TableID: mv.meta.ID, Schema: string(schema)}
+		if mv.clustered {
+			h.Coverage, h.Spans = coverageSpans, encodeSpans(mv.spans)
+		}
+		mv.hdr = h
+		mv.hdrBytes, mv.hdrErr = json.Marshal(h)
+	})
+	return mv.hdr, mv.hdrBytes, mv.hdrErr
 }
 
 // viewCurrent reports whether the view's stored state was built for its
 // query over the table as it is, and the spans it covers (in a cluster).
 func (s *Server) viewCurrent(mv *maintView) (ok bool, spans []table.RowRange, err error) {
-	want, err := mv.header()
+	want, wantBytes, err := mv.header()
 	if err != nil {
 		return false, nil, err
 	}
@@ -465,6 +546,10 @@ func (s *Server) viewCurrent(mv *maintView) (ok bool, spans []table.RowRange, er
 	got, _, err := s.engine.GetViewState(mv.space, []byte{'V'})
 	if err != nil || got == nil {
 		return false, nil, err
+	}
+	if bytes.Equal(got, wantBytes) {
+		// The header putHeader wrote for this plan: no decoding.
+		return true, decodeSpans(want.Spans), nil
 	}
 	var h viewHeader
 	if json.Unmarshal(got, &h) != nil {
@@ -801,14 +886,24 @@ func (v viewStore) setDeadline(row []byte, old, d int64) error {
 	return v.Set(append([]byte{'E'}, row...), binary.BigEndian.AppendUint64(nil, uint64(d)))
 }
 
-// dueRows lists up to limit rows whose deadline is at or before now.
-func (v viewStore) dueRows(now int64, limit int) ([][]byte, error) {
-	var rows [][]byte
-	err := v.Scan([]byte{'D'}, binary.BigEndian.AppendUint64([]byte{'D'}, uint64(now+1)), false, func(k, _ []byte) (bool, error) {
+// dueRows lists up to limit rows whose deadline is at or before now, and,
+// when it listed them all, the earliest deadline after now (0: none).
+func (v viewStore) dueRows(now int64, limit int) (rows [][]byte, after int64, err error) {
+	err = v.Scan([]byte{'D'}, []byte{'E'}, false, func(k, _ []byte) (bool, error) {
+		if len(k) < 9 {
+			return true, nil
+		}
+		if d := int64(binary.BigEndian.Uint64(k[1:9])); d > now {
+			after = d
+			return false, nil
+		}
+		if len(rows) == limit {
+			return false, nil
+		}
 		rows = append(rows, bytes.Clone(k[9:]))
-		return len(rows) < limit, nil
+		return true, nil
 	})
-	return rows, err
+	return rows, after, err
 }
 
 // deadlines computes a row's next time-driven change from its stored cells.
@@ -894,6 +989,7 @@ func (s *Server) dropView(inst, id string) error {
 	if err := vb.Commit(); err != nil {
 		return err
 	}
+	s.mviews.stateGen.Add(1) // maintIdle
 	index, err := s.maintIndex()
 	if err != nil {
 		return err

@@ -63,6 +63,11 @@ type viewLog struct {
 	seqMu    sync.Mutex
 	seq      uint64
 	inflight map[uint64]int
+	// last is, per table, the highest sequence number given to one of its
+	// entries since the log was loaded, and loaded the last number on disk
+	// then (an entry of any table up to it may be there): ViewLogSince.
+	last   map[uint64]uint64
+	loaded uint64
 }
 
 func viewLogPrefix(tableID uint64) []byte {
@@ -96,10 +101,11 @@ func (e *Engine) viewLogLoad() error {
 			v.err = err
 			return
 		}
-		v.inflight = map[uint64]int{}
+		v.inflight, v.last = map[uint64]int{}, map[uint64]uint64{}
 		if it.Last() && len(it.Key()) == 17 {
 			v.seq = binary.BigEndian.Uint64(it.Key()[9:])
 		}
+		v.loaded = v.seq
 		v.err = it.Close()
 	})
 	return v.err
@@ -197,6 +203,7 @@ func (l *viewLogger) add(kind byte, row []byte) error {
 	v.seqMu.Lock()
 	v.seq++
 	seq := v.seq
+	v.last[l.id] = seq
 	if l.first == 0 {
 		l.first = seq
 		v.inflight[seq]++
@@ -235,6 +242,26 @@ func (e *Engine) viewLogFloor() uint64 {
 		f = min(f, s)
 	}
 	return f
+}
+
+// ViewLogSince reports whether a table may have view-log entries numbered
+// from on (committed, or still committing): it is false only when no entry
+// of the table was given such a number since the log was loaded, and none
+// was on disk then. It reads no storage.
+//
+// A maintainer that consumed the log up to from (ReadViewLog's next) and
+// gets false has nothing of the log to consume: an entry gets its number
+// (add) before its batch commits, so every commit acknowledged before the
+// call, and every one still committing, is counted; and ReadViewLog's next
+// never passes an entry it did not return.
+func (e *Engine) ViewLogSince(tableID, from uint64) bool {
+	if e.viewLogLoad() != nil {
+		return true
+	}
+	v := &e.views
+	v.seqMu.Lock()
+	defer v.seqMu.Unlock()
+	return from <= v.loaded || v.last[tableID] >= from
 }
 
 // logViewRows logs rows (nil: rows the commit cannot name; recs then name
