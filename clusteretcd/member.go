@@ -118,6 +118,7 @@ type Member struct {
 	dirs     map[string]cluster.Directory
 	applied  map[string]uint64
 	schema   uint64 // the last schema log sequence seen
+	metaSeen uint64 // instance-metadata events and loads seen (MetaChanges)
 	changed  chan struct{}
 	iamCache // iam.go: the IAM policies, and how current the watch is
 
@@ -398,6 +399,7 @@ func (m *Member) load(ctx context.Context) error {
 		m.applyLocked(mvccpb.PUT, kv)
 	}
 	m.rev = resp.Header.Revision
+	m.metaSeen++ // a deletion missed while the watch was broken shows only here
 	m.loadedIAMLocked(old)
 	m.notifyLocked()
 	return nil
@@ -514,6 +516,8 @@ func (m *Member) applyLocked(t mvccpb.Event_EventType, kv *mvccpb.KeyValue) {
 		m.dirs[name] = d
 	case "iam":
 		m.applyIAMLocked(name, kv, del)
+	case "meta":
+		m.metaSeen++
 	case "schema":
 		if name == "seq" && !del {
 			if v, err := strconv.ParseUint(string(kv.Value), 10, 64); err == nil && v > m.schema {
@@ -528,6 +532,17 @@ func (m *Member) Changed() <-chan struct{} {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.changed
+}
+
+// MetaChanges counts the instance-metadata writes and deletions the
+// cache has seen, and its reloads: while it stands still, etcd's instance
+// metadata is what it was when it was last read (read it after taking the
+// count). Every other change of the cluster (progress marks, schema log
+// entries, checkpoints) leaves it alone.
+func (m *Member) MetaChanges() uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.metaSeen
 }
 
 // Revision is the etcd revision the cache reflects.

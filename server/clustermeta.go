@@ -326,13 +326,22 @@ func (c *clusterMember) mirrorMeta(ctx context.Context) error {
 // changes (the profile cache of the data path follows).
 func (c *clusterMember) metaLoop() {
 	defer c.wg.Done()
+	// Only a change of the metadata itself is read again: the cache
+	// changes at every progress mark, schema entry and checkpoint of the
+	// cluster, and each read lists every record.
+	var mirrored uint64
+	current := false
 	for {
 		ch := c.m.Changed()
-		ctx, cancel := etcdCtx()
-		if err := c.mirrorMeta(ctx); err != nil {
-			c.s.log.Warn("instance metadata: mirroring etcd", "err", err)
+		if seen := c.m.MetaChanges(); !current || seen != mirrored {
+			ctx, cancel := etcdCtx()
+			err := c.mirrorMeta(ctx)
+			cancel()
+			if err != nil {
+				c.s.log.Warn("instance metadata: mirroring etcd", "err", err)
+			}
+			current, mirrored = err == nil, seen
 		}
-		cancel()
 		select {
 		case <-c.stop:
 			return
