@@ -50,10 +50,16 @@ func newMeteredCodec(sec *security) meteredCodec {
 }
 
 // Marshal encodes a response; a wireMessage (ReadRows' chunks, see
-// chunkWriter) is already encoded.
+// chunkWriter) is already encoded, and a MutateRowsResponse of OK statuses
+// is written by hand (marshalMutateRowsResponse).
 func (c meteredCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if m, ok := v.(*wireMessage); ok {
 		return marshalWire(m), nil
+	}
+	if r, ok := v.(*btpb.MutateRowsResponse); ok {
+		if b, ok := marshalMutateRowsResponse(r); ok {
+			return b, nil
+		}
 	}
 	return c.CodecV2.Marshal(v)
 }

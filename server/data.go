@@ -11,7 +11,6 @@ import (
 	"github.com/ebbtable/ebbtable/filter"
 	"github.com/ebbtable/ebbtable/server/convert"
 	"github.com/ebbtable/ebbtable/table"
-	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -314,11 +313,14 @@ func (d *dataServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtabl
 	if err != nil {
 		return toStatus(err)
 	}
+	if !slices.ContainsFunc(errs, func(err error) bool { return err != nil }) && !slices.ContainsFunc(convErrs, func(err error) bool { return err != nil }) {
+		return stream.Send(okMutateRowsResponse(len(entries)))
+	}
 	resp := &btpb.MutateRowsResponse{Entries: make([]*btpb.MutateRowsResponse_Entry, len(entries))}
 	// One allocation for the entries, and one OK status they share (the
 	// response is only marshalled).
 	out := make([]btpb.MutateRowsResponse_Entry, len(entries))
-	ok := &rpcstatus.Status{}
+	ok := okStatus
 	j := 0
 	for i := range entries {
 		var e error

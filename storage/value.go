@@ -42,24 +42,43 @@ func EncodeStamped(data []byte, expireAt int64, st Stamp) []byte {
 	if st.IsZero() {
 		return EncodeValue(data, expireAt)
 	}
-	id := st.Cluster[:min(len(st.Cluster), 255)]
-	n := 1 + 9 + len(id) + len(data)
+	return AppendStamped(make([]byte, 0, StampedLen(len(data), expireAt, st)), data, expireAt, st)
+}
+
+// StampedLen is the length of EncodeStamped(data, expireAt, st) for n
+// bytes of data.
+func StampedLen(n int, expireAt int64, st Stamp) int {
+	n++
 	if expireAt != 0 {
 		n += 8
 	}
-	v := make([]byte, 0, n)
-	flags := flagStamp
+	if !st.IsZero() {
+		n += 9 + min(len(st.Cluster), 255)
+	}
+	return n
+}
+
+// AppendStamped appends EncodeStamped(data, expireAt, st) to dst (so a
+// batch can take the value in place, without a copy of its own).
+func AppendStamped(dst, data []byte, expireAt int64, st Stamp) []byte {
+	var flags byte
 	if expireAt != 0 {
 		flags |= flagExpiry
 	}
-	v = append(v, flags)
-	if expireAt != 0 {
-		v = binary.BigEndian.AppendUint64(v, uint64(expireAt))
+	if !st.IsZero() {
+		flags |= flagStamp
 	}
-	v = binary.BigEndian.AppendUint64(v, uint64(st.Commit))
-	v = append(v, byte(len(id)))
-	v = append(v, id...)
-	return append(v, data...)
+	dst = append(dst, flags)
+	if expireAt != 0 {
+		dst = binary.BigEndian.AppendUint64(dst, uint64(expireAt))
+	}
+	if !st.IsZero() {
+		id := st.Cluster[:min(len(st.Cluster), 255)]
+		dst = binary.BigEndian.AppendUint64(dst, uint64(st.Commit))
+		dst = append(dst, byte(len(id)))
+		dst = append(dst, id...)
+	}
+	return append(dst, data...)
 }
 
 // DecodeStamped splits a stored value into data (aliasing v), expiry and

@@ -136,7 +136,9 @@ func (e *Engine) prepareInto(dst []prepared, m *Meta, row []byte, muts []Mutatio
 	dst = slices.Grow(dst, len(muts))[:start+len(muts)]
 	out := dst[start:]
 	for i, mu := range muts {
-		p := prepared{Mutation: mu}
+		// Filled in place: a prepared is large enough for its copy to show.
+		p := &out[i]
+		*p = prepared{Mutation: mu}
 		switch mu.Kind {
 		case SetCell, DeleteFromColumn, DeleteFromFamily, AddToCell, MergeToCell:
 			f, ok := m.Family(mu.Family)
@@ -201,7 +203,6 @@ func (e *Engine) prepareInto(dst []prepared, m *Meta, row []byte, muts []Mutatio
 				return dst[:start], fmt.Errorf("%w: delete time range must have millisecond granularity", ErrInvalid)
 			}
 		}
-		out[i] = p
 	}
 	return dst, nil
 }
@@ -445,7 +446,11 @@ func (e *Engine) applyOne(b *pebble.Batch, m *Meta, row []byte, p prepared, stam
 		if err := e.markAgendaLocked(b, m, p.familyID, row, p.Timestamp, p.ExpireAt); err != nil {
 			return nil, err
 		}
-		return p.Value, b.Set(k, storage.EncodeStamped(p.Value, p.ExpireAt, stamp), nil)
+		// The value is encoded in place in the batch (no copy of its own).
+		op := b.SetDeferred(len(k), storage.StampedLen(len(p.Value), p.ExpireAt, stamp))
+		copy(op.Key, k)
+		storage.AppendStamped(op.Value[:0], p.Value, p.ExpireAt, stamp)
+		return p.Value, op.Finish()
 	case AddToCell, MergeToCell:
 		k := storage.CellKey(m.ID, row, p.familyID, p.Qualifier, p.Timestamp)
 		in := p.Value
