@@ -144,6 +144,7 @@ type Collector struct {
 	pileMu    sync.Mutex
 	piles     map[uint64]map[string]time.Time // table id → row → reported (piles.go)
 	pileCount int
+	pileSeen  pileSeen // rows in piles, answered without pileMu (piles.go)
 
 	incMu sync.Mutex
 	inc   map[uint64]*incState // per table id, see incremental.go

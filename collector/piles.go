@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"hash/maphash"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ebbtable/ebbtable/clock"
@@ -28,9 +31,15 @@ const maxPiles = 16384
 func (c *Collector) PileDelay() time.Duration { return min(c.opts.Interval/4, 5*time.Second) }
 
 // notePile is the engine's pile hook. Rows are kept by their cell-key
-// prefix, so a report of a row already waiting (a hot row read again and
-// again) costs one map lookup that allocates nothing.
+// prefix. A hot row is reported by every read of it while it waits, so a
+// report of a row already waiting is answered from pileSeen, without the
+// mutex the reads would otherwise all queue on; a report pileSeen does not
+// answer costs one map lookup that allocates nothing.
 func (c *Collector) notePile(tableID uint64, prefix []byte) {
+	h, slot := c.pileSeen.slot(tableID, prefix)
+	if slot.Load() == h {
+		return // waiting already
+	}
 	c.pileMu.Lock()
 	defer c.pileMu.Unlock()
 	t := c.piles[tableID]
@@ -41,12 +50,50 @@ func (c *Collector) notePile(tableID uint64, prefix []byte) {
 		t = map[string]time.Time{}
 		c.piles[tableID] = t
 	}
-	if _, ok := t[string(prefix)]; ok || c.pileCount >= maxPiles {
+	if _, ok := t[string(prefix)]; ok {
+		slot.Store(h)
+		return
+	}
+	if c.pileCount >= maxPiles {
 		return
 	}
 	t[string(prefix)] = c.opts.Clock.Now()
+	slot.Store(h)
 	c.pileCount++
 	c.m.pilesWaiting.Set(float64(c.pileCount))
+}
+
+// pileSeen remembers, by a 64-bit hash of table id and row prefix, rows
+// that wait in Collector.piles. A slot is set under pileMu once its row is
+// in the set and cleared (if it still holds that row) under pileMu when the
+// row leaves it, so a report answered by a slot found a row that was
+// waiting when it looked: a report racing duePiles is dropped only for a
+// row whose visit, which reads the row afresh, follows it. Two rows
+// sharing a slot take turns in it, and each report of the one out of it
+// takes the mutex path; two rows with the same 64-bit hash (about one in
+// 2^64 for a given pair) would let a report of the second be dropped while
+// the first waits, and that row waits for the next pass, as a report past
+// maxPiles does.
+type pileSeen struct {
+	once  sync.Once
+	seed  maphash.Seed
+	slots [pileSlots]atomic.Uint64
+}
+
+// pileSlots is how many waiting rows pileSeen answers for at once.
+const pileSlots = 4096
+
+// slot is the row's hash (never 0) and the slot it goes in.
+func (p *pileSeen) slot(tableID uint64, prefix []byte) (uint64, *atomic.Uint64) {
+	p.once.Do(func() { p.seed = maphash.MakeSeed() })
+	h := (maphash.Bytes(p.seed, prefix) ^ tableID*0x9e3779b97f4a7c15) | 1
+	return h, &p.slots[h%pileSlots]
+}
+
+// forget clears the row's slot if it still holds the row (under pileMu).
+func (p *pileSeen) forget(tableID uint64, prefix []byte) {
+	h, slot := p.slot(tableID, prefix)
+	slot.CompareAndSwap(h, 0)
 }
 
 // PilesWaiting is how many reported rows wait for an early visit.
@@ -68,6 +115,7 @@ func (c *Collector) duePiles() map[uint64][][]byte {
 				continue
 			}
 			delete(rows, r)
+			c.pileSeen.forget(id, []byte(r))
 			c.pileCount--
 			row, err := storage.DecodeRowKey([]byte(r))
 			if err != nil {

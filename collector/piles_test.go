@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ebbtable/ebbtable/cell"
+	"github.com/ebbtable/ebbtable/internal/testkit/enginetest"
 	"github.com/ebbtable/ebbtable/storage"
 	"github.com/ebbtable/ebbtable/table"
 )
@@ -68,4 +71,58 @@ func TestPilesAreCollectedBeforeTheNextPass(t *testing.T) {
 	if n := e.col.PilesWaiting(); n != maxPiles {
 		t.Fatalf("%d piles waiting, want the bound %d", n, maxPiles)
 	}
+}
+
+// TestPileReportedAgainAfterItsVisit: reports of a waiting row are answered
+// without the set's mutex (pileSeen), and a row taken for its visit is
+// forgotten there too, so its next report puts it back in the set; a
+// row of another table with the same key is its own.
+func TestPileReportedAgainAfterItsVisit(t *testing.T) {
+	e := newEnv(t, table.HideEligible, Options{Pause: -1, Interval: time.Hour})
+	row := storage.RowPrefix(1, []byte("hot"))
+	for range 3 {
+		e.col.notePile(1, row)
+	}
+	if n := e.col.PilesWaiting(); n != 1 {
+		t.Fatalf("%d piles waiting after three reports of one row, want 1", n)
+	}
+	e.col.notePile(2, row)
+	if n := e.col.PilesWaiting(); n != 2 {
+		t.Fatalf("%d piles waiting after a report of the row in another table, want 2", n)
+	}
+	e.clock.Advance(e.col.PileDelay())
+	if due := e.col.duePiles(); len(due[1]) != 1 || len(due[2]) != 1 {
+		t.Fatalf("due %v, want the row in tables 1 and 2", due)
+	}
+	e.col.notePile(1, row)
+	if n := e.col.PilesWaiting(); n != 1 {
+		t.Fatalf("%d piles waiting after the row was reported again past its visit, want 1", n)
+	}
+}
+
+// BenchmarkNotePile: fifty goroutines reporting rows already waiting, as
+// the reads of the hot-row workload do.
+//
+//	go test -run '^$' -bench NotePile ./collector
+func BenchmarkNotePile(b *testing.B) {
+	eng, fake := enginetest.Open(b, table.Options{Visibility: table.HideEligible})
+	defer eng.Close()
+	col, err := New(eng, Options{Pause: -1, Interval: time.Hour, Clock: fake, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rows := make([][]byte, 100)
+	for i := range rows {
+		rows[i] = storage.RowPrefix(1, fmt.Appendf(nil, "row%04d", i))
+		col.notePile(1, rows[i])
+	}
+	b.SetParallelism(25) // 50 goroutines on two cores
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			col.notePile(1, rows[i%len(rows)])
+			i++
+		}
+	})
 }
