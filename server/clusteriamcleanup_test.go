@@ -17,9 +17,8 @@ import (
 // TestScaleOutIAMCleanup: in cluster mode a resource's IAM policies leave
 // etcd with it. A deleted table's (and its authorized views') are kept
 // with its directory for the undelete retention, under the same lease:
-// gone with it, kept for good when the table is undeleted. A deleted
-// instance's goes when the cluster has no table of it (a new instance of
-// the name starts without it), and stays while it has.
+// gone with it, kept for good when the table is undeleted.
+// TestScaleOutInstanceIAMCleanup has the instances'.
 func TestScaleOutIAMCleanup(t *testing.T) {
 	t.Parallel()
 	c := newIAMClusterTuned(t, false, func(o *Options) { o.UndeleteRetention = 2 * time.Second }, "n1", "n2")
@@ -82,6 +81,28 @@ func TestScaleOutIAMCleanup(t *testing.T) {
 	})
 	if p, err := c.tableAdmin("n2", "").GetIamPolicy(ctx, &iampb.GetIamPolicyRequest{Resource: view}); err != nil || len(p.GetBindings()) != 1 {
 		t.Errorf("policy of the undeleted table's view: %v %v", p, err)
+	}
+}
+
+// TestScaleOutInstanceIAMCleanup: a deleted instance's IAM policy goes
+// from etcd when the cluster has no table of it (a new instance of the
+// name starts without it), and stays while it has one: DeleteInstance
+// drops the instance's tables, whose directories are kept for the
+// undelete retention. That retention is left at its default (a minute)
+// here: with TestScaleOutIAMCleanup's 2 s, a process starved for 2 s
+// between the drop and the policy's check saw no kept table and rightly
+// dropped the policy.
+func TestScaleOutInstanceIAMCleanup(t *testing.T) {
+	t.Parallel()
+	c := newIAMClusterTuned(t, false, nil, "n1", "n2")
+	ctx := context.Background()
+	ta := c.tableAdmin("n1", "")
+	set := func(res string) {
+		t.Helper()
+		if _, err := ta.SetIamPolicy(ctx, &iampb.SetIamPolicyRequest{Resource: res, Policy: &iampb.Policy{Bindings: []*iampb.Binding{
+			{Role: "roles/bigtable.reader", Members: []string{"user:someone@example.com"}}}}}); err != nil {
+			t.Fatalf("set %s: %v", res, err)
+		}
 	}
 
 	// A deleted instance with no table in the cluster: its policy goes; a
