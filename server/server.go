@@ -255,8 +255,8 @@ func New(opts Options) (*Server, error) {
 	s.grpc = grpc.NewServer(append(sec.serverOptions(),
 		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
 		grpc.MaxSendMsgSize(opts.MaxMessageBytes),
-		grpc.ChainUnaryInterceptor(recoverUnary(s.log), s.joiningUnary(), sec.unary()),
-		grpc.ChainStreamInterceptor(recoverStream(s.log), s.joiningStream(), sec.stream()),
+		grpc.UnaryInterceptor(s.unaryInterceptor()), // recover.go
+		grpc.StreamInterceptor(s.streamInterceptor()),
 		// Streams run on long-lived workers, whose stacks have grown once:
 		// a goroutine per stream grew its stack on every ReadRows (Pebble's
 		// iterator setup is deep), a seventh of a point read's server CPU.
