@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -261,6 +262,9 @@ func New(opts Options) (*Server, error) {
 		// a goroutine per stream grew its stack on every ReadRows (Pebble's
 		// iterator setup is deep), a seventh of a point read's server CPU.
 		grpc.NumStreamWorkers(streamWorkers()),
+		// gRPC's buffer pool without clearing what it hands out
+		// (bufpool.go; docs/performance.md, "gRPC serving").
+		experimental.BufferPool(&dirtyPool{}),
 	)...)
 	btpb.RegisterBigtableServer(s.grpc, s.dataService())
 	adminpb.RegisterBigtableTableAdminServer(s.grpc, s.tableAdminService())
