@@ -1,10 +1,8 @@
 package server
 
 import (
-	"context"
 	"strings"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -24,26 +22,14 @@ func (s *Server) joining(method string) bool {
 	return s.cluster != nil && !s.cluster.joined.Load() && !strings.HasPrefix(method, "/grpc.health.v1.Health/")
 }
 
-func (s *Server) joiningUnary() grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if s.joining(info.FullMethod) {
-			return nil, status.Error(codes.Unavailable, notJoined)
-		}
-		if s.clientsWaitForJoin(info.FullMethod) { // clusterjoin.go
-			return nil, status.Error(codes.Unavailable, notJoinedInstance)
-		}
-		return handler(ctx, req)
+// joinRefusal is the error a call gets while this node joins: its
+// cluster's (--join of a cluster node) or the instance's (clientsWaitForJoin).
+func (s *Server) joinRefusal(method string) error {
+	if s.joining(method) {
+		return status.Error(codes.Unavailable, notJoined)
 	}
-}
-
-func (s *Server) joiningStream() grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if s.joining(info.FullMethod) {
-			return status.Error(codes.Unavailable, notJoined)
-		}
-		if s.clientsWaitForJoin(info.FullMethod) { // clusterjoin.go
-			return status.Error(codes.Unavailable, notJoinedInstance)
-		}
-		return handler(srv, ss)
+	if s.clientsWaitForJoin(method) { // clusterjoin.go
+		return status.Error(codes.Unavailable, notJoinedInstance)
 	}
+	return nil
 }

@@ -491,49 +491,54 @@ func (sec *security) credentialsOf(ctx context.Context, method string) auth.Call
 	return c
 }
 
-func (sec *security) unary() grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		n, tooMuch := sec.admit(req)
-		defer sec.inflight.Add(-n)
-		p, err := sec.auth.Check(sec.credentialsOf(ctx, info.FullMethod))
-		if err != nil {
+// serveUnary runs the security steps of a unary call and then h: the
+// token, the request's bytes in flight (n and tooMuch from admit, which
+// the interceptor ran first), a limited token's instances, IAM. The
+// principal goes into the context only when there is one (principalOf
+// reads the zero principal from a context without it).
+func (sec *security) serveUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler, tooMuch error) (any, error) {
+	p, err := sec.auth.Check(sec.credentialsOf(ctx, info.FullMethod))
+	if err != nil {
+		return nil, sec.authError(err)
+	}
+	if tooMuch != nil {
+		return nil, tooMuch
+	}
+	// The request's names are walked only for a token limited to some
+	// instances: not on every call of an open server.
+	if p.Limited() {
+		if err := p.AllowsInstance(info.FullMethod, instancesOf(req)); err != nil {
 			return nil, sec.authError(err)
 		}
-		if tooMuch != nil {
-			return nil, tooMuch
-		}
-		// The request's names are walked only for a token limited to some
-		// instances: not on every call of an open server.
-		if p.Limited() {
-			if err := p.AllowsInstance(info.FullMethod, instancesOf(req)); err != nil {
-				return nil, sec.authError(err)
-			}
-		}
-		if err := sec.checkIAM(ctx, p, info.FullMethod, req); err != nil {
-			return nil, err
-		}
-		return h(withPrincipal(ctx, p), req)
 	}
+	if err := sec.checkIAM(ctx, p, info.FullMethod, req); err != nil {
+		return nil, err
+	}
+	if p != (auth.Principal{}) {
+		ctx = withPrincipal(ctx, p)
+	}
+	return h(ctx, req)
 }
 
-func (sec *security) stream() grpc.StreamServerInterceptor {
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		p, err := sec.auth.Check(sec.credentialsOf(ss.Context(), info.FullMethod))
-		if err != nil {
-			return sec.authError(err)
-		}
-		if isTail(info.FullMethod) {
-			if sec.streams.Add(1) > int64(sec.opts.MaxChangeStreams) {
-				sec.streams.Add(-1)
-				sec.refused.WithLabelValues("change_streams").Inc()
-				return status.Errorf(codes.ResourceExhausted, "ebbtable: %d change streams are open, the most --max-change-streams allows; close one or raise the bound", sec.opts.MaxChangeStreams)
-			}
-			defer sec.streams.Add(-1)
-		}
-		w := &guardedStream{ServerStream: ss, sec: sec, p: p, method: info.FullMethod}
-		defer func() { sec.inflight.Add(-w.held) }()
-		return h(srv, w)
+// serveStream runs the security steps of a streaming call and then h: the
+// token, the change-stream bound, and per received request its bytes in
+// flight, a limited token's instances and IAM (guardedStream).
+func (sec *security) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	p, err := sec.auth.Check(sec.credentialsOf(ss.Context(), info.FullMethod))
+	if err != nil {
+		return sec.authError(err)
 	}
+	if isTail(info.FullMethod) {
+		if sec.streams.Add(1) > int64(sec.opts.MaxChangeStreams) {
+			sec.streams.Add(-1)
+			sec.refused.WithLabelValues("change_streams").Inc()
+			return status.Errorf(codes.ResourceExhausted, "ebbtable: %d change streams are open, the most --max-change-streams allows; close one or raise the bound", sec.opts.MaxChangeStreams)
+		}
+		defer sec.streams.Add(-1)
+	}
+	w := &guardedStream{ServerStream: ss, sec: sec, p: p, method: info.FullMethod}
+	defer func() { sec.inflight.Add(-w.held) }()
+	return h(srv, w)
 }
 
 // isTail says whether a method is a change-stream tail: a call that stays

@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -255,12 +256,15 @@ func New(opts Options) (*Server, error) {
 	s.grpc = grpc.NewServer(append(sec.serverOptions(),
 		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
 		grpc.MaxSendMsgSize(opts.MaxMessageBytes),
-		grpc.ChainUnaryInterceptor(recoverUnary(s.log), s.joiningUnary(), sec.unary()),
-		grpc.ChainStreamInterceptor(recoverStream(s.log), s.joiningStream(), sec.stream()),
+		grpc.UnaryInterceptor(s.unaryInterceptor()), // recover.go
+		grpc.StreamInterceptor(s.streamInterceptor()),
 		// Streams run on long-lived workers, whose stacks have grown once:
 		// a goroutine per stream grew its stack on every ReadRows (Pebble's
 		// iterator setup is deep), a seventh of a point read's server CPU.
 		grpc.NumStreamWorkers(streamWorkers()),
+		// gRPC's buffer pool without clearing what it hands out
+		// (bufpool.go; docs/performance.md, "gRPC serving").
+		experimental.BufferPool(&dirtyPool{}),
 	)...)
 	btpb.RegisterBigtableServer(s.grpc, s.dataService())
 	adminpb.RegisterBigtableTableAdminServer(s.grpc, s.tableAdminService())
