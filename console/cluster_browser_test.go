@@ -11,7 +11,7 @@ import (
 
 	"cloud.google.com/go/bigtable"
 	"github.com/chromedp/chromedp"
-	"github.com/ebbtable/ebbtable/internal/etcdtest"
+	"github.com/ebbtable/ebbtable/internal/etcdtest/etcdproc"
 	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/ebbtable/ebbtable/internal/testkit/servertest"
 	"github.com/ebbtable/ebbtable/server"
@@ -25,7 +25,7 @@ import (
 // and goes on showing new ones live.
 func TestConsoleChangeTailCluster(t *testing.T) {
 	exe := chromiumPath(t)
-	etcd, shared := etcdtest.Start(t), t.TempDir()
+	etcd, shared := etcdproc.Start(t), t.TempDir()
 	ids := []string{"n1", "n2", "n3"}
 	nodes := map[string]*servertest.Env{}
 	for _, id := range ids {
