@@ -4,6 +4,8 @@
 package etcdtest
 
 import (
+	"errors"
+	"fmt"
 	"net/url"
 	"sync"
 	"testing"
@@ -25,8 +27,21 @@ func Start(t testing.TB) string {
 // a test off from etcd before the test ends (stop twice is fine).
 func StartStoppable(t testing.TB) (endpoint string, stop func()) {
 	t.Helper()
+	e, err := Embed(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop = func() { once.Do(e.Close) }
+	t.Cleanup(stop)
+	return e.Clients[0].Addr().String(), stop
+}
+
+// Embed starts the one-member etcd that Start runs, with its data in dir,
+// and returns it once it is ready; the caller closes it.
+func Embed(dir string) (*embed.Etcd, error) {
 	cfg := embed.NewConfig()
-	cfg.Dir = t.TempDir()
+	cfg.Dir = dir
 	cfg.Name = "etcdtest"
 	cu, _ := url.Parse("http://127.0.0.1:0")
 	pu, _ := url.Parse("http://127.0.0.1:0")
@@ -41,16 +56,14 @@ func StartStoppable(t testing.TB) (endpoint string, stop func()) {
 	cfg.UnsafeNoFsync = true
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		t.Fatalf("start etcd: %v", err)
+		return nil, fmt.Errorf("start etcd: %w", err)
 	}
-	var once sync.Once
-	stop = func() { once.Do(e.Close) }
-	t.Cleanup(stop)
 	select {
 	case <-e.Server.ReadyNotify():
+		return e, nil
 	case <-time.After(30 * time.Second):
 		e.Server.Stop()
-		t.Fatal("etcd did not become ready")
+		e.Close()
+		return nil, errors.New("etcd did not become ready")
 	}
-	return e.Clients[0].Addr().String(), stop
 }
