@@ -55,6 +55,7 @@ func TestReplicationCommands(t *testing.T) {
 		return run(t, nil, ebbtableBin, append(args, "--addr", p.addr, "--project", testProject, "--instance", testInstance)...)
 	}
 	// Day 31 on both clusters.
+	setAt := time.Now()
 	for _, p := range []*serverProc{a, b} {
 		out := ebb(p, "debug", "clock", "set", "2023-02-02T00:00:00Z").mustSucceed(t, "debug clock set").stdout
 		// The clock runs on from the moment set.
@@ -64,8 +65,18 @@ func TestReplicationCommands(t *testing.T) {
 	}
 	// a collects the cell under the 30-day rule.
 	ebb(a, "gc", "run", "--table", "t", "--wait").mustSucceed(t, "gc run on a")
-	if out := ebb(a, "gc", "status").mustSucceed(t, "gc status").stdout; !regexpLine(out, `profile\s.*2023-01-03T00:00:00`) {
-		t.Fatalf("gc status on a does not show the age cutoff 2023-01-03:\n%s", out)
+	// The cutoff is the pass's time less 30 days, and a's clock ran on
+	// from 2023-02-02T00:00:00 for what has passed since the set: more
+	// than a second at load 50 (b's set and the gc run are processes).
+	out := ebb(a, "gc", "status").mustSucceed(t, "gc status").stdout
+	since := time.Since(setAt)
+	m1 := regexp.MustCompile(`(?m)profile\s.*?(2023-\S+Z)`).FindStringSubmatch(out)
+	if m1 == nil {
+		t.Fatalf("gc status on a shows no age cutoff for profile:\n%s", out)
+	}
+	low := time.Date(2023, 1, 3, 0, 0, 0, 0, time.UTC)
+	if at, err := time.Parse(time.RFC3339Nano, m1[1]); err != nil || at.Before(low) || at.After(low.Add(since)) {
+		t.Fatalf("gc status on a: age cutoff %s, want 2023-01-03T00:00:00Z + at most %v (the time since the clock was set):\n%s", m1[1], since, out)
 	}
 	// The rule goes to 50 days and reaches b, which collects after the
 	// change and keeps the cell.
@@ -85,7 +96,7 @@ func TestReplicationCommands(t *testing.T) {
 		return false, "no profile family"
 	})
 	ebb(b, "gc", "run", "--table", "t", "--wait").mustSucceed(t, "gc run on b")
-	out := ebb(a, "replication", "diff", "t").mustSucceed(t, "replication diff").stdout
+	out = ebb(a, "replication", "diff", "t").mustSucceed(t, "replication diff").stdout
 	if !regexpLine(out, `ip#685\s+profile:click-through\s+2023-01-02T00:00:00Z\s+b\s+a\s+expected`) {
 		t.Fatalf("diff does not list the cell as expected:\n%s", out)
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"github.com/ebbtable/ebbtable/sqlquery"
 	"github.com/ebbtable/ebbtable/table"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // clusterViewQueries are views over table t (family f) for
@@ -233,13 +235,22 @@ func scratchQuery(t *testing.T, n *scaleNode, query string) [][]sqlquery.Value {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Run in the node, not through a client: nothing retries a refusal
+	// while a node's lease fence is down for a moment (UNAVAILABLE, "does
+	// not hold its lease now; retry"), so the query runs again, as a
+	// client would, for up to 30 s.
 	var rows [][]sqlquery.Value
-	if err := plan.Run(context.Background(), cat, nil, n.srv.opts.Clock.Now(), func(v []sqlquery.Value) error {
-		if v[0] != nil {
-			rows = append(rows, v)
-		}
-		return nil
-	}); err != nil {
+	testkit.Poll(30*time.Second, func() bool {
+		rows = nil
+		err = plan.Run(context.Background(), cat, nil, n.srv.opts.Clock.Now(), func(v []sqlquery.Value) error {
+			if v[0] != nil {
+				rows = append(rows, v)
+			}
+			return nil
+		})
+		return status.Code(err) != codes.Unavailable
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	slices.SortStableFunc(rows, func(a, b []sqlquery.Value) int { return strings.Compare(string(a[0].([]byte)), string(b[0].([]byte))) })
