@@ -122,8 +122,7 @@ type Member struct {
 	changed  chan struct{}
 	iamCache // iam.go: the IAM policies, and how current the watch is
 
-	hold       atomic.Pointer[chan struct{}] // HoldWatch
-	renewDelay atomic.Int64                  // SlowRenewals
+	hold atomic.Pointer[chan struct{}] // HoldWatch
 }
 
 // HoldWatch (tests) keeps the watch's next events from the cache until
@@ -228,108 +227,49 @@ func (m *Member) register(ctx context.Context) error {
 	}
 }
 
-// renew keeps the lease alive: a renewal is sent a third of the TTL after
-// the last one was sent, whether or not that one has answered, and each
-// may answer until its answer can no longer renew the fence (the TTL less
-// the fence's margin; the fence counts from the sending, so a slow answer
-// is as safe as a quick one). A starved process or etcd that answers in
-// more than a third of the TTL so keeps its lease: giving each renewal up
-// after a third of the TTL, and waiting another third before the next,
-// dropped the fence after one slow answer and let etcd expire the lease
-// when none was quicker. When etcd says the lease is gone (the node was
-// cut off longer than the TTL) the fence drops at once and the node
-// registers again under a new lease: the tablets the directory still
-// gives it are its own again.
+// renew keeps the lease alive a third of the TTL at a time. When etcd
+// says the lease is gone (the node was cut off longer than the TTL) the
+// fence drops at once and the node registers again under a new lease: the
+// tablets the directory still gives it are its own again.
 func (m *Member) renew() {
 	defer m.wg.Done()
 	ttl := m.opts.TTL
-	ctx, cancel := context.WithCancel(context.Background())
-	var inflight sync.WaitGroup
-	defer func() {
-		cancel()
-		inflight.Wait()
-	}()
-	type answer struct {
-		id   clientv3.LeaseID
-		sent time.Time
-		resp *clientv3.LeaseKeepAliveResponse
-		err  error
-	}
-	answers := make(chan answer)
-	next := m.opts.Clock.Now().Add(ttl / 3)
 	for {
-		timer, stop := clock.Timer(m.opts.Clock, max(0, next.Sub(m.opts.Clock.Now()))) // stopped when another case wins
 		select {
 		case <-m.stop:
-			stop()
 			return
-		case <-timer:
-			m.mu.RLock()
-			id := m.lease
-			m.mu.RUnlock()
-			sent := m.opts.Clock.Now()
-			next = sent.Add(ttl / 3)
-			inflight.Add(1)
-			go func() {
-				defer inflight.Done()
-				cctx, ccancel := context.WithTimeout(ctx, ttl-ttl/10)
-				resp, err := m.keepAliveOnce(cctx, id)
-				ccancel()
-				select {
-				case answers <- answer{id: id, sent: sent, resp: resp, err: err}:
-				case <-ctx.Done():
-				}
-			}()
-			continue
-		case a := <-answers:
-			stop()
-			m.mu.RLock()
-			current := a.id == m.lease
-			m.mu.RUnlock()
-			switch {
-			case !current:
-				// An answer about a lease this node has replaced.
-			case a.err == nil:
-				m.fence.Renewed(a.sent, time.Duration(a.resp.TTL)*time.Second)
-			case errors.Is(a.err, rpctypes.ErrLeaseNotFound):
-				m.fence.Lost()
-				m.log.Warn("lease lost; registering again", "node", m.opts.NodeID)
-				rctx, rcancel := context.WithTimeout(ctx, ttl)
-				if err := m.register(rctx); err != nil {
-					m.log.Warn("register again", "err", err)
-				} else {
-					m.republishApplied(rctx)
-				}
-				rcancel()
-			default:
-				select {
-				case <-m.stop:
-					return
-				default:
-				}
-				m.log.Warn("lease renewal failed", "err", a.err)
+		case <-m.opts.Clock.After(ttl / 3):
+		}
+		m.mu.RLock()
+		id := m.lease
+		m.mu.RUnlock()
+		sent := m.opts.Clock.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), ttl/3)
+		resp, err := m.cli.KeepAliveOnce(ctx, id)
+		cancel()
+		switch {
+		case err == nil:
+			m.fence.Renewed(sent, time.Duration(resp.TTL)*time.Second)
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			m.fence.Lost()
+			m.log.Warn("lease lost; registering again", "node", m.opts.NodeID)
+			ctx, cancel := context.WithTimeout(context.Background(), ttl)
+			if err := m.register(ctx); err != nil {
+				m.log.Warn("register again", "err", err)
+			} else {
+				m.republishApplied(ctx)
 			}
+			cancel()
+		default:
+			select {
+			case <-m.stop:
+				return
+			default:
+			}
+			m.log.Warn("lease renewal failed", "err", err)
 		}
 	}
 }
-
-// keepAliveOnce renews the lease once; SlowRenewals delays it first.
-func (m *Member) keepAliveOnce(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error) {
-	if d := time.Duration(m.renewDelay.Load()); d > 0 {
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		}
-	}
-	return m.cli.KeepAliveOnce(ctx, id)
-}
-
-// SlowRenewals (tests) makes each lease renewal wait d before it is sent:
-// an etcd, or a process, that answers slowly.
-func (m *Member) SlowRenewals(d time.Duration) { m.renewDelay.Store(int64(d)) }
 
 // Live reports whether this node surely holds its lease now; it serves
 // its tablets only then.

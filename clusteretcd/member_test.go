@@ -3,7 +3,6 @@ package clusteretcd
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -227,36 +226,4 @@ func TestSetAppliedUnderLapsedLease(t *testing.T) {
 		defer b.mu.RUnlock()
 		return b.applied["a"] == 7 && a.LeaseID() != old
 	})
-}
-
-// Renewals that each take longer than a third of the TTL (a starved
-// process or etcd) still renew the fence: each may answer until its
-// answer can no longer renew it, and the next is sent a third of the TTL
-// after the last was sent, answered or not. (Given up after a third of
-// the TTL, none reached etcd: the fence stayed down, and etcd expired the
-// lease without the node hearing of it.) The fence's deadline passing
-// t0+TTL shows a renewal sent after t0 answered.
-func TestSlowRenewalsKeepTheLease(t *testing.T) {
-	t.Parallel()
-	ep := etcdtest.Start(t)
-	a := join(t, ep, "a")
-	old := a.LeaseID()
-	slow := ttl/3 + ttl/20 // 767 ms of the 2 s TTL
-	t0 := time.Now()
-	a.SlowRenewals(slow)
-	poll.Eventually(t, "a slow renewal to renew the fence", 5*ttl, func() (bool, string) {
-		d := a.fence.Deadline()
-		return d.After(t0.Add(ttl)), fmt.Sprintf("deadline %v after the renewals slowed", d.Sub(t0))
-	})
-	// Then the fence stays up, and the lease is kept, unless the machine
-	// starves the process for about a TTL (seen once at load 37): logged.
-	samples, down := 0, 0
-	poll.Until(2*ttl, func() bool {
-		samples++
-		if !a.Live() {
-			down++
-		}
-		return false
-	})
-	t.Logf("renewals of %v (TTL %v): fence down in %d of %d samples over %v; lease kept: %v", slow, ttl, down, samples, 2*ttl, a.LeaseID() == old)
 }
