@@ -86,8 +86,10 @@ const pileSlots = 4096
 // slot is the row's hash (never 0) and the slot it goes in.
 func (p *pileSeen) slot(tableID uint64, prefix []byte) (uint64, *atomic.Uint64) {
 	p.once.Do(func() { p.seed = maphash.MakeSeed() })
-	h := (maphash.Bytes(p.seed, prefix) ^ tableID*0x9e3779b97f4a7c15) | 1
-	return h, &p.slots[h%pileSlots]
+	h := maphash.Bytes(p.seed, prefix) ^ tableID*0x9e3779b97f4a7c15
+	// The slot from the bits before the low one is forced (a forced odd h
+	// would leave the even slots unused).
+	return h | 1, &p.slots[(h>>1)%pileSlots]
 }
 
 // forget clears the row's slot if it still holds the row (under pileMu).
