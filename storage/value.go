@@ -39,9 +39,6 @@ func (s Stamp) IsZero() bool { return s.Commit == 0 && s.Cluster == "" }
 // EncodeStamped builds a stored value carrying a replication stamp (a zero
 // stamp is left out, as EncodeValue does).
 func EncodeStamped(data []byte, expireAt int64, st Stamp) []byte {
-	if st.IsZero() {
-		return EncodeValue(data, expireAt)
-	}
 	return AppendStamped(make([]byte, 0, StampedLen(len(data), expireAt, st)), data, expireAt, st)
 }
 
@@ -108,16 +105,7 @@ func DecodeStamped(v []byte) (data []byte, expireAt int64, st Stamp, err error) 
 // EncodeValue builds a stored value from cell data and an optional expiry
 // (0 = none).
 func EncodeValue(data []byte, expireAt int64) []byte {
-	if expireAt == 0 {
-		v := make([]byte, 1+len(data))
-		copy(v[1:], data)
-		return v
-	}
-	v := make([]byte, 9+len(data))
-	v[0] = flagExpiry
-	binary.BigEndian.PutUint64(v[1:], uint64(expireAt))
-	copy(v[9:], data)
-	return v
+	return EncodeStamped(data, expireAt, Stamp{})
 }
 
 // DecodeValue splits a stored value into cell data (aliasing v) and expiry.
