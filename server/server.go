@@ -256,7 +256,7 @@ func New(opts Options) (*Server, error) {
 	s.grpc = grpc.NewServer(append(sec.serverOptions(),
 		grpc.MaxRecvMsgSize(opts.MaxMessageBytes),
 		grpc.MaxSendMsgSize(opts.MaxMessageBytes),
-		grpc.UnaryInterceptor(s.unaryInterceptor()), // recover.go
+		grpc.UnaryInterceptor(s.unaryInterceptor()), // interceptors.go
 		grpc.StreamInterceptor(s.streamInterceptor()),
 		// Streams run on long-lived workers, whose stacks have grown once:
 		// a goroutine per stream grew its stack on every ReadRows (Pebble's
