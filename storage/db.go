@@ -47,7 +47,8 @@ type Options struct {
 	FS vfs.FS
 	// Logger receives Pebble's events; nil means slog.Default().
 	Logger *slog.Logger
-	// CacheBytes is the block cache size; 0 means 64 MiB.
+	// CacheBytes is the block cache size (for blocks: the memtables'
+	// share of Pebble's cache comes on top, see cacheSize); 0 means 64 MiB.
 	CacheBytes int64
 	// FullMemtable makes the first memtable after the open full size
 	// instead of Pebble's 256 KiB ramp (memsize.go). It costs the open one
@@ -141,7 +142,7 @@ func Open(opts Options) (*DB, error) {
 		closeHealth = c.Close
 	}
 	pc := &pacer{}
-	cache := pebble.NewCache(opts.CacheBytes)
+	cache := pebble.NewCache(cacheSize(opts.CacheBytes))
 	defer cache.Unref()
 	po := &pebble.Options{
 		Comparer:           Comparer,
@@ -157,7 +158,7 @@ func Open(opts Options) (*DB, error) {
 		Cleaner: deleteCleaner{},
 		// Larger memtables mean fewer flushes and L0 files for write-heavy
 		// loads; the WAL keeps them durable.
-		MemTableSize:                64 << 20,
+		MemTableSize:                memTableSize,
 		MemTableStopWritesThreshold: 4,
 		WALMinSyncInterval:          opts.WALMinSyncInterval,
 	}
@@ -229,6 +230,21 @@ func Open(opts Options) (*DB, error) {
 	full.EnsureDefaults()
 	return &DB{DB: db, dir: opts.Dir, opts: full, pacer: pc, fail: fail, closeHealth: closeHealth, dels: dels}, nil
 }
+
+// memTableSize is Pebble's memtable size (MemTableSize).
+const memTableSize = 64 << 20
+
+// cacheSize is the size Pebble's cache is made for a block cache of
+// blockBytes. Pebble charges every live memtable's full size to its block
+// cache (Cache.Reserve, for as long as the memtable lives), so a cache of
+// blockBytes alone held no block at all once one full-size memtable was
+// open: a 64 MiB cache beside the 64 MiB first memtable (FullMemtable)
+// refused every block, and every read of an SSTable read and decompressed
+// its index and data blocks from the file (issue 16's hot rows: the server
+// CPU per operation rose by half once the first memtable was flushed). The
+// cache is made two memtables larger: the mutable one and one being
+// flushed, so blockBytes stay for blocks while a flush runs.
+func cacheSize(blockBytes int64) int64 { return blockBytes + 2*memTableSize }
 
 // openPebble opens the database, unless a fatal error (a flush of the
 // replayed WAL failing on a full disk, say) comes first: Pebble would retry
