@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/bigtable"
@@ -33,6 +34,11 @@ type HotRowsConfig struct {
 	ValueSize int
 	Duration  time.Duration
 	Seed      uint64
+	// Slice, if set, splits the timed run into slices this long and
+	// records each slice's CPU per operation (Result.Slices): whether a
+	// long run's cost grows within one server process, free of the
+	// run-to-run noise of comparing separate runs.
+	Slice time.Duration
 }
 
 // DefaultHotRows is the configuration for a run of d.
@@ -80,6 +86,8 @@ func hotRows(ctx context.Context, client *bigtable.Client, admin *bigtable.Admin
 			srv0 = h.serverCPU()
 		}
 		end := time.Now().Add(hc.Duration)
+		var ops atomic.Int64
+		stopSlices := sliceSampler(hc.Slice, &ops, h.serverCPU, h.slice)
 		res, err = runWorkers(ctx, WorkloadHotRows, hc.Workers, func(ctx context.Context, w int, rec *recorder) error {
 			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(w)+1))
 			for n := 0; time.Now().Before(end); n++ {
@@ -99,9 +107,11 @@ func hotRows(ctx context.Context, client *bigtable.Client, admin *bigtable.Admin
 					return fmt.Errorf("SetCell: %w", err)
 				}
 				rec.record(time.Since(t0), 1)
+				ops.Add(1)
 			}
 			return nil
 		})
+		res.Slices = stopSlices()
 		if h.serverCPU != nil && err == nil {
 			res.setServerCPU(h.serverCPU() - srv0)
 		}
@@ -180,9 +190,19 @@ func FormatHotRows(r Result) string {
 	if r.ServerCPUSec > 0 {
 		srv = fmt.Sprintf("  server %.2f cores %.1fµs/op", r.ServerCPUCores, r.ServerCPUMicrosPerRow)
 	}
-	return fmt.Sprintf("round %d %-9s %s %.1fs: %8d ops %9.0f ops/s  p50 %-8v p99 %-8v client %.2f cores %.1fµs/op%s  load %.1f",
+	line := fmt.Sprintf("round %d %-9s %s %.1fs: %8d ops %9.0f ops/s  p50 %-8v p99 %-8v client %.2f cores %.1fµs/op%s  load %.1f",
 		r.Round, r.Target, r.Workload, r.ElapsedSec, r.Ops, r.OpsPerSec, fmtDur(r.P50()), fmtDur(r.P99()),
 		r.CPUCores, r.CPUMicrosPerRow, srv, r.Load1)
+	if len(r.Slices) > 0 {
+		var b strings.Builder
+		b.WriteString(line)
+		b.WriteString("\n  slices (ops/s, client µs/op, server µs/op):")
+		for _, s := range r.Slices {
+			fmt.Fprintf(&b, " %.0f/%.1f/%.1f", float64(s.Ops)/s.Sec, s.CPUMicrosPerRow, s.ServerCPUMicrosPerRow)
+		}
+		line = b.String()
+	}
+	return line
 }
 
 // HotRowsSummary sets ebbtable against the emulator round by round: the
@@ -292,9 +312,19 @@ func runHotTarget(ctx context.Context, o HotRowsOptions, target string, profilin
 				}
 				return run()
 			}
+			if o.Slice > 0 {
+				// One profile per slice: CPUProfile (the first),
+				// CPUProfile.2, CPUProfile.3, …
+				h.slice = func() { _ = nextProfile(ch.cmd.Process) }
+			}
 			defer func() {
 				if rerr := os.Rename(prof+".1", o.CPUProfile); rerr != nil && err == nil {
 					err = rerr
+				}
+				for k := 2; o.Slice > 0; k++ {
+					if os.Rename(fmt.Sprintf("%s.%d", prof, k), fmt.Sprintf("%s.%d", o.CPUProfile, k)) != nil {
+						break
+					}
 				}
 			}()
 		}
@@ -308,4 +338,65 @@ func runHotTarget(ctx context.Context, o HotRowsOptions, target string, profilin
 	res, err := hotRows(ctx, e.Client, e.Admin, o.HotRowsConfig, h)
 	res.Target, res.Load1 = target, load
 	return res, err
+}
+
+// sliceSampler, for a slice > 0, samples ops, this process's CPU and the
+// server's (if serverCPU is set) every slice, and then calls tick (if set),
+// until the returned function is called, which takes a last sample and
+// returns one Slice per interval (a last one shorter than half a slice is
+// left out: the server's CPU counters lag by a few milliseconds).
+func sliceSampler(slice time.Duration, ops *atomic.Int64, serverCPU func() time.Duration, tick func()) func() []Slice {
+	if slice <= 0 {
+		return func() []Slice { return nil }
+	}
+	type sample struct {
+		at       time.Time
+		ops      int64
+		cpu, srv time.Duration
+	}
+	take := func() sample {
+		s := sample{at: time.Now(), ops: ops.Load(), cpu: processCPU()}
+		if serverCPU != nil {
+			s.srv = serverCPU()
+		}
+		return s
+	}
+	samples := []sample{take()}
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(slice)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				samples = append(samples, take())
+				if tick != nil {
+					tick()
+				}
+			}
+		}
+	}()
+	return func() []Slice {
+		close(done)
+		<-stopped
+		samples = append(samples, take())
+		var out []Slice
+		for i := 1; i < len(samples); i++ {
+			a, b := samples[i-1], samples[i]
+			n := b.ops - a.ops
+			if n <= 0 || b.at.Sub(a.at) < slice/2 {
+				continue
+			}
+			out = append(out, Slice{
+				Sec:                   b.at.Sub(a.at).Seconds(),
+				Ops:                   n,
+				CPUMicrosPerRow:       float64((b.cpu - a.cpu).Microseconds()) / float64(n),
+				ServerCPUMicrosPerRow: float64((b.srv - a.srv).Microseconds()) / float64(n),
+			})
+		}
+		return out
+	}
 }

@@ -119,7 +119,8 @@ func TestEbbtableAsAProcess(t *testing.T) {
 // TestHotRowsAsAProcess runs the hot-row workload briefly with each server
 // its own process, two rounds: every result has the server's own CPU per
 // operation, the summary counts both rounds, and the ebbtable server's
-// profile is written.
+// profile is written; with slices of 50 ms each result also has the CPU
+// per operation of each slice.
 func TestHotRowsAsAProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds two binaries")
@@ -135,6 +136,7 @@ func TestHotRowsAsAProcess(t *testing.T) {
 	}
 	hc := DefaultHotRows(150 * time.Millisecond)
 	hc.Workers, hc.Rows, hc.ValueSize = 4, 10, 64
+	hc.Slice = 50 * time.Millisecond
 	prof := filepath.Join(t.TempDir(), "prof.hot-rows")
 	res, err := RunHotRows(context.Background(), HotRowsOptions{HotRowsConfig: hc, Rounds: 2, CPUProfile: prof,
 		Binaries: Binaries{Ebbtable: ebb, Emulator: emu}})
@@ -147,6 +149,16 @@ func TestHotRowsAsAProcess(t *testing.T) {
 	for _, r := range res {
 		if r.Workload != WorkloadHotRows || r.Ops < 10 || r.ServerCPUMicrosPerRow <= 0 || r.CPUMicrosPerRow <= 0 || r.Round < 1 {
 			t.Errorf("%s: implausible %+v", r.Target, r)
+		}
+		var n int64
+		for _, s := range r.Slices {
+			if s.Sec <= 0 || s.Ops <= 0 || s.ServerCPUMicrosPerRow < 0 {
+				t.Errorf("%s: implausible slice %+v", r.Target, s)
+			}
+			n += s.Ops
+		}
+		if len(r.Slices) == 0 || n > r.Ops {
+			t.Errorf("%s: %d ops in slices %+v, of %d", r.Target, n, r.Slices, r.Ops)
 		}
 	}
 	if sum := HotRowsSummary(res); !strings.Contains(sum, "of 2 rounds") {

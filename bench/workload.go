@@ -130,6 +130,18 @@ type Result struct {
 	// Load1 is the machine's 1-minute load average when the workload
 	// started (0 where unknown).
 	Load1 float64 `json:"load1,omitempty"`
+	// Slices, for a hot-rows run with HotRowsConfig.Slice set, divides
+	// the timed run into consecutive slices.
+	Slices []Slice `json:"slices,omitempty"`
+}
+
+// Slice is one interval of a timed run: its length, its operations and the
+// CPU per operation of this process and (process mode) the server's.
+type Slice struct {
+	Sec                   float64 `json:"sec"`
+	Ops                   int64   `json:"ops"`
+	CPUMicrosPerRow       float64 `json:"cpu_us_per_op"`
+	ServerCPUMicrosPerRow float64 `json:"server_cpu_us_per_op,omitempty"`
 }
 
 // P50 is the median per-operation latency.
@@ -441,6 +453,9 @@ type hooks struct {
 	// serverCPU, if set, is the CPU time the server's process has used so
 	// far (process mode).
 	serverCPU func() time.Duration
+	// slice, if set, is called at the end of each of a hot-rows run's
+	// slices (HotRowsConfig.Slice).
+	slice func()
 }
 
 // workloads is Workloads with Run's hooks.

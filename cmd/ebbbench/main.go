@@ -43,10 +43,14 @@
 // prints each server's CPU per operation and, per round, ebbtable's
 // throughput and CPU per operation against the emulator's. With
 // --cpuprofile PREFIX the ebbtable server's profile of the first round's
-// timed run goes to PREFIX.hot-rows:
+// timed run goes to PREFIX.hot-rows. --hot-slice INTERVAL also prints the
+// CPU per operation of each consecutive INTERVAL of every run (whether a
+// long run's cost grows within one server process), and with --cpuprofile
+// splits the profile likewise (PREFIX.hot-rows, PREFIX.hot-rows.2, …):
 //
 //	go run ./cmd/ebbbench --hot-rows 2s --rounds 3
 //	go run ./cmd/ebbbench --hot-rows 16s --only ebbtable --rounds 1
+//	go run ./cmd/ebbbench --hot-rows 40s --hot-slice 4s --only ebbtable --rounds 1
 package main
 
 import (
@@ -81,6 +85,7 @@ func main() {
 	flag.BoolVar(&js, "json", false, "print the report as JSON")
 	flag.StringVar(&opts.CPUProfile, "cpuprofile", "", "write CPU profiles of the ebbtable workloads to `PREFIX`.writes, .scans and .point-reads (with --hot-rows: PREFIX.hot-rows, of the first round's ebbtable run)")
 	hot := flag.Duration("hot-rows", 0, "run only the hot-row workload, for this long")
+	slice := flag.Duration("hot-slice", 0, "with --hot-rows: also report the CPU per operation of each consecutive `INTERVAL` of the run")
 	flag.IntVar(&opts.Rounds, "rounds", 3, "run the targets in turn this many times; ratios are the median over rounds, with their range")
 	flag.BoolVar(&opts.RawPebble, "raw-pebble", false, "also run, each round, the ceiling committing its writes to Pebble (ceiling-pebble) and raw Pebble itself: synced batches of the writes workload's cells into a Pebble opened with ebbtable's options, in this process, no gRPC (the servers' write throughput is given as shares of raw Pebble's)")
 	flag.BoolVar(&opts.InProcess, "in-process", false, "run the servers inside this process instead of one process each")
@@ -120,7 +125,9 @@ func main() {
 	if *hot > 0 {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		defer stop()
-		ho := bench.HotRowsOptions{HotRowsConfig: bench.DefaultHotRows(*hot), Targets: opts.Targets, Rounds: opts.Rounds,
+		hc := bench.DefaultHotRows(*hot)
+		hc.Slice = *slice
+		ho := bench.HotRowsOptions{HotRowsConfig: hc, Targets: opts.Targets, Rounds: opts.Rounds,
 			InProcess: opts.InProcess, Binaries: opts.Binaries, DataDir: opts.DataDir, Progress: os.Stderr}
 		if opts.CPUProfile != "" {
 			ho.CPUProfile = opts.CPUProfile + ".hot-rows"
