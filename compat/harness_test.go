@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -18,8 +19,9 @@ import (
 )
 
 // The harness builds two binaries once per run, into a temporary directory:
-// ebbtable itself, and the client module's test binary (go test -c), so each
-// integration test runs as its own process against a fresh server.
+// ebbtable itself, and the client module's test binary (go test -c, kept
+// across runs: buildSuite), so each integration test runs as its own
+// process against a fresh server.
 var (
 	buildOnce  sync.Once
 	buildErr   error
@@ -64,17 +66,36 @@ func binaries(t *testing.T) (ebb, suite, dir string) {
 			return
 		}
 		suiteBin = filepath.Join(filepath.Dir(bin), "bigtable.test")
-		build := exec.Command("go", "test", "-c", "-o", suiteBin, ".")
-		build.Dir = suiteDir
-		build.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
-		if out, err := build.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("building the client's test binary: %v\n%s", err, out)
-		}
+		buildErr = buildSuite(suiteBin, suiteDir)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return ebbBin, suiteBin, suiteDir
+}
+
+// buildSuite links the client module's test binary at bin, unless the one
+// there was linked from the same module directory by the same Go release.
+// The module cache is read-only and its directory names the version, so
+// the two decide the binary; asking the go command whether it is up to
+// date costs about a CPU-second on every run of the package. A key file
+// next to the binary records what it was built from.
+func buildSuite(bin, dir string) error {
+	key := fmt.Sprintf("%s %s %s/%s GOFLAGS=%s", dir, runtime.Version(), runtime.GOOS, runtime.GOARCH, os.Getenv("GOFLAGS"))
+	keyFile := bin + ".key"
+	if b, err := os.ReadFile(keyFile); err == nil && string(b) == key {
+		if _, err := os.Stat(bin); err == nil {
+			return nil
+		}
+	}
+	os.Remove(keyFile)
+	build := exec.Command("go", "test", "-c", "-o", bin, ".")
+	build.Dir = dir
+	build.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("building the client's test binary: %v\n%s", err, out)
+	}
+	return os.WriteFile(keyFile, []byte(key), 0o600)
 }
 
 // serve starts a fresh ebbtable on a free loopback port with an empty data
