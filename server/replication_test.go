@@ -449,4 +449,8 @@ func TestLargeValuesReplicate(t *testing.T) {
 	if n != 6 {
 		t.Fatalf("b has %d of 6 rows", n)
 	}
+	// The knob at work: some answer of a's stopped at the budget.
+	if k := a.srv.repl.BudgetSpent(); k == 0 {
+		t.Errorf("none of a's pull answers reached the %d-byte budget: the test did not cross it", 5<<20)
+	}
 }
