@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // Shared-storage creator ids (docs/scale-out.md, "Creator ids"). Pebble
@@ -32,7 +31,7 @@ func creatorsKey(prefix string, parts ...string) string {
 func AllocateCreatorID(ctx context.Context, endpoints []string, prefix string) (uint64, error) {
 	o := Options{Endpoints: endpoints, Prefix: prefix}
 	o.ensureDefaults()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: o.Endpoints, DialTimeout: o.DialTimeout, Context: context.Background(), Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientConfig(o.Endpoints, o.DialTimeout))
 	if err != nil {
 		return 0, fmt.Errorf("ebbtable: etcd at %v: %w", o.Endpoints, err)
 	}

@@ -248,7 +248,40 @@ func (m *Member) requestProgress(wctx context.Context) {
 			if err := m.cli.RequestProgress(wctx); err != nil && wctx.Err() == nil {
 				m.log.Warn("etcd watch progress request", "err", err)
 			}
+			m.confirmQuiet(wctx)
 		}
+	}
+}
+
+// confirmQuiet keeps a quiet cache current when progress requests go
+// unanswered. etcd answers one only once its revision has reached the
+// start of every watch on the stream, and a watch resumed after a broken
+// connection starts at the revision after the last it saw: with no write
+// to etcd since, no request was answered, and every node's cache stayed
+// "behind" until the next write (TestIAMCacheCurrentWhenQuiet; in
+// TestScaleOutIAMCache, after an etcd cut shorter than the lease, so no
+// lease lapsed and nothing was written). After two unanswered rounds, a
+// read of etcd says the same as a progress notification would: if etcd's
+// revision is the one the cache reflects, the cache was current when the
+// read was sent.
+func (m *Member) confirmQuiet(ctx context.Context) {
+	sent := m.opts.Clock.Now()
+	m.mu.RLock()
+	quiet := m.synced && sent.Sub(m.heard) >= 2*m.opts.IAMProgressEvery
+	m.mu.RUnlock()
+	if !quiet {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, m.opts.IAMFresh)
+	defer cancel()
+	resp, err := m.cli.Get(rctx, m.key("quiet")) // any key: its header's revision
+	if err != nil {
+		return // logged by the progress requests' failures, if etcd is away
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.synced && resp.Header.Revision == m.rev && sent.After(m.heard) {
+		m.heard = sent
 	}
 }
 

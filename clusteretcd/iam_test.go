@@ -86,9 +86,13 @@ func TestIAMCache(t *testing.T) {
 		return b.heard.After(h), ""
 	})
 
-	// A held watch: not current within IAMFresh; current again once
-	// released.
+	// A held watch that misses a change: not current within IAMFresh;
+	// current again once released. (Held with nothing changed, it stays
+	// current: TestIAMCacheCurrentWhenQuiet.)
 	hold := b.HoldWatch()
+	if err := a.PutIAMPolicy(ctx, "z", []byte("w"), 0); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	poll.Eventually(t, "b's cache, its watch held, to stop answering", 10*time.Second, func() (bool, string) {
 		_, ok := b.CachedIAMPolicies([]string{"y"})

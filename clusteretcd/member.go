@@ -18,7 +18,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // Errors of membership.
@@ -138,7 +137,7 @@ func (m *Member) HoldWatch() (release func()) {
 // NodeID is empty), loads the cluster's state and keeps it current.
 func Join(ctx context.Context, opts Options) (*Member, error) {
 	opts.ensureDefaults()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: opts.Endpoints, DialTimeout: opts.DialTimeout, Context: context.Background(), Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientConfig(opts.Endpoints, opts.DialTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("ebbtable: etcd at %v: %w", opts.Endpoints, err)
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/ebbtable/ebbtable/cluster"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // TablesOwnedBy lists the tables whose live tablet directory in etcd (at
@@ -42,7 +41,7 @@ func KeptTablesOwnedBy(ctx context.Context, endpoints []string, prefix, node str
 func directoriesOwnedBy(ctx context.Context, endpoints []string, prefix, kind, node string) (map[string]uint64, error) {
 	o := Options{Endpoints: endpoints, Prefix: prefix}
 	o.ensureDefaults()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: o.Endpoints, DialTimeout: o.DialTimeout, Context: context.Background(), Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientConfig(o.Endpoints, o.DialTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("ebbtable: etcd at %v: %w", o.Endpoints, err)
 	}

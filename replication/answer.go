@@ -111,6 +111,9 @@ func (r *Replicator) collect(positions map[string]changestream.Position, limit i
 		out.Shipped += len(pt.Records)
 		out.Tables = append(out.Tables, pt)
 	}
+	if budget <= 0 {
+		r.budgetSpent.Add(1)
+	}
 	drops, err := e.DroppedTables()
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ebbtable/ebbtable/changestream"
@@ -108,7 +109,15 @@ type Replicator struct {
 	peerCutoffs map[string]map[FamilyKey]int64
 
 	m *metrics
+	// budgetSpent counts the answers this cluster gave whose records
+	// reached PullMaxBytes (BudgetSpent).
+	budgetSpent atomic.Int64
 }
+
+// BudgetSpent is how many of this cluster's pull answers stopped at the
+// answer's byte budget, PullMaxBytes (for tests: that a test's writes
+// crossed it).
+func (r *Replicator) BudgetSpent() int64 { return r.budgetSpent.Load() }
 
 // link is the state of the puller of one peer.
 type link struct {

@@ -48,8 +48,8 @@ type scaleProc struct {
 func startScaleProc(t *testing.T, id, dir, etcd, shared string, extra ...string) *scaleProc {
 	t.Helper()
 	p := &scaleProc{id: id, dir: dir, exited: make(chan struct{}), stderr: &tailBuffer{max: 16 << 10}}
-	p.cmd = exec.Command(ebbtableBin, append([]string{"serve", "--addr", "127.0.0.1:0", "--http-addr", "off", "--data", dir,
-		"--etcd", etcd, "--node-id", id, "--shared-storage", sharedURL(shared), "--lease-ttl", "2s"}, extra...)...)
+	p.cmd = exec.Command(ebbtableBin, testkit.ServeArgs(append([]string{"serve", "--addr", "127.0.0.1:0", "--http-addr", "off", "--data", dir,
+		"--etcd", etcd, "--node-id", id, "--shared-storage", sharedURL(shared), "--lease-ttl", "2s"}, extra...))...)
 	p.cmd.Env = cleanEnv()
 	if strings.HasPrefix(shared, "s3://") {
 		p.cmd.Env = append(p.cmd.Env, s3Env...)

@@ -124,18 +124,6 @@ func TestScaleOutBackupMetrics(t *testing.T) {
 	if err := writeScale(t, sc.nodes["n1"].client.Open("t"), "a", "x"); err != nil {
 		t.Fatal(err)
 	}
-	var size int64
-	for i, id := range []string{"n2", "n3"} {
-		name := []string{"b1", "b2"}[i]
-		if err := sc.nodes[id].admin.CreateBackup(ctx, "t", "c1", name, time.Now().Add(7*24*time.Hour)); err != nil {
-			t.Fatal(err)
-		}
-		info, err := sc.nodes["n1"].admin.BackupInfo(ctx, "c1", name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		size += info.SizeBytes
-	}
 	sum := func(ids []string, name string, labels map[string]string) (float64, int) {
 		var s float64
 		var nonzero int
@@ -149,6 +137,24 @@ func TestScaleOutBackupMetrics(t *testing.T) {
 		return s, nonzero
 	}
 	all := []string{"n1", "n2", "n3"}
+	var size int64
+	for i, id := range []string{"n2", "n3"} {
+		name := []string{"b1", "b2"}[i]
+		if err := sc.nodes[id].admin.CreateBackup(ctx, "t", "c1", name, time.Now().Add(7*24*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		info, err := sc.nodes["n1"].admin.BackupInfo(ctx, "c1", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size += info.SizeBytes
+		// Scraped between the creates: the reporting node (n1, through
+		// which neither was made) must not reuse the totals it read
+		// before the second (the knob above: no reuse).
+		if got, _ := sum(all, "ebbtable_backups", nil); got != float64(i+1) {
+			t.Errorf("ready backups summed after %s was made through %s: %v, want %d", name, id, got, i+1)
+		}
+	}
 	if got, _ := sum(all, "ebbtable_backup_operations_total", map[string]string{"op": "create", "result": "ok"}); got != 2 {
 		t.Errorf("creates counted: %v, want 2", got)
 	}

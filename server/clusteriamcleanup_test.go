@@ -21,7 +21,7 @@ import (
 // TestScaleOutInstanceIAMCleanup has the instances'.
 func TestScaleOutIAMCleanup(t *testing.T) {
 	t.Parallel()
-	c := newIAMClusterTuned(t, false, func(o *Options) { o.UndeleteRetention = 2 * time.Second }, "n1", "n2")
+	c := newIAMClusterTuned(t, false, func(o *Options) { o.UndeleteRetention = 5 * time.Second }, "n1", "n2") // 2 s lapsed between a delete and its undelete at load 34
 	c.knobs.minKeepDeleted.set(time.Second)
 	ctx := context.Background()
 	adm, ta := c.admin("n1", ""), c.tableAdmin("n1", "")
@@ -89,7 +89,7 @@ func TestScaleOutIAMCleanup(t *testing.T) {
 // name starts without it), and stays while it has one: DeleteInstance
 // drops the instance's tables, whose directories are kept for the
 // undelete retention. That retention is left at its default (a minute)
-// here: with TestScaleOutIAMCleanup's 2 s, a process starved for 2 s
+// here: with TestScaleOutIAMCleanup's 2 s (5 s now), a process starved for 2 s
 // between the drop and the policy's check saw no kept table and rightly
 // dropped the policy.
 func TestScaleOutInstanceIAMCleanup(t *testing.T) {

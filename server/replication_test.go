@@ -427,6 +427,9 @@ func TestLargeValuesReplicate(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := startClusterTuned(t, "b", a.srv.Addr(), "", clock.Real{}, lowBudget)
+	// b pulls only once all 12 MiB wait: pulling while a wrote, under
+	// load, b took the rows a few at a time and no answer crossed 5 MiB.
+	b.srv.repl.Pause("a")
 	big := make([]byte, 2<<20)
 	for i := range 6 { // 12 MiB, more than two pulls' 5 MiB
 		big[0] = byte(i)
@@ -436,6 +439,7 @@ func TestLargeValuesReplicate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	b.srv.repl.Resume("a")
 	if err := a.admin.WaitForReplication(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}
@@ -448,5 +452,9 @@ func TestLargeValuesReplicate(t *testing.T) {
 	}
 	if n != 6 {
 		t.Fatalf("b has %d of 6 rows", n)
+	}
+	// The knob at work: some answer of a's stopped at the budget.
+	if k := a.srv.repl.BudgetSpent(); k == 0 {
+		t.Errorf("none of a's pull answers reached the %d-byte budget: the test did not cross it", 5<<20)
 	}
 }

@@ -41,12 +41,16 @@ func StartStoppable(t testing.TB) (endpoint string, stop func()) {
 
 // Embed starts the one-member etcd that Start runs, with its data in dir,
 // and returns it once it is ready; the caller closes it.
-func Embed(dir string) (*embed.Etcd, error) {
+func Embed(dir string) (*embed.Etcd, error) { return embedAt(dir, "127.0.0.1:0", "127.0.0.1:0") }
+
+// embedAt is Embed listening for clients on client and for peers on
+// peer (host:port; port 0: any free one).
+func embedAt(dir, client, peer string) (*embed.Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Dir = dir
 	cfg.Name = "etcdtest"
-	cu, _ := url.Parse("http://127.0.0.1:0")
-	pu, _ := url.Parse("http://127.0.0.1:0")
+	cu, _ := url.Parse("http://" + client)
+	pu, _ := url.Parse("http://" + peer)
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)

@@ -27,7 +27,7 @@ func Run(t testing.TB, env []string, name string, args ...string) Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), ProcessTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
+	cmd := exec.CommandContext(ctx, name, ServeArgs(args)...)
 	cmd.Env = env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
