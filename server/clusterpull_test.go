@@ -175,14 +175,26 @@ func TestReplicationIntoClusterOfNodes(t *testing.T) {
 	}
 	eventually(t, "b's overwrites and deletes on c", same("t"))
 
-	// 3. A tablet moves and another splits while b writes.
-	done := make(chan struct{})
+	// 3. A tablet moves and another splits while b writes: b writes
+	// until both are done (at least 30 rows, at most 300), so the writes
+	// overlap them however fast the machine is.
+	done, moved := make(chan struct{}), make(chan struct{})
+	written := 0
 	go func() {
 		defer close(done)
 		for i := range 300 {
+			if i >= 30 {
+				select {
+				case <-moved:
+					written = i
+					return
+				default:
+				}
+			}
 			l := letters()[i%26]
 			write(b.client, fmt.Sprintf("%sw%03d", l, i), fmt.Sprint("w", i))
 		}
+		written = 300
 	}()
 	tabs, err := sc.nodes["n1"].ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: scaleTable})
 	if err != nil {
@@ -199,7 +211,9 @@ func TestReplicationIntoClusterOfNodes(t *testing.T) {
 	if _, err := sc.nodes["n1"].ops.SplitTablet(ctx, &clusterpb.SplitTabletRequest{Table: scaleTable, Key: []byte("q")}); err != nil {
 		t.Fatal(err)
 	}
+	close(moved)
 	<-done
+	t.Logf("b wrote %d rows during the move and the split", written)
 	eventually(t, "b's writes during a move and a split on c", same("t"))
 
 	// 3b. Last-writer-wins across a move: c deletes a row while b, not

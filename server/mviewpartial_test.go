@@ -40,7 +40,7 @@ var clusterViewQueries = map[string]string{
 // clusterViewSeed and clusterViewSteps tune TestClusterMaterializedViewRandom.
 var (
 	clusterViewSeed  = flag.Uint64("mview.clusterseed", 5, "TestClusterMaterializedViewRandom: random seed")
-	clusterViewSteps = flag.Int("mview.clustersteps", 60, "TestClusterMaterializedViewRandom: random steps")
+	clusterViewSteps = flag.Int("mview.clustersteps", 30, "TestClusterMaterializedViewRandom: random steps (60 or more for a long run)")
 )
 
 // TestClusterMaterializedViewRandom writes and deletes rows through the
