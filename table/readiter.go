@@ -119,9 +119,15 @@ func (e *Engine) putIter(pi pooledIter) error {
 	return nil
 }
 
-// expireIters closes the pooled iterators past iterMaxAge (or all, once
-// the pool is closed) and re-arms the timer for the rest.
-func (e *Engine) expireIters() {
+// expireIters closes the pooled iterators past iterMaxAge (all of them
+// once the pool is closed) and re-arms the timer for the rest.
+func (e *Engine) expireIters() { e.dropIters(false) }
+
+// dropIters closes the pooled iterators past iterMaxAge, or all of them
+// (all, or the pool closed), and re-arms the timer for the rest. Settle and
+// the compactions drop them all: a pooled iterator would keep the tables a
+// compaction replaced on disk (zombies) for up to iterMaxAge more.
+func (e *Engine) dropIters(all bool) {
 	p := &e.iters
 	var old [iterPoolSize]*pebble.Iterator
 	n := 0
@@ -129,7 +135,7 @@ func (e *Engine) expireIters() {
 	keep := 0
 	for i := range p.n {
 		pi := p.its[i]
-		if p.closed || time.Since(pi.born) >= iterMaxAge {
+		if all || p.closed || time.Since(pi.born) >= iterMaxAge {
 			old[n], n = pi.it, n+1
 			continue
 		}
@@ -159,7 +165,7 @@ func (e *Engine) closeIters() {
 		p.timer.Stop()
 	}
 	p.mu.Unlock()
-	e.expireIters()
+	e.dropIters(true)
 }
 
 // visibleSeqNum returns Pebble's visible sequence number of db

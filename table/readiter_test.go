@@ -176,7 +176,8 @@ func TestPooledPointReadsSeeAcknowledgedWrites(t *testing.T) {
 }
 
 // TestIterPoolClosesIdleIterators: iterators left in the pool past
-// iterMaxAge are closed by expireIters, and Close closes the rest.
+// iterMaxAge are closed by expireIters, and Settle closes them all (they
+// would hold tables a compaction replaced).
 func TestIterPoolClosesIdleIterators(t *testing.T) {
 	e := openPlain(t)
 	if err := e.ReadRows(context.Background(), testInst, "t", ReadRequest{Keys: [][]byte{[]byte("x")}}, func(cell.Row) error { return nil }); err != nil {
@@ -196,5 +197,21 @@ func TestIterPoolClosesIdleIterators(t *testing.T) {
 	p.mu.Unlock()
 	if n != 0 {
 		t.Fatalf("pool holds %d iterators past their age, want 0", n)
+	}
+}
+
+func TestSettleDropsPooledIterators(t *testing.T) {
+	e := openPlain(t)
+	if err := e.ReadRows(context.Background(), testInst, "t", ReadRequest{Keys: [][]byte{[]byte("x")}}, func(cell.Row) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Settle(context.Background(), time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	e.iters.mu.Lock()
+	n := e.iters.n
+	e.iters.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("pool holds %d iterators after Settle, want 0", n)
 	}
 }
