@@ -149,10 +149,13 @@ func (e *Engine) dropIters(all bool) {
 	if p.n > 0 && !p.closed {
 		p.timer.Reset(iterMaxAge)
 	}
-	p.mu.Unlock()
+	// Closed under the lock: the timer's call runs outside any read, and
+	// closeIters must not return (and the database close) while it is
+	// still closing one.
 	for _, it := range old[:n] {
 		it.Close()
 	}
+	p.mu.Unlock()
 }
 
 // closeIters closes the pool and every iterator in it (before the
