@@ -50,7 +50,7 @@ type instanceServer struct {
 	creating map[string][]*pendingOp
 	// cache holds resolved profiles by instance and id (nil: none).
 	cacheMu sync.Mutex
-	cache   map[string]*adminpb.AppProfile
+	cache   map[profileKey]*adminpb.AppProfile
 	// iamMu serialises SetIamPolicy's read, etag check and write.
 	iamMu sync.Mutex
 }
@@ -534,7 +534,7 @@ func (a *instanceServer) profile(inst, id string) (*adminpb.AppProfile, error) {
 // is dropped whenever a profile is stored or deleted). The caller must not
 // change the result.
 func (a *instanceServer) cachedProfile(inst, id string) (*adminpb.AppProfile, error) {
-	key := inst + "\x00" + id
+	key := profileKey{inst, id} // no string built per call
 	a.cacheMu.Lock()
 	p, ok := a.cache[key]
 	a.cacheMu.Unlock()
@@ -545,7 +545,7 @@ func (a *instanceServer) cachedProfile(inst, id string) (*adminpb.AppProfile, er
 		}
 		a.cacheMu.Lock()
 		if a.cache == nil {
-			a.cache = map[string]*adminpb.AppProfile{}
+			a.cache = map[profileKey]*adminpb.AppProfile{}
 		}
 		a.cache[key] = p
 		a.cacheMu.Unlock()
@@ -555,6 +555,9 @@ func (a *instanceServer) cachedProfile(inst, id string) (*adminpb.AppProfile, er
 	}
 	return p, nil
 }
+
+// profileKey is the profile cache's key: an instance and a profile id.
+type profileKey struct{ inst, id string }
 
 // forgetProfiles drops the profile cache.
 func (a *instanceServer) forgetProfiles() {

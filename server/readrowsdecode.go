@@ -1,6 +1,7 @@
 package server
 
 import (
+	"sync/atomic"
 	"unicode/utf8"
 
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
@@ -51,7 +52,7 @@ func decodeReadRows(b []byte, req *btpb.ReadRowsRequest) bool {
 		b = b[n:]
 		switch num {
 		case 1:
-			req.TableName = string(v)
+			req.TableName = sharedTableName(v)
 		case 5:
 			req.AppProfileId = string(v)
 		case 9:
@@ -109,4 +110,21 @@ func countReadRows(b []byte) (rowSets, keys, nBytes int, ok bool) {
 		}
 	}
 	return rowSets, keys, nBytes, true
+}
+
+// lastTableName is the table name of the last request decodeReadRows
+// decoded.
+var lastTableName atomic.Pointer[string]
+
+// sharedTableName returns v as a string: the last request's when the bytes are
+// the same (clients name one table in request after request, and a new
+// string each time was an allocation per point read). Strings are
+// immutable, so requests may share one.
+func sharedTableName(v []byte) string {
+	if p := lastTableName.Load(); p != nil && *p == string(v) {
+		return *p
+	}
+	s := string(v)
+	lastTableName.Store(&s)
+	return s
 }

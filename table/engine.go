@@ -135,6 +135,10 @@ type Engine struct {
 	// emitted: how large the next row read starts its cell slice.
 	cellsHint atomic.Int32
 
+	// iters keeps finished point reads' iterators for the next ones
+	// (readiter.go).
+	iters iterPool
+
 	// changeTiebreaker is the tiebreaker of this engine's change-stream
 	// records (changecluster.go): 0 alone, the node's in a cluster.
 	changeTiebreaker atomic.Int32
@@ -258,6 +262,7 @@ func Open(opts Options) (*Engine, error) {
 
 		undeleteRetention: opts.UndeleteRetention,
 	}
+	e.iters.seq = visibleSeqNum(st.DB)
 	self.Store(e)
 	if p := early.Load(); p != nil {
 		e.failedWith(*p)
@@ -290,6 +295,7 @@ func (e *Engine) Close() (err error) {
 			}
 		}()
 	}
+	e.closeIters()
 	return e.store.Close()
 }
 

@@ -77,17 +77,20 @@ func (e *Engine) DiskSpaceUsage() uint64 { return e.store.DiskSpaceUsage() }
 // compactions made obsolete, and sizes the data directory
 // (storage.DB.Settle).
 func (e *Engine) Settle(ctx context.Context, max time.Duration) (storage.Settled, error) {
+	e.dropIters(true) // pooled point-read iterators hold replaced tables (readiter.go)
 	return e.store.Settle(ctx, max)
 }
 
 // CompactPaced compacts [start, end), its output written at no more than
 // bytesPerSec (0 or less: unpaced).
 func (e *Engine) CompactPaced(ctx context.Context, start, end []byte, bytesPerSec int64) error {
+	defer e.dropIters(true)
 	return e.store.CompactPaced(ctx, start, end, bytesPerSec)
 }
 
 // Compact compacts [start, end) unpaced, in parallel where it can (tests
 // and benchmarks settle the store with it).
 func (e *Engine) Compact(ctx context.Context, start, end []byte) error {
+	defer e.dropIters(true)
 	return e.store.Compact(ctx, start, end, true)
 }

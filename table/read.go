@@ -179,11 +179,22 @@ func (e *Engine) readRows(ctx context.Context, instance, table string, req ReadR
 			opts = skip.iterOptions()
 		}
 	}
-	it, err := e.store.NewIter(opts)
-	if err != nil {
-		return err
+	var it *pebble.Iterator
+	if point && opts == nil {
+		// A point read takes a pooled iterator that sees the latest
+		// state, or opens one, and gives it back (readiter.go).
+		pi, err := e.pointIter()
+		if err != nil {
+			return err
+		}
+		it = pi.it
+		defer e.putIter(pi)
+	} else {
+		if it, err = e.store.NewIter(opts); err != nil {
+			return err
+		}
+		defer it.Close()
 	}
-	defer it.Close()
 	// Nothing is returned that a write still waiting for its sync touched:
 	// a point read waits for writes to its rows (or skips their new cells),
 	// a range read for writes to its table (a row missing from the range
