@@ -292,7 +292,8 @@ func (d *dataServer) ExecuteQuery(req *btpb.ExecuteQueryRequest, stream btpb.Big
 			return err
 		}
 	}
-	w := &resultWriter{stream: stream, delivered: skip, keyed: after != nil, lastKey: after, hash: fnv.New64a()}
+	w := &resultWriter{stream: stream, delivered: skip, keyed: after != nil, lastKey: after, hash: fnv.New64a(),
+		size: d.s.knobs().sqlBatch.or(sqlBatchSize{batch: batchBytes, piece: pieceBytes})}
 	now := d.s.opts.Clock.Now()
 	switch {
 	case after != nil:
@@ -399,6 +400,9 @@ type resultWriter struct {
 	sent    bool
 	// buf is the batch's ProtoRows, encoded as rows arrive.
 	buf []byte
+	// size is where a batch ends and how much of it one message
+	// carries: batchBytes and pieceBytes (a test's knob may change them).
+	size sqlBatchSize
 }
 
 func (w *resultWriter) row(vals []sqlquery.Value) error {
@@ -410,7 +414,7 @@ func (w *resultWriter) row(vals []sqlquery.Value) error {
 		w.hash.Write(w.buf[start:])
 	}
 	w.n++
-	if len(w.buf) >= batchBytes || w.n >= batchRows {
+	if len(w.buf) >= w.size.batch || w.n >= batchRows {
 		return w.flush()
 	}
 	return nil
@@ -439,7 +443,7 @@ func (w *resultWriter) flush() error {
 	w.delivered += uint64(w.n)
 	data := w.buf
 	for first := true; ; first = false {
-		piece := data[:min(len(data), pieceBytes)]
+		piece := data[:min(len(data), w.size.piece)]
 		data = data[len(piece):]
 		prs := &btpb.PartialResultSet{PartialRows: &btpb.PartialResultSet_ProtoRowsBatch{ProtoRowsBatch: &btpb.ProtoRowsBatch{BatchData: bytes.Clone(piece)}}}
 		if first {

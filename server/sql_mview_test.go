@@ -149,10 +149,10 @@ func TestSQLFromMaterializedViewReadsState(t *testing.T) {
 // position are not repeated, those after it are read as they are now.
 func TestSQLResumeOverMaterializedView(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t)
+	env := newTestEnv(t, smallSQLBatches)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
-	big := bytes.Repeat([]byte("x"), 300<<10)
+	big := bytes.Repeat([]byte("x"), resumeBig)
 	put := func(row, g string) {
 		t.Helper()
 		m := bigtable.NewMutation()

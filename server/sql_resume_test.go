@@ -16,10 +16,10 @@ import (
 // neither repeated nor skipped. A grouped query's tokens are positions.
 func TestSQLResumeAfterChanges(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t)
+	env := newTestEnv(t, smallSQLBatches)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
-	big := bytes.Repeat([]byte("x"), 300<<10)
+	big := bytes.Repeat([]byte("x"), resumeBig)
 	set := func(keys ...string) {
 		t.Helper()
 		var muts []*bigtable.Mutation

@@ -214,11 +214,11 @@ func TestSQLInvalid(t *testing.T) {
 // ends with a token.
 func TestSQLBatchesAndResume(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t)
+	env := newTestEnv(t, smallSQLBatches)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
 	const rows = 24
-	big := bytes.Repeat([]byte("x"), 200<<10)
+	big := bytes.Repeat([]byte("x"), 1600) // six rows to a batch of five pieces, as 200 KiB at the real sizes
 	var keys []string
 	var muts []*bigtable.Mutation
 	for i := range rows {

@@ -46,7 +46,15 @@ type testKnobs struct {
 	// pullMaxBytes replaces the record bytes one pull answer carries at
 	// most; read when the server is built (replpeer.go).
 	pullMaxBytes knob[int]
+	// sqlBatch replaces batchBytes and pieceBytes, the bytes of rows
+	// after which an ExecuteQuery result batch ends and the most one
+	// message carries of it (sql.go): a test's rows need not be hundreds
+	// of KiB each to stream in several batches of several pieces.
+	sqlBatch knob[sqlBatchSize]
 }
+
+// sqlBatchSize is the sqlBatch knob's value.
+type sqlBatchSize struct{ batch, piece int }
 
 // noKnobs is what a server without test knobs reads: all unset.
 var noKnobs testKnobs
