@@ -11,6 +11,8 @@ import (
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/ebbtable/ebbtable/internal/testkit"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -165,4 +167,39 @@ func BenchmarkMutateRowsPaths(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestMutateRowsWireRefusedLeavesNothing: a bulk write the codec kept as
+// bytes but the call refused before its handler ran (a token limited to
+// another instance: PERMISSION_DENIED at the received request) leaves no
+// bytes held; the same token's write to its own instance is served.
+func TestMutateRowsWireRefusedLeavesNothing(t *testing.T) {
+	tokens, _ := securityFiles(t)
+	srv := startSecure(t, SecurityOptions{TokenFile: tokens})
+	raw := btpb.NewBigtableClient(plainConn(t, srv.Addr()))
+	ctx := metadata.AppendToOutgoingContext(context.Background(), bearerMD(tokOther)...)
+	req := &btpb.MutateRowsRequest{TableName: tableName("t"), Entries: []*btpb.MutateRowsRequest_Entry{{RowKey: []byte("r"),
+		Mutations: []*btpb.Mutation{{Mutation: &btpb.Mutation_SetCell_{SetCell: &btpb.Mutation_SetCell{FamilyName: "f", Value: []byte("v")}}}}}}}
+	if b, _ := proto.Marshal(req); stashMutateRows(b, &btpb.MutateRowsRequest{}) == nil {
+		t.Fatal("the request would not be kept as bytes: the test tests nothing")
+	}
+	recv := func() error {
+		st, err := raw.MutateRows(ctx, req)
+		for err == nil {
+			_, err = st.Recv()
+		}
+		return err
+	}
+	for range 3 {
+		if err := recv(); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("MutateRows on another instance: %v", err)
+		}
+	}
+	req.TableName = "projects/" + testProject + "/instances/other/tables/t"
+	if err := recv(); status.Code(err) != codes.NotFound {
+		t.Fatalf("MutateRows on its own instance: %v, want NotFound (past authorization)", err)
+	}
+	if n := srv.sec.wire.len(); n != 0 {
+		t.Fatalf("%d requests' bytes still held", n)
+	}
 }
