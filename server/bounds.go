@@ -79,7 +79,8 @@ func (c meteredCodec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 // unmarshal decodes a MutateRows or ReadRows request by hand when it can
-// (decodeMutateRows, decodeReadRows), anything else through protobuf.
+// (decodeMutateRows, decodeReadRows), or keeps a bulk write's bytes for the
+// handler (stashMutateRows), anything else through protobuf.
 func (c meteredCodec) unmarshal(data mem.BufferSlice, v any) error {
 	if req, ok := v.(*btpb.ReadRowsRequest); ok {
 		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
@@ -90,10 +91,14 @@ func (c meteredCodec) unmarshal(data mem.BufferSlice, v any) error {
 		}
 	}
 	if req, ok := v.(*btpb.MutateRowsRequest); ok {
-		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-		done := decodeMutateRows(buf.ReadOnlyData(), req)
-		buf.Free()
-		if done {
+		// A bulk write of SetCells is kept as its bytes (a copy of its
+		// own: the engine writes from it, see mutaterowswire.go).
+		b := data.Materialize()
+		if w := stashMutateRows(b, req); w != nil {
+			c.sec.wire.put(req, w)
+			return nil
+		}
+		if decodeMutateRows(b, req) {
 			return nil
 		}
 	}

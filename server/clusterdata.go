@@ -229,6 +229,11 @@ func (x *clusterData) readPiece(ctx context.Context, d tablets.Directory, p tabl
 
 // MutateRows sends each owner its entries and answers every entry.
 func (x *clusterData) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtable_MutateRowsServer) error {
+	// The entries are grouped and forwarded as messages: a request the
+	// codec kept as bytes is decoded here (mutaterowswire.go).
+	if w := x.dataServer.s.sec.wire.take(req); w != nil {
+		w.decodeInto(req)
+	}
 	ctx := stream.Context()
 	ref, err := tableOf(req.GetTableName(), req.GetAuthorizedViewName())
 	if err != nil {

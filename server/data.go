@@ -266,15 +266,26 @@ const MaxEntriesPerMutateRows = 100000
 
 // MutateRows applies each entry atomically and reports a status per entry.
 func (d *dataServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtable_MutateRowsServer) error {
+	// A bulk write of SetCells the codec kept as bytes (mutaterowswire.go).
+	wire := d.s.sec.wire.take(req)
 	ref, view, err := d.dataTable(req.GetTableName(), req.GetAuthorizedViewName())
 	if err != nil {
 		return toStatus(err)
 	}
 	if handled, err := routeStream(d, stream.Context(), ref.instance, req.GetAppProfileId(), nil,
 		func(ctx context.Context, c btpb.BigtableClient) (recver[btpb.MutateRowsResponse], error) {
+			if wire != nil {
+				wire.decodeInto(req)
+			}
 			return c.MutateRows(ctx, req)
 		}, stream.Send); handled {
 		return err
+	}
+	if wire != nil && view == nil {
+		return d.mutateRowsWire(ref, wire, stream)
+	}
+	if wire != nil {
+		wire.decodeInto(req)
 	}
 	if len(req.GetEntries()) == 0 {
 		return status.Error(codes.InvalidArgument, "ebbtable: MutateRows needs at least one entry")
@@ -313,18 +324,43 @@ func (d *dataServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtabl
 	if err != nil {
 		return toStatus(err)
 	}
-	if !slices.ContainsFunc(errs, func(err error) bool { return err != nil }) && !slices.ContainsFunc(convErrs, func(err error) bool { return err != nil }) {
-		return stream.Send(okMutateRowsResponse(len(entries)))
+	return sendMutateRows(stream, len(entries), errs, convErrs)
+}
+
+// mutateRowsWire is MutateRows for a request the codec kept as bytes: its
+// entries go from them into the engine's batch. It checks what MutateRows
+// does, in the same order (the codec let through only requests of 1 to
+// MaxEntriesPerMutateRows entries of SetCells, whose conversion cannot
+// fail; the caller, only requests not made through an authorized view).
+func (d *dataServer) mutateRowsWire(ref tableRef, w *wireEntries, stream btpb.Bigtable_MutateRowsServer) error {
+	x, err := cellExpiry(stream.Context())
+	if err != nil {
+		return toStatus(err)
 	}
-	resp := &btpb.MutateRowsResponse{Entries: make([]*btpb.MutateRowsResponse_Entry, len(entries))}
+	w.exp = x
+	errs, err := d.s.engine.MutateRowsFrom(ref.instance, ref.table, w)
+	if err != nil {
+		return toStatus(err)
+	}
+	return sendMutateRows(stream, w.n, errs, nil)
+}
+
+// sendMutateRows answers a MutateRows of n entries: convErrs (nil: none)
+// has the entries that failed conversion, errs the engine's answers for
+// the others, in order.
+func sendMutateRows(stream btpb.Bigtable_MutateRowsServer, n int, errs, convErrs []error) error {
+	if !slices.ContainsFunc(errs, func(err error) bool { return err != nil }) && !slices.ContainsFunc(convErrs, func(err error) bool { return err != nil }) {
+		return stream.Send(okMutateRowsResponse(n))
+	}
+	resp := &btpb.MutateRowsResponse{Entries: make([]*btpb.MutateRowsResponse_Entry, n)}
 	// One allocation for the entries, and one OK status they share (the
 	// response is only marshalled).
-	out := make([]btpb.MutateRowsResponse_Entry, len(entries))
+	out := make([]btpb.MutateRowsResponse_Entry, n)
 	ok := okStatus
 	j := 0
-	for i := range entries {
+	for i := range n {
 		var e error
-		if convErrs[i] != nil {
+		if convErrs != nil && convErrs[i] != nil {
 			e = convErrs[i]
 		} else {
 			e = errs[j]

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/ebbtable/ebbtable/auth"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/netutil"
@@ -111,6 +112,7 @@ type security struct {
 
 	inflight atomic.Int64
 	meters   meters
+	wire     wireStash // bulk writes' request bytes (mutaterowswire.go)
 	streams  atomic.Int64
 	refused  *prometheus.CounterVec
 	denied   *prometheus.CounterVec
@@ -537,7 +539,12 @@ func (sec *security) serveStream(srv any, ss grpc.ServerStream, info *grpc.Strea
 		defer sec.streams.Add(-1)
 	}
 	w := &guardedStream{ServerStream: ss, sec: sec, p: p, method: info.FullMethod}
-	defer func() { sec.inflight.Add(-w.held) }()
+	defer func() {
+		sec.inflight.Add(-w.held)
+		if w.bulk != nil {
+			sec.wire.take(w.bulk) // the bytes of a call refused before its handler took them
+		}
+	}()
 	return h(srv, w)
 }
 
@@ -555,6 +562,7 @@ type guardedStream struct {
 	p      auth.Principal
 	method string
 	held   int64
+	bulk   *btpb.MutateRowsRequest // the MutateRows request received, if any
 }
 
 func (g *guardedStream) RecvMsg(m any) error {
@@ -563,6 +571,9 @@ func (g *guardedStream) RecvMsg(m any) error {
 	}
 	n, err := g.sec.admit(m)
 	g.held += n
+	if r, ok := m.(*btpb.MutateRowsRequest); ok {
+		g.bulk = r
+	}
 	if err != nil {
 		return err
 	}

@@ -123,88 +123,105 @@ func (e *Engine) prepareAt(m *Meta, row []byte, muts []Mutation, now int64) ([]p
 // (MutateRows shares one array among its entries); on an error dst is
 // returned as it was.
 func (e *Engine) prepareInto(dst []prepared, m *Meta, row []byte, muts []Mutation, now int64) ([]prepared, error) {
-	if err := validateRowKey(row); err != nil {
+	if err := prepareEntry(row, len(muts)); err != nil {
 		return dst, err
-	}
-	if len(muts) == 0 {
-		return dst, fmt.Errorf("%w: no mutations given", ErrInvalid)
-	}
-	if len(muts) > MaxMutationsPerRow {
-		return dst, fmt.Errorf("%w: %d mutations in one row, the limit is %d", ErrInvalid, len(muts), MaxMutationsPerRow)
 	}
 	start := len(dst)
 	dst = slices.Grow(dst, len(muts))[:start+len(muts)]
 	out := dst[start:]
-	for i, mu := range muts {
+	for i := range muts {
 		// Filled in place: a prepared is large enough for its copy to show.
-		p := &out[i]
-		*p = prepared{Mutation: mu}
-		switch mu.Kind {
-		case SetCell, DeleteFromColumn, DeleteFromFamily, AddToCell, MergeToCell:
-			f, ok := m.Family(mu.Family)
-			if !ok {
-				return dst[:start], fmt.Errorf("%w: %q in table %s", ErrFamilyNotFound, mu.Family, m.Name)
-			}
-			p.familyID = f.ID
-			p.agg = f.Aggregate
-			if (mu.Kind == AddToCell || mu.Kind == MergeToCell) && f.Aggregate == NotAggregate {
-				return dst[:start], fmt.Errorf("%w: family %q is not an aggregate family; AddToCell and MergeToCell need one", ErrInvalid, mu.Family)
-			}
-			if mu.Kind == MergeToCell && f.Aggregate != AggHLL && len(mu.Value) != 8 {
-				return dst[:start], fmt.Errorf("%w: MergeToCell into a %s family needs an 8-byte big-endian integer, got %d bytes", ErrInvalid, f.Aggregate, len(mu.Value))
-			}
-		case DeleteFromRow:
-		default:
-			return dst[:start], fmt.Errorf("%w: mutation %d has no known kind", ErrInvalid, i)
-		}
-		if len(mu.Qualifier) > MaxQualifierBytes {
-			return dst[:start], fmt.Errorf("%w: column qualifier is %d bytes, the limit is %d", ErrInvalid, len(mu.Qualifier), MaxQualifierBytes)
-		}
-		switch mu.Kind {
-		case SetCell, AddToCell, MergeToCell:
-			if len(mu.Value) > MaxValueBytes {
-				return dst[:start], fmt.Errorf("%w: value is %d bytes, the limit is %d", ErrInvalid, len(mu.Value), MaxValueBytes)
-			}
-			switch {
-			case mu.Timestamp == ServerTimestamp:
-				p.Timestamp, p.serverTime = now, true
-			case mu.Timestamp < 0:
-				return dst[:start], fmt.Errorf("%w: timestamp %d is negative (only -1, server time, is allowed)", ErrInvalid, mu.Timestamp)
-			case mu.Timestamp > cell.MaxTimestamp:
-				return dst[:start], fmt.Errorf("%w: timestamp %d is past year 9999", ErrInvalid, mu.Timestamp)
-			case mu.Timestamp%cell.MicrosPerMilli != 0 && !m.Micros:
-				if !mu.AutoTimestamp {
-					return dst[:start], fmt.Errorf("%w: timestamp %d has sub-millisecond precision; Bigtable timestamps are microseconds with millisecond granularity (use %d)",
-						ErrInvalid, mu.Timestamp, mu.Timestamp-mu.Timestamp%cell.MicrosPerMilli)
-				}
-				p.Timestamp = mu.Timestamp - mu.Timestamp%cell.MicrosPerMilli
-			}
-			if f, _ := m.Family(mu.Family); f != nil && f.ExpiryTimestamps && (mu.Timestamp == ServerTimestamp || mu.AutoTimestamp) {
-				return dst[:start], fmt.Errorf("%w: family %q holds expiry timestamps (one-second expiration); a write with a server or client-generated timestamp would expire at once — set the cell's timestamp to its expiry time (for a time-to-live on real write times, use a native cell TTL in a family without this guard)", ErrPrecondition, mu.Family)
-			}
-			if mu.TTLMicros != 0 {
-				exp, err := expiryFromTTL(now, mu.TTLMicros)
-				if err != nil {
-					return dst[:start], err
-				}
-				p.ExpireAt = exp
-			}
-			if p.ExpireAt < 0 || p.ExpireAt > cell.MaxTimestamp {
-				return dst[:start], fmt.Errorf("%w: cell expiry %d is outside year 1970..9999", ErrInvalid, mu.ExpireAt)
-			}
-		case DeleteFromColumn:
-			if mu.StartTS < 0 || mu.EndTS < 0 {
-				return dst[:start], fmt.Errorf("%w: delete time range must not be negative", ErrInvalid)
-			}
-			if mu.EndTS != 0 && mu.EndTS < mu.StartTS {
-				return dst[:start], fmt.Errorf("%w: delete time range ends (%d) before it starts (%d)", ErrInvalid, mu.EndTS, mu.StartTS)
-			}
-			if !m.Micros && (mu.StartTS%cell.MicrosPerMilli != 0 || mu.EndTS%cell.MicrosPerMilli != 0) {
-				return dst[:start], fmt.Errorf("%w: delete time range must have millisecond granularity", ErrInvalid)
-			}
+		if err := e.prepareOne(&out[i], m, i, &muts[i], now); err != nil {
+			return dst[:start], err
 		}
 	}
 	return dst, nil
+}
+
+// prepareEntry checks the row key and mutation count of an entry of n
+// mutations, as prepareInto does before its mutations.
+func prepareEntry(row []byte, n int) error {
+	if err := validateRowKey(row); err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: no mutations given", ErrInvalid)
+	}
+	if n > MaxMutationsPerRow {
+		return fmt.Errorf("%w: %d mutations in one row, the limit is %d", ErrInvalid, n, MaxMutationsPerRow)
+	}
+	return nil
+}
+
+// prepareOne validates mutation i of a row, mu, against the schema into p
+// (prepareInto's step for one mutation; MutateRowsFrom's too).
+func (e *Engine) prepareOne(p *prepared, m *Meta, i int, mu *Mutation, now int64) error {
+	*p = prepared{Mutation: *mu}
+	switch mu.Kind {
+	case SetCell, DeleteFromColumn, DeleteFromFamily, AddToCell, MergeToCell:
+		f, ok := m.Family(mu.Family)
+		if !ok {
+			return fmt.Errorf("%w: %q in table %s", ErrFamilyNotFound, mu.Family, m.Name)
+		}
+		p.familyID = f.ID
+		p.agg = f.Aggregate
+		if (mu.Kind == AddToCell || mu.Kind == MergeToCell) && f.Aggregate == NotAggregate {
+			return fmt.Errorf("%w: family %q is not an aggregate family; AddToCell and MergeToCell need one", ErrInvalid, mu.Family)
+		}
+		if mu.Kind == MergeToCell && f.Aggregate != AggHLL && len(mu.Value) != 8 {
+			return fmt.Errorf("%w: MergeToCell into a %s family needs an 8-byte big-endian integer, got %d bytes", ErrInvalid, f.Aggregate, len(mu.Value))
+		}
+	case DeleteFromRow:
+	default:
+		return fmt.Errorf("%w: mutation %d has no known kind", ErrInvalid, i)
+	}
+	if len(mu.Qualifier) > MaxQualifierBytes {
+		return fmt.Errorf("%w: column qualifier is %d bytes, the limit is %d", ErrInvalid, len(mu.Qualifier), MaxQualifierBytes)
+	}
+	switch mu.Kind {
+	case SetCell, AddToCell, MergeToCell:
+		if len(mu.Value) > MaxValueBytes {
+			return fmt.Errorf("%w: value is %d bytes, the limit is %d", ErrInvalid, len(mu.Value), MaxValueBytes)
+		}
+		switch {
+		case mu.Timestamp == ServerTimestamp:
+			p.Timestamp, p.serverTime = now, true
+		case mu.Timestamp < 0:
+			return fmt.Errorf("%w: timestamp %d is negative (only -1, server time, is allowed)", ErrInvalid, mu.Timestamp)
+		case mu.Timestamp > cell.MaxTimestamp:
+			return fmt.Errorf("%w: timestamp %d is past year 9999", ErrInvalid, mu.Timestamp)
+		case mu.Timestamp%cell.MicrosPerMilli != 0 && !m.Micros:
+			if !mu.AutoTimestamp {
+				return fmt.Errorf("%w: timestamp %d has sub-millisecond precision; Bigtable timestamps are microseconds with millisecond granularity (use %d)",
+					ErrInvalid, mu.Timestamp, mu.Timestamp-mu.Timestamp%cell.MicrosPerMilli)
+			}
+			p.Timestamp = mu.Timestamp - mu.Timestamp%cell.MicrosPerMilli
+		}
+		if f, _ := m.Family(mu.Family); f != nil && f.ExpiryTimestamps && (mu.Timestamp == ServerTimestamp || mu.AutoTimestamp) {
+			return fmt.Errorf("%w: family %q holds expiry timestamps (one-second expiration); a write with a server or client-generated timestamp would expire at once — set the cell's timestamp to its expiry time (for a time-to-live on real write times, use a native cell TTL in a family without this guard)", ErrPrecondition, mu.Family)
+		}
+		if mu.TTLMicros != 0 {
+			exp, err := expiryFromTTL(now, mu.TTLMicros)
+			if err != nil {
+				return err
+			}
+			p.ExpireAt = exp
+		}
+		if p.ExpireAt < 0 || p.ExpireAt > cell.MaxTimestamp {
+			return fmt.Errorf("%w: cell expiry %d is outside year 1970..9999", ErrInvalid, mu.ExpireAt)
+		}
+	case DeleteFromColumn:
+		if mu.StartTS < 0 || mu.EndTS < 0 {
+			return fmt.Errorf("%w: delete time range must not be negative", ErrInvalid)
+		}
+		if mu.EndTS != 0 && mu.EndTS < mu.StartTS {
+			return fmt.Errorf("%w: delete time range ends (%d) before it starts (%d)", ErrInvalid, mu.EndTS, mu.StartTS)
+		}
+		if !m.Micros && (mu.StartTS%cell.MicrosPerMilli != 0 || mu.EndTS%cell.MicrosPerMilli != 0) {
+			return fmt.Errorf("%w: delete time range must have millisecond granularity", ErrInvalid)
+		}
+	}
+	return nil
 }
 
 // MutateRow applies mutations to one row atomically and durably.
@@ -569,94 +586,34 @@ type RowMutation struct {
 // MutateRows applies each entry atomically on its own and returns one error
 // (or nil) per entry. The valid entries are committed in one durable batch.
 func (e *Engine) MutateRows(instance, table string, entries []RowMutation) ([]error, error) {
-	if err := e.enter(); err != nil {
-		return nil, err
+	return e.MutateRowsFrom(instance, table, &rowMutations{entries: entries})
+}
+
+// rowMutations is a MutationSource over RowMutations.
+type rowMutations struct {
+	entries []RowMutation
+	i       int // the current entry is entries[i-1]
+	j       int // its next mutation
+}
+
+func (r *rowMutations) Len() int { return len(r.entries) }
+func (r *rowMutations) Rewind()  { r.i, r.j = 0, 0 }
+
+func (r *rowMutations) NextEntry() ([]byte, int, bool) {
+	if r.i == len(r.entries) {
+		return nil, 0, false
 	}
-	defer e.leave()
-	m, err := e.Table(instance, table)
-	if err != nil {
-		return nil, err
+	en := &r.entries[r.i]
+	r.i, r.j = r.i+1, 0
+	return en.Row, len(en.Mutations), true
+}
+
+func (r *rowMutations) NextMutation(mu *Mutation) bool {
+	ms := r.entries[r.i-1].Mutations
+	if r.j == len(ms) {
+		return false
 	}
-	errs := make([]error, len(entries))
-	preps := make([][]prepared, len(entries))
-	rows := make([][]byte, 0, len(entries))
-	needsRead := false
-	nCells := 0
-	prepNow := clock.MillisTruncated(e.clock.Now())
-	// Every entry's prepared mutations share one array.
-	n := 0
-	for _, en := range entries {
-		n += len(en.Mutations)
-	}
-	all := make([]prepared, 0, n)
-	for i, en := range entries {
-		before := len(all)
-		more, err := e.prepareInto(all, m, en.Row, en.Mutations, prepNow)
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		ps := more[before:len(more):len(more)]
-		all = more
-		preps[i] = ps
-		rows = append(rows, en.Row)
-		nCells += len(ps)
-		for _, p := range ps {
-			needsRead = needsRead || p.Kind != SetCell
-		}
-	}
-	if len(rows) == 0 {
-		return errs, nil
-	}
-	unlock := e.LockRows(m.ID, rows)
-	var b *pebble.Batch
-	if needsRead {
-		b = e.store.NewIndexedBatch()
-	} else {
-		b = e.store.NewBatch()
-	}
-	var recs []changestream.Record
-	stamp := e.writeStamp()
-	now := clock.MillisTruncated(e.clock.Now())
-	var cells cellsOnly
-	cells.only = !needsRead && nCells <= cellsOnlyMax
-	defer cells.close()
-	for i, ps := range preps {
-		if ps == nil {
-			continue
-		}
-		rec := e.userRecord(m, entries[i].Row)
-		for _, p := range ps {
-			p = p.at(now)
-			written, err := e.applyOne(b, m, entries[i].Row, p, stamp)
-			if err == nil {
-				err = cells.add(e, m, entries[i].Row, p)
-			}
-			if err != nil {
-				e.endStamp(stamp)
-				e.forgetAgendaMarks(m.ID, rows)
-				unlock()
-				b.Close()
-				return nil, err
-			}
-			if rec != nil {
-				rec.Mods = append(rec.Mods, modWritten(p, written))
-			}
-		}
-		if rec != nil {
-			recs = append(recs, *rec)
-		}
-	}
-	wait, err := e.commitVisibleAt(b, m, rows, recs, stamp.Commit, cells.get())
-	if err != nil {
-		e.forgetAgendaMarks(m.ID, rows)
-	}
-	unlock()
-	if err != nil {
-		return nil, err
-	}
-	if err := wait(); err != nil {
-		return nil, err
-	}
-	return errs, nil
+	*mu = ms[r.j]
+	r.j++
+	return true
 }
