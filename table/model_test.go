@@ -25,6 +25,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,7 +42,7 @@ var (
 	modelOpsFlag   = flag.Int("model.ops", 2000, "TestModel: operations per seed")
 	modelSeedsFlag = flag.Int("model.seeds", 0, "TestModel, TestModelFaults: run seeds 1..N (0 runs the default seeds)")
 	modelTailFlag  = flag.Int("model.tail", 40, "TestModel, TestModelFaults: how many of the last operations a failure prints (0: all)")
-	modelSkipSteps = flag.Int("model.skipsteps", 0, "TestModel: keys a scan steps over before it seeks past a column's hidden versions (the engine's default is 3)")
+	modelSkipSteps = flag.Int("model.skipsteps", -1, "TestModel: keys a scan steps over before it seeks past a column's hidden versions (the engine's default is 3; -1: 0, and each read picks 0, 1 or 3)")
 	modelLongKeys  = flag.Bool("model.longkeys", true, "TestModel: also use row keys and qualifiers long enough to hit TestModelRepro_LongKeyBounds")
 )
 
@@ -404,6 +405,10 @@ type modelRun struct {
 	// the OS filesystem without faults.
 	f *modelFaults
 
+	// stepsRng picks each read's skip steps (TestModel): a stream of its
+	// own, so the operations a seed runs do not depend on it.
+	stepsRng *rand.Rand
+
 	// What the random operations pick from.
 	fams, rows, hot, quals, bounds, readKeys, prefixes []string
 }
@@ -451,6 +456,7 @@ func newModelRunWith(t *testing.T, seed uint64, replay string, f *modelFaults) *
 		clk: clock.NewFake(modelStart), replay: replay, f: f,
 		ref: &refModel{rules: map[string]refRule{}, cells: map[refKey]refCell{}},
 	}
+	r.stepsRng = rand.New(rand.NewPCG(seed, 0x5bd1e995))
 	if f == nil {
 		r.dir = t.TempDir()
 	} else {
@@ -915,9 +921,31 @@ func (r *modelRun) step() {
 	}
 }
 
+// modelStepsMu keeps the engine's skip steps (table.SetSkipSteps, a
+// package variable) still while a TestModel read that picked them runs: the
+// seeds run in parallel.
+var modelStepsMu sync.Mutex
+
+// modelReadSteps are the skip steps a TestModel read picks from. They choose
+// the read path, not its answer: 0 seeks past every hidden tail, and a
+// reversed read judges every column under a rule forward from its newest
+// version (columnForward); 1 steps over one hidden version first, and a
+// reversed read judges columns of up to 3 versions whole at the row's end
+// (Engine.visible), longer ones forward; 3, the engine's default, adds the
+// hot-column memory and judges columns of up to 9 versions whole.
+var modelReadSteps = []int{0, 1, 3}
+
 func (r *modelRun) opRead() {
 	req := r.randRead()
-	r.logf("read %s", r.fmtReq(req))
+	if r.f == nil && *modelSkipSteps < 0 {
+		steps := modelReadSteps[r.stepsRng.IntN(len(modelReadSteps))]
+		modelStepsMu.Lock()
+		defer modelStepsMu.Unlock()
+		defer table.SetSkipSteps(table.SetSkipSteps(steps))
+		r.logf("read %s steps=%d", r.fmtReq(req), steps)
+	} else {
+		r.logf("read %s", r.fmtReq(req))
+	}
 	r.faultsOn(false)
 	got, err := r.tryRead(req)
 	if r.failedByFault("read", err, r.faultsOff()) {
@@ -1181,9 +1209,11 @@ func modelSeeds(def ...uint64) []uint64 {
 }
 
 func TestModel(t *testing.T) {
-	// Every skip of a column's hidden tail seeks, even past one version,
-	// so the model's few-version columns take the seek path.
-	old := table.SetSkipSteps(*modelSkipSteps)
+	// Outside reads, every skip of a column's hidden tail seeks, even past
+	// one version, so the model's few-version columns take the seek path.
+	// Each read picks its own steps (opRead), which also decide which
+	// columns a reversed read judges whole at the row's end.
+	old := table.SetSkipSteps(max(*modelSkipSteps, 0))
 	t.Cleanup(func() { table.SetSkipSteps(old) })
 	// One seed by default (about 3 CPU-s under -race; each further seed
 	// costs as much again, and TestModelFaults runs the same operations on
