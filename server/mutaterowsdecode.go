@@ -47,13 +47,10 @@ func decodeMutateRows(b []byte, req *btpb.MutateRowsRequest) bool {
 	for len(b) > 0 {
 		num, _, v, _, n := field(b)
 		b = b[n:]
+		if setMutateRowsName(req, num, v) {
+			continue
+		}
 		switch num {
-		case 1:
-			req.TableName = string(v)
-		case 3:
-			req.AppProfileId = string(v)
-		case 5:
-			req.AuthorizedViewName = string(v)
 		case 2:
 			en := &entries[ei]
 			entryPtrs[ei] = en
@@ -115,6 +112,23 @@ type decodedSetCell struct {
 	mutation btpb.Mutation
 	oneof    btpb.Mutation_SetCell_
 	setCell  btpb.Mutation_SetCell
+}
+
+// setMutateRowsName sets the name a MutateRowsRequest's field num holds
+// (table, app profile, authorized view); false for any other field. A name
+// given twice keeps the last, as in proto.Unmarshal.
+func setMutateRowsName(req *btpb.MutateRowsRequest, num protowire.Number, v []byte) bool {
+	switch num {
+	case 1:
+		req.TableName = string(v)
+	case 3:
+		req.AppProfileId = string(v)
+	case 5:
+		req.AuthorizedViewName = string(v)
+	default:
+		return false
+	}
+	return true
 }
 
 // field reads the field at the start of b: a length-delimited field's

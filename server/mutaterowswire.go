@@ -64,19 +64,11 @@ func stashMutateRows(b []byte, req *btpb.MutateRowsRequest) *wireEntries {
 	if !ok || n == 0 || n > MaxEntriesPerMutateRows {
 		return nil
 	}
-	// countMutateRows checked every field. A name given twice keeps the
-	// last, as in proto.Unmarshal.
+	// countMutateRows checked every field.
 	for rest := b; len(rest) > 0; {
 		num, _, v, _, k := field(rest)
 		rest = rest[k:]
-		switch num {
-		case 1:
-			req.TableName = string(v)
-		case 3:
-			req.AppProfileId = string(v)
-		case 5:
-			req.AuthorizedViewName = string(v)
-		}
+		setMutateRowsName(req, num, v)
 	}
 	return &wireEntries{b: b, n: n}
 }
