@@ -12,7 +12,9 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,11 +100,17 @@ func build(pkg, name string) (bin string, err error) {
 	if err != nil {
 		return "", fmt.Errorf("locating the module: %w", err)
 	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(string(gomod))))
-	dir := filepath.Join(os.TempDir(), fmt.Sprintf("ebbtable-testbin-%d", os.Getuid()), hex.EncodeToString(sum[:6]))
+	modPath := strings.TrimSpace(string(gomod))
+	sum := sha256.Sum256([]byte(modPath))
+	root := filepath.Join(os.TempDir(), fmt.Sprintf("ebbtable-testbin-%d", os.Getuid()))
+	dir := filepath.Join(root, hex.EncodeToString(sum[:6]))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
+	if err := os.WriteFile(filepath.Join(dir, "gomod"), []byte(modPath), 0o600); err != nil {
+		return "", err
+	}
+	forgetGone(root, dir)
 	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return "", err
@@ -134,4 +142,38 @@ func build(pkg, name string) (bin string, err error) {
 		}
 	}
 	return bin, nil
+}
+
+// forgetGone removes the binaries built for source trees that no longer
+// exist: each directory under root names its tree's go.mod in a file
+// "gomod", and one whose go.mod is gone (a removed clone or worktree) is
+// deleted, unless a build holds its lock. Without this every clone that
+// ever ran the suite kept its binaries (some 160 MB each) for good.
+// Directories without the file are left alone.
+func forgetGone(root, self string) {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		d := filepath.Join(root, e.Name())
+		if !e.IsDir() || d == self {
+			continue
+		}
+		mod, err := os.ReadFile(filepath.Join(d, "gomod"))
+		if err != nil || len(mod) == 0 {
+			continue
+		}
+		if _, err := os.Stat(string(mod)); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		lock, err := os.OpenFile(filepath.Join(d, "lock"), os.O_RDWR, 0)
+		if err != nil {
+			continue
+		}
+		if syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+			os.RemoveAll(d)
+		}
+		lock.Close()
+	}
 }
