@@ -162,24 +162,32 @@ func TestDecodeMutateRowsCorrupted(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	decoded := 0
 	for _, c := range mutateRowsCases() {
-		req := proto.Clone(c.req).(*btpb.MutateRowsRequest)
-		req.Entries = req.Entries[:min(len(req.Entries), 4)]
-		orig, _ := proto.Marshal(req)
-		if len(orig) == 0 {
-			continue
-		}
-		for range 3000 {
-			b := append([]byte{}, orig...)
-			for range 1 + r.IntN(3) {
-				b[r.IntN(len(b))] = byte(r.Uint32())
-			}
+		corruptMutateRows(r, c.req, func(b []byte) {
 			if checkDecodeMutateRows(t, b) {
 				decoded++
 			}
-		}
+		})
 	}
 	if decoded == 0 {
 		t.Fatal("no corrupted encoding was decoded: the check checked nothing")
+	}
+}
+
+// corruptMutateRows calls fn with 3,000 encodings of req, its first four
+// entries at most, each with one to three bytes changed at random.
+func corruptMutateRows(r *rand.Rand, req *btpb.MutateRowsRequest, fn func(b []byte)) {
+	req = proto.Clone(req).(*btpb.MutateRowsRequest)
+	req.Entries = req.Entries[:min(len(req.Entries), 4)]
+	orig, _ := proto.Marshal(req)
+	if len(orig) == 0 {
+		return
+	}
+	for range 3000 {
+		b := append([]byte{}, orig...)
+		for range 1 + r.IntN(3) {
+			b[r.IntN(len(b))] = byte(r.Uint32())
+		}
+		fn(b)
 	}
 }
 
