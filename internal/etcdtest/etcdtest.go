@@ -1,21 +1,28 @@
-// Package etcdtest starts an embedded etcd server on loopback for tests of
-// the cluster mode (a real etcd, go.etcd.io/etcd/server/v3/embed), kept out
-// of internal/testkit so only the tests that need etcd build it.
+// Package etcdtest starts a one-member etcd on loopback for tests of the
+// cluster mode: a real etcd (go.etcd.io/etcd/server/v3/embed) run as a
+// process of its own (internal/etcdtest/etcdmain, built once per run of
+// the suite like the ebbtable binary), so a test binary that uses it does
+// not link etcd's server, raft and bbolt, nor run them under its race
+// detector. Kept out of internal/testkit so a test binary that needs only
+// etcd does not link the official client.
 package etcdtest
 
 import (
-	"errors"
+	"bufio"
 	"fmt"
-	"net/url"
+	"io"
 	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
+	"github.com/ebbtable/ebbtable/internal/testkit/testbin"
 )
+
+// timeout bounds the wait for etcd to start and to exit.
+const timeout = 30 * time.Second
 
 // Start runs a one-member etcd on 127.0.0.1 with its data in a test
 // directory and returns its client endpoint; it stops when the test ends.
@@ -26,55 +33,116 @@ func Start(t testing.TB) string {
 }
 
 // StartStoppable is Start that also returns a stop, to cut the nodes of
-// a test off from etcd before the test ends (stop twice is fine).
+// a test off from etcd before the test ends: the process exits (stop
+// twice is fine).
 func StartStoppable(t testing.TB) (endpoint string, stop func()) {
 	t.Helper()
-	e, err := Embed(t.TempDir())
+	ep, stop, _ := StartRestartable(t)
+	return ep, stop
+}
+
+// StartRestartable is StartStoppable whose etcd can start again: stop
+// ends its process (its clients' connections are refused, as when etcd
+// is down), and restart runs it again on the same data and the same
+// ports, returning once it is ready. The test's cleanup stops it.
+func StartRestartable(t testing.TB) (endpoint string, stop, restart func()) {
+	t.Helper()
+	dir := t.TempDir()
+	p, client, peer, err := run(dir, "127.0.0.1:0", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var once sync.Once
-	stop = func() { once.Do(e.Close) }
-	t.Cleanup(stop)
-	return e.Clients[0].Addr().String(), stop
+	var mu sync.Mutex
+	cur := p
+	stop = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if cur != nil {
+			cur.stop()
+			cur = nil
+		}
+	}
+	restart = func() {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		if cur != nil {
+			return
+		}
+		p, _, _, err := run(dir, client, peer)
+		if err != nil {
+			t.Fatalf("restart etcd on %s: %v", client, err)
+		}
+		cur = p
+	}
+	t.Cleanup(stop) // before the data directory goes (cleanups run last first)
+	return client, stop, restart
 }
 
-// Embed starts the one-member etcd that Start runs, with its data in dir,
-// and returns it once it is ready; the caller closes it.
-func Embed(dir string) (*embed.Etcd, error) { return embedAt(dir, "127.0.0.1:0", "127.0.0.1:0") }
+// proc is a running etcdmain.
+type proc struct {
+	cmd    *exec.Cmd
+	stdin  io.Closer
+	exited chan struct{}
+}
 
-// embedAt is Embed listening for clients on client and for peers on
-// peer (host:port; port 0: any free one).
-func embedAt(dir, client, peer string) (*embed.Etcd, error) {
-	cfg := embed.NewConfig()
-	cfg.Dir = dir
-	cfg.Name = "etcdtest"
-	cu, _ := url.Parse("http://" + client)
-	pu, _ := url.Parse("http://" + peer)
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	// Quiet, but not silent when etcd gives up: zap's Fatal exits the
-	// process (status 1) even through a no-op logger, so with zap.NewNop a
-	// fatal etcd error ended the whole test binary without a word (seen
-	// once in robustness under a load of 50).
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(zapcore.NewCore(
-		zapcore.NewConsoleEncoder(zap.NewDevelopmentEncoderConfig()), zapcore.Lock(os.Stderr), zapcore.DPanicLevel)))
-	cfg.LogLevel = "error"
-	// The test's etcd dies with the test process, never alone, so nothing
-	// it acknowledged can be lost: no fsync (on a busy disk each costs
-	// tens of milliseconds, and a lease grant or put waits for one).
-	cfg.UnsafeNoFsync = true
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("start etcd: %w", err)
-	}
+// stop closes the process's standard input, on which it closes etcd and
+// exits, and waits for it to (it is killed if it does not in time).
+func (p *proc) stop() {
+	p.stdin.Close()
 	select {
-	case <-e.Server.ReadyNotify():
-		return e, nil
-	case <-time.After(30 * time.Second):
-		e.Server.Stop()
-		e.Close()
-		return nil, errors.New("etcd did not become ready")
+	case <-p.exited:
+	case <-time.After(timeout):
+		p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// run starts etcdmain on data directory dir, listening on client and
+// peer (host:port; port 0: any free one), and returns it once etcd is
+// ready, with the addresses it listens on. The process also ends when
+// this one does: its standard input is a pipe from this process.
+func run(dir, client, peer string) (p *proc, clientAddr, peerAddr string, err error) {
+	bin, err := testbin.Build("github.com/ebbtable/ebbtable/internal/etcdtest/etcdmain", "etcdmain")
+	if err != nil {
+		return nil, "", "", err
+	}
+	cmd := exec.Command(bin, "--dir", dir, "--client", client, "--peer", peer)
+	// etcd logs only what makes it give up, to the test binary's stderr
+	// (the file itself: no goroutine copies it), as it did in-process.
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, "", "", err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, "", "", err
+	}
+	p = &proc{cmd: cmd, stdin: stdin, exited: make(chan struct{})}
+	lines := make(chan string, 1)
+	go func() {
+		r := bufio.NewReader(stdout)
+		line, _ := r.ReadString('\n')
+		lines <- strings.TrimSpace(line)
+		_, _ = io.Copy(io.Discard, r)
+		cmd.Wait()
+		close(p.exited)
+	}()
+	select {
+	case line := <-lines:
+		if addrs := strings.Fields(line); len(addrs) == 2 {
+			return p, addrs[0], addrs[1], nil
+		}
+		p.stop()
+		return nil, "", "", fmt.Errorf("etcd did not start on %s (its errors are above)", client)
+	case <-time.After(timeout):
+		p.stdin.Close()
+		cmd.Process.Kill()
+		<-p.exited
+		return nil, "", "", fmt.Errorf("etcd printed no addresses in %v", timeout)
 	}
 }
