@@ -12,6 +12,7 @@ import (
 )
 
 func TestTableAdminLifecycle(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	policy := bigtable.UnionPolicy(bigtable.MaxAgePolicy(10*24*time.Hour), bigtable.MaxVersionsPolicy(2))
@@ -90,6 +91,7 @@ func TestTableAdminLifecycle(t *testing.T) {
 }
 
 func TestDropRowRange(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"cf": nil})
@@ -111,6 +113,7 @@ func TestDropRowRange(t *testing.T) {
 }
 
 func TestDeletionProtectionAndConsistency(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	env.createTable(t, "t", nil)
@@ -130,6 +133,7 @@ func TestDeletionProtectionAndConsistency(t *testing.T) {
 }
 
 func TestDataSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"cf": bigtable.MaxVersionsPolicy(3)})

@@ -270,6 +270,7 @@ func TestBackupExpiryInServer(t *testing.T) {
 }
 
 func TestListBackupsPagesAndOrder(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	env.createTable(t, "t", map[string]bigtable.GCPolicy{"cf": bigtable.NoGcPolicy()})

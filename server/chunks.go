@@ -22,6 +22,21 @@ import (
 type chunkWriter struct {
 	stream grpc.ServerStream
 	buf    []byte // the response so far: its chunks, field 1 each
+	// limits, when set, replaces maxChunkValue and maxResponseBytes: a
+	// test's values need not be megabytes to be split and flushed.
+	limits *chunkLimits
+}
+
+// chunkLimits is the largest value piece of a chunk and the size at which
+// a response is flushed (tests).
+type chunkLimits struct{ value, response int }
+
+// limit is the writer's value piece and response sizes.
+func (w *chunkWriter) limit() (value, response int) {
+	if l := w.limits; l != nil {
+		return l.value, l.response
+	}
+	return maxChunkValue, maxResponseBytes
 }
 
 // ReadRowsResponse.CellChunk's fields (google/bigtable/v2/bigtable.proto),
@@ -163,7 +178,7 @@ func (w *chunkWriter) flush() error {
 // next response reuses the buffer (the codec copies it).
 func (w *chunkWriter) row(r cell.Row) error {
 	w.cells(r)
-	if len(w.buf) >= maxResponseBytes {
+	if _, full := w.limit(); len(w.buf) >= full {
 		err := w.stream.SendMsg(&wireMessage{b: w.buf})
 		w.buf = w.buf[:0]
 		return err
@@ -177,6 +192,7 @@ func (w *chunkWriter) row(r cell.Row) error {
 func (w *chunkWriter) cells(r cell.Row) {
 	var lastFam string
 	var lastQual []byte
+	piece, _ := w.limit()
 	for i := range r.Cells {
 		c := &r.Cells[i]
 		first := chunk{timestamp: c.Timestamp, labels: c.Labels}
@@ -192,17 +208,17 @@ func (w *chunkWriter) cells(r cell.Row) {
 		lastFam, lastQual = c.Family, c.Qualifier
 		last := i == len(r.Cells)-1
 		v := c.Value
-		if len(v) <= maxChunkValue {
+		if len(v) <= piece {
 			first.value = v
 			first.commit = last
 			w.add(&first)
 			continue
 		}
-		first.value = v[:maxChunkValue]
+		first.value = v[:piece]
 		first.valueSize = int32(len(v))
 		w.add(&first)
-		for off := maxChunkValue; off < len(v); off += maxChunkValue {
-			end := min(off+maxChunkValue, len(v))
+		for off := piece; off < len(v); off += piece {
+			end := min(off+piece, len(v))
 			next := chunk{value: v[off:end]}
 			if end < len(v) {
 				next.valueSize = int32(len(v))

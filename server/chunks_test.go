@@ -34,9 +34,9 @@ func (s *sendRecorder) SendMsg(m any) error {
 // modelChunks is the ReadRows response of rows built as proto messages:
 // the row key on a row's first chunk, the family on the first and where it
 // changes, the qualifier where the column changes, values over
-// maxChunkValue split with value_size on all but the last piece, the
-// commit on the row's last chunk.
-func modelChunks(rows []cell.Row) *btpb.ReadRowsResponse {
+// piece (the writer's maxChunkValue) split with value_size on all but the
+// last piece, the commit on the row's last chunk.
+func modelChunks(rows []cell.Row, piece int) *btpb.ReadRowsResponse {
 	resp := &btpb.ReadRowsResponse{}
 	for _, r := range rows {
 		for i, c := range r.Cells {
@@ -53,10 +53,10 @@ func modelChunks(rows []cell.Row) *btpb.ReadRowsResponse {
 			}
 			last := i == len(r.Cells)-1
 			pieces := [][]byte{c.Value}
-			if len(c.Value) > maxChunkValue {
+			if len(c.Value) > piece {
 				pieces = nil
-				for off := 0; off < len(c.Value); off += maxChunkValue {
-					pieces = append(pieces, c.Value[off:min(off+maxChunkValue, len(c.Value))])
+				for off := 0; off < len(c.Value); off += piece {
+					pieces = append(pieces, c.Value[off:min(off+piece, len(c.Value))])
 				}
 			}
 			for j, p := range pieces {
@@ -78,10 +78,29 @@ func modelChunks(rows []cell.Row) *btpb.ReadRowsResponse {
 
 // chunkCases is how many random row sets TestChunkWriterEncoding encodes;
 // a quarter of their cells are one or two chunks' worth of value, which
-// the race detector makes slow, so the default is modest.
+// the race detector makes slow at the server's 1 MiB, so the default is
+// modest and most cases lower the writer's limits (chunkLimitsFor).
 var chunkCases = flag.Int("chunks.cases", 20, "TestChunkWriterEncoding: random row sets to encode")
 
-func randomRow(rng *rand.Rand) cell.Row {
+// chunkLimitsFor is the writer's limits for case iter: the server's own
+// (1 MiB pieces and responses; a value two pieces long crosses a 3- to
+// 4-byte varint length) every tenth case, else 8 KiB (crossing 2 to 3
+// bytes) or 16 KiB (3-byte lengths throughout), where the small cells'
+// rows also fill responses.
+func chunkLimitsFor(iter int) chunkLimits {
+	switch {
+	case iter%10 == 9:
+		return chunkLimits{maxChunkValue, maxResponseBytes}
+	case iter%2 == 0:
+		return chunkLimits{8 << 10, 8 << 10}
+	default:
+		return chunkLimits{16 << 10, 16 << 10}
+	}
+}
+
+// randomRow is a row of up to six cells, a quarter of them holding one or
+// two pieces' worth of value (piece, the writer's maxChunkValue).
+func randomRow(rng *rand.Rand, piece int) cell.Row {
 	pick := func(choices ...string) string { return choices[rng.IntN(len(choices))] }
 	r := cell.Row{Key: []byte(pick("r", "row-0001", string(bytes.Repeat([]byte{0xff}, 300))))}
 	n := 1 + rng.IntN(6)
@@ -94,9 +113,9 @@ func randomRow(rng *rand.Rand) cell.Row {
 		switch rng.IntN(8) {
 		case 0:
 		case 1:
-			c.Value = bytes.Repeat([]byte{7}, maxChunkValue)
+			c.Value = bytes.Repeat([]byte{7}, piece)
 		case 2:
-			c.Value = bytes.Repeat([]byte{9}, 2*maxChunkValue+rng.IntN(3)-1)
+			c.Value = bytes.Repeat([]byte{9}, 2*piece+rng.IntN(3)-1)
 		default:
 			c.Value = bytes.Repeat([]byte("v"), rng.IntN(300))
 		}
@@ -115,12 +134,13 @@ func TestChunkWriterEncoding(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
 	for iter := range *chunkCases {
+		lim := chunkLimitsFor(iter)
 		rows := make([]cell.Row, 1+rng.IntN(4))
 		for i := range rows {
-			rows[i] = randomRow(rng)
+			rows[i] = randomRow(rng, lim.value)
 		}
 		rec := &sendRecorder{}
-		w := chunkWriter{stream: rec}
+		w := chunkWriter{stream: rec, limits: &lim}
 		var want [][]byte
 		var pending []cell.Row
 		for _, r := range rows {
@@ -129,7 +149,7 @@ func TestChunkWriterEncoding(t *testing.T) {
 			}
 			pending = append(pending, r)
 			if len(w.buf) == 0 { // flushed after this row
-				b, err := proto.MarshalOptions{Deterministic: true}.Marshal(modelChunks(pending))
+				b, err := proto.MarshalOptions{Deterministic: true}.Marshal(modelChunks(pending, lim.value))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -140,7 +160,7 @@ func TestChunkWriterEncoding(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(pending) > 0 {
-			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(modelChunks(pending))
+			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(modelChunks(pending, lim.value))
 			if err != nil {
 				t.Fatal(err)
 			}

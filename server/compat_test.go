@@ -43,6 +43,7 @@ func readThrough(t *testing.T, tbl bigtable.TableAPI, rs bigtable.RowSet, opts .
 }
 
 func TestAuthorizedViewEnforced(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "av", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy(), "g": bigtable.NoGcPolicy()})
@@ -142,6 +143,7 @@ func TestAuthorizedViewEnforced(t *testing.T) {
 }
 
 func TestIAMPolicyStored(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
@@ -212,6 +214,7 @@ func TestIAMPolicyStored(t *testing.T) {
 }
 
 func TestDeclaredInstance(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	iac := env.instanceAdmin(t)
@@ -258,6 +261,7 @@ func TestDeclaredInstance(t *testing.T) {
 }
 
 func TestAutomatedBackupsTakenAndExpired(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	policy := bigtable.TableAutomatedBackupPolicy{RetentionPeriod: 72 * time.Hour, Frequency: 24 * time.Hour}
@@ -335,6 +339,7 @@ func TestAutomatedBackupsTakenAndExpired(t *testing.T) {
 }
 
 func TestSampleRowKeysRowRange(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	if err := env.admin.CreatePresplitTable(ctx, "s", []string{"b", "d", "f", "h"}); err != nil {
@@ -374,6 +379,7 @@ func TestSampleRowKeysRowRange(t *testing.T) {
 }
 
 func TestUndeleteTableThroughTheAdminAPI(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "u", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
@@ -414,6 +420,7 @@ func TestUndeleteTableThroughTheAdminAPI(t *testing.T) {
 }
 
 func TestMicrosGranularityReturned(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	raw := env.rawAdmin(t)

@@ -37,6 +37,7 @@ func sqlPage(t *testing.T, env *testEnv, q string) string {
 // escaped, and a bad query's error with the RPC's own INVALID_ARGUMENT
 // text and position.
 func TestConsoleSQLPage(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, func(o *Options) { o.HTTPAddr = "127.0.0.1:0" })
 	env.createTable(t, "t", map[string]bigtable.GCPolicy{"cf": bigtable.NoGcPolicy()})
 	ctx := context.Background()

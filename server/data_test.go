@@ -56,6 +56,7 @@ func wantCode(t *testing.T, err error, code codes.Code) {
 }
 
 func TestReadRowsSelectsRowsInOrder(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"cf": bigtable.NoGcPolicy()})
 	for _, k := range []string{"a", "a1", "b", "b\x00", "c", "d"} {
@@ -89,6 +90,7 @@ func TestReadRowsSelectsRowsInOrder(t *testing.T) {
 }
 
 func TestVersionsAndFilters(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"a": nil, "b": nil})
 	for ts := 1; ts <= 3; ts++ {
@@ -147,6 +149,7 @@ func TestVersionsAndFilters(t *testing.T) {
 }
 
 func TestTimestampsAndDeletes(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"cf": nil, "other": nil})
@@ -235,6 +238,7 @@ func TestTimestampsAndDeletes(t *testing.T) {
 }
 
 func TestApplyBulkReportsEachEntry(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"cf": nil})
 	good := bigtable.NewMutation()
@@ -270,6 +274,7 @@ func TestApplyBulkReportsEachEntry(t *testing.T) {
 }
 
 func TestCheckAndMutate(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"cf": nil})
@@ -399,6 +404,7 @@ func TestLargeValueRoundTrips(t *testing.T) {
 }
 
 func TestSampleRowKeys(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	conf := &bigtable.TableConf{TableID: "t", SplitKeys: []string{"m", "f"}, ColumnFamilies: map[string]bigtable.Family{"cf": {}}}
 	if err := env.admin.CreateTableFromConf(context.Background(), conf); err != nil {

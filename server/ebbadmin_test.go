@@ -18,6 +18,7 @@ import (
 // TestEbbAdminBadRequests: the typed admin protocol's bad requests answer
 // INVALID_ARGUMENT with a message naming what is wrong, and change nothing.
 func TestEbbAdminBadRequests(t *testing.T) {
+	t.Parallel()
 	if EbbAdminService != ebbadminpb.EbbAdmin_ServiceDesc.ServiceName {
 		t.Fatalf("EbbAdminService %q, the generated service %q", EbbAdminService, ebbadminpb.EbbAdmin_ServiceDesc.ServiceName)
 	}

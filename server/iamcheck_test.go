@@ -25,6 +25,7 @@ import (
 // connection warm-up, TestIamPermissions), and the predefined role named like the method's
 // token role holds it, so a binding of that role lets the call through.
 func TestEveryMethodHasAPermission(t *testing.T) {
+	t.Parallel()
 	tokens, peer := securityFiles(t)
 	srv := startSecure(t, SecurityOptions{TokenFile: tokens, PeerCredentialFile: peer})
 	n := 0
@@ -184,6 +185,7 @@ func wantOK(t *testing.T, what string, err error) {
 // role narrower than the token's; a policy replaced to remove access, and
 // emptied to give the decision back to the token's role.
 func TestIAMTablePolicies(t *testing.T) {
+	t.Parallel()
 	e := newIAMEnv(t)
 	// No policy anywhere: the token's role decides.
 	wantOK(t, "alice writes t1 with no policy", e.write(tokAlice, "t1"))
@@ -238,6 +240,7 @@ func TestIAMTablePolicies(t *testing.T) {
 // tables; a table's own binding adds to it; instance-level calls
 // (ListTables) follow the instance's policy.
 func TestIAMInstancePolicyInherits(t *testing.T) {
+	t.Parallel()
 	e := newIAMEnv(t)
 	e.set(t, e.inst.InstanceIAM(testInstance), map[iam.RoleName][]string{
 		btUser: {"user:alice@example.com"}, btAdmin: {"user:root@example.com"}})
@@ -271,6 +274,7 @@ func TestIAMInstancePolicyInherits(t *testing.T) {
 // line without as= is the member token:HASH; a binding on an authorized
 // view lets its member read through the view and not the table.
 func TestIAMAllUsersAndTokenMembers(t *testing.T) {
+	t.Parallel()
 	e := newIAMEnv(t)
 	e.set(t, e.root.TableIAM("t1"), map[iam.RoleName][]string{btReader: {"allUsers"}, btAdmin: {"user:root@example.com"}})
 	for _, tok := range []string{tokAlice, tokBob, tokCarol} {
@@ -301,6 +305,7 @@ func TestIAMAllUsersAndTokenMembers(t *testing.T) {
 // answers what the caller holds: what its token's role reaches and, where
 // a policy governs the resource, what the policy grants its members.
 func TestIamPermissionsAnswerForTheCaller(t *testing.T) {
+	t.Parallel()
 	e := newIAMEnv(t)
 	asked := []string{"bigtable.tables.readRows", "bigtable.tables.mutateRows", "bigtable.tables.get", "bigtable.tables.delete", "bigtable.tables.noSuchVerb"}
 	check := func(tok, tbl string, want ...string) {

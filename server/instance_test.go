@@ -132,6 +132,7 @@ func TestInstanceClusters(t *testing.T) {
 }
 
 func TestAppProfiles(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	iac := env.instanceAdmin(t)

@@ -63,6 +63,7 @@ func mutateRowsCases() []struct {
 // TestDecodeMutateRows: the hand decoder yields what proto.Unmarshal does,
 // or declines; its byte fields do not share capacity.
 func TestDecodeMutateRows(t *testing.T) {
+	t.Parallel()
 	for _, c := range mutateRowsCases() {
 		b, err := proto.Marshal(c.req)
 		if err != nil {

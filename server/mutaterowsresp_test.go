@@ -16,6 +16,7 @@ import (
 // proto.Marshal writes for every response it takes, and leaves to protobuf
 // every response with a status that is not a bare OK or another field set.
 func TestMarshalMutateRowsResponse(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	indices := []int64{0, 1, 127, 128, 16383, 16384, math.MaxInt64, -1, math.MinInt64}
 	for i := 0; i < 2000; i++ {

@@ -50,6 +50,7 @@ func (c *discardMutateRows) Send(*btpb.MutateRowsResponse) error { return nil }
 // entry's) and, at the end, every cell of the two tables must be the same;
 // no request's bytes are left held.
 func TestMutateRowsWireMatchesMessages(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	fams := map[string]bigtable.GCPolicy{"cf": nil, "cg": nil}
 	ta, tb := env.createTable(t, "wirea", fams), env.createTable(t, "wireb", fams)
@@ -174,6 +175,7 @@ func BenchmarkMutateRowsPaths(b *testing.B) {
 // another instance: PERMISSION_DENIED at the received request) leaves no
 // bytes held; the same token's write to its own instance is served.
 func TestMutateRowsWireRefusedLeavesNothing(t *testing.T) {
+	t.Parallel()
 	tokens, _ := securityFiles(t)
 	srv := startSecure(t, SecurityOptions{TokenFile: tokens})
 	raw := btpb.NewBigtableClient(plainConn(t, srv.Addr()))

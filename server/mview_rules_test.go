@@ -21,6 +21,7 @@ import (
 // refuses is answered INVALID_ARGUMENT with the corpus's message and
 // creates nothing.
 func TestMaterializedViewQueryRules(t *testing.T) {
+	t.Parallel()
 	data, err := os.ReadFile("testdata/mviewrules.txt")
 	if err != nil {
 		t.Fatal(err)
@@ -92,6 +93,7 @@ func TestMaterializedViewQueryRules(t *testing.T) {
 // A view whose _key is a STRING (Cloud Bigtable's example: `'*' AS _key`,
 // grouped by that alias) is maintained, and read with ReadRows and SQL.
 func TestMaterializedViewStringKey(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "foo", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})

@@ -18,6 +18,7 @@ import (
 // Int64.OrderedCodeBytes: known encodings, lengths growing away from
 // zero, and bytewise order equal to numeric order.
 func TestOrderedInt64(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		v    int64
 		want []byte
@@ -81,6 +82,7 @@ func TestViewKeyStructEncoding(t *testing.T) {
 // GROUP BY key and a secondary index (ORDER BY email, _key). Rows come in
 // key order; a row set of encoded keys or prefixes selects rows.
 func TestMaterializedViewReadRowsEncodedKeys(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})

@@ -147,6 +147,7 @@ func TestDecodeReadRowsDeclines(t *testing.T) {
 // the last string or number wins, row sets merge), checked against
 // proto.Unmarshal.
 func TestDecodeReadRowsCorrupted(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(3, 4))
 	var encs [][]byte
 	for _, c := range readRowsCases() {

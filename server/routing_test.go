@@ -143,6 +143,7 @@ func rawMutate(profile, key string) *btpb.MutateRowRequest {
 // TestRoutingSingleClusterForwards: a single-cluster profile on A naming B
 // sends every data RPC to B; A stores nothing.
 func TestRoutingSingleClusterForwards(t *testing.T) {
+	t.Parallel()
 	nodes, _ := startClusters(t, "a", "b")
 	a, b := nodes["a"], nodes["b"]
 	ctx := context.Background()
@@ -253,6 +254,7 @@ func TestRoutingForwardsMetadata(t *testing.T) {
 // B and C is served by B, then by C once B is down; a single-cluster
 // profile naming the stopped B is Unavailable.
 func TestRoutingMultiClusterFailover(t *testing.T) {
+	t.Parallel()
 	nodes, fake := startClusters(t, "a", "b", "c")
 	a, b, c := nodes["a"], nodes["b"], nodes["c"]
 	ctx := context.Background()
@@ -329,6 +331,7 @@ func TestRoutingMultiClusterFailover(t *testing.T) {
 // TestRoutingMultiClusterLocalFirst: a multi-cluster profile whose set
 // includes this cluster is served here.
 func TestRoutingMultiClusterLocalFirst(t *testing.T) {
+	t.Parallel()
 	nodes, _ := startClusters(t, "a", "b")
 	a := nodes["a"]
 	a.profile(t, "any", &bigtable.MultiClusterRoutingUseAnyConfig{})
@@ -482,6 +485,7 @@ func TestRoutingChecks(t *testing.T) {
 // single-cluster profile relays the peer's records and ends with
 // Unavailable when the forwarding server closes, as a local one does.
 func TestRoutingChangeStreamRelay(t *testing.T) {
+	t.Parallel()
 	nodes, fake := startClusters(t, "a", "b")
 	a, b := nodes["a"], nodes["b"]
 	ctx := context.Background()

@@ -189,6 +189,7 @@ func TestEveryMethodIsGuarded(t *testing.T) {
 // TestTokenLimitedToInstances: a token listing instances may touch those
 // only, in unary and streaming calls alike.
 func TestTokenLimitedToInstances(t *testing.T) {
+	t.Parallel()
 	tokens, _ := securityFiles(t)
 	srv := startSecure(t, SecurityOptions{TokenFile: tokens})
 	raw := btpb.NewBigtableClient(plainConn(t, srv.Addr()))
@@ -457,6 +458,7 @@ func TestTLSCertificateReload(t *testing.T) {
 // TestJoinRefusedOutsidePeerAllow: a Join naming an address outside
 // --peer-allow is refused before anything dials it.
 func TestJoinRefusedOutsidePeerAllow(t *testing.T) {
+	t.Parallel()
 	srv := startSecure(t, SecurityOptions{})
 	conn := plainConn(t, srv.Addr())
 	_, err := ebbadminpb.NewEbbAdminClient(conn).Join(context.Background(), &ebbadminpb.JoinRequest{Cluster: "evil", Addr: "192.0.2.1:8086"})
@@ -564,6 +566,7 @@ func TestPeersOverMutualTLSWithPeerCredential(t *testing.T) {
 // TestPeerCredentialRequiredToJoin: a process whose peer credential differs
 // cannot join.
 func TestPeerCredentialRequiredToJoin(t *testing.T) {
+	t.Parallel()
 	tokens, peer := securityFiles(t)
 	a := startSecure(t, SecurityOptions{TokenFile: tokens, PeerCredentialFile: peer}, func(o *Options) { o.ClusterID = "a" })
 	wrong := filepath.Join(t.TempDir(), "peer")

@@ -13,6 +13,7 @@ import (
 // through a single-cluster profile naming b, a query sent to a reads b's
 // rows.
 func TestRoutingSQL(t *testing.T) {
+	t.Parallel()
 	nodes, _ := startClusters(t, "a", "b")
 	a, b := nodes["a"], nodes["b"]
 	ctx := context.Background()

@@ -107,6 +107,7 @@ func preconditionType(err error) string {
 // A prepared query expires after its time and when the schema changes
 // under it; the official client then prepares again by itself.
 func TestSQLPreparedQueryExpiry(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
@@ -171,6 +172,7 @@ func TestSQLPreparedQueryExpiry(t *testing.T) {
 // Bad SQL and bad requests are INVALID_ARGUMENT; a syntax error names its
 // line and column.
 func TestSQLInvalid(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
 	raw := env.raw(t)
@@ -271,6 +273,7 @@ func TestSQLBatchesAndResume(t *testing.T) {
 // SQL reads what ReadRows reads: a GC-eligible version and an expired
 // TTL cell are hidden from both.
 func TestSQLSeesWhatReadRowsSees(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.MaxVersionsPolicy(1), "a": bigtable.MaxAgePolicy(time.Hour)})
@@ -325,6 +328,7 @@ func TestSQLSeesWhatReadRowsSees(t *testing.T) {
 // Logical views: created through the instance admin API, queried by
 // name; a protected view cannot be deleted.
 func TestSQLLogicalView(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
@@ -369,6 +373,7 @@ func TestSQLLogicalView(t *testing.T) {
 // The deprecated query field: metadata first, then the rows; parameters
 // carry their types.
 func TestSQLDeprecatedQueryField(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	raw := env.raw(t)
 	stream, err := raw.ExecuteQuery(context.Background(), &btpb.ExecuteQueryRequest{InstanceName: sqlInstance, Query: "SELECT @n + 1 AS m",
@@ -395,6 +400,7 @@ func TestSQLDeprecatedQueryField(t *testing.T) {
 // a filter, a limit; computed when read, so a cell past its TTL is gone
 // from the view at once.
 func TestSQLMaterializedViewReadRows(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.MaxAgePolicy(time.Hour)})

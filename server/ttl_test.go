@@ -32,6 +32,7 @@ func cellsOf(row bigtable.Row, fam string) []string {
 // TestNativeTTLHasNoneOfTheSimulationsFlaws walks the flaws the cell-TTL
 // simulations document, one by one.
 func TestNativeTTLHasNoneOfTheSimulationsFlaws(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	// A family with a real retention rule, holding real timestamps.
@@ -96,6 +97,7 @@ func TestNativeTTLHasNoneOfTheSimulationsFlaws(t *testing.T) {
 }
 
 func TestNativeTTLInUntilCollectedModeIsExact(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t, withVisibility(1))
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"cf": bigtable.MaxVersionsPolicy(1)})
@@ -116,6 +118,7 @@ func TestNativeTTLInUntilCollectedModeIsExact(t *testing.T) {
 }
 
 func TestCellTTLValidation(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"cf": nil})
@@ -157,6 +160,7 @@ func TestCellTTLValidation(t *testing.T) {
 // TestExpiryTimestampGuard: the one-second pattern's first flaw — a writer
 // that forgets the convention — fails loudly on a guarded family.
 func TestExpiryTimestampGuard(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"exp": bigtable.MaxAgePolicy(time.Second)})
@@ -192,6 +196,7 @@ func TestExpiryTimestampGuard(t *testing.T) {
 // TestReadModifyWriteKeepsTheCellTTL: incrementing a counter that has a
 // native TTL keeps the TTL; a guarded family refuses read-modify-write.
 func TestReadModifyWriteKeepsTheCellTTL(t *testing.T) {
+	t.Parallel()
 	env := newTestEnv(t)
 	ctx := context.Background()
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"cf": nil})
