@@ -335,6 +335,19 @@ func (e *Engine) LockRows(tableID uint64, rows [][]byte) func() {
 	for _, r := range rows {
 		stripes = append(stripes, e.stripe(tableID, r))
 	}
+	return e.lockSorted(stripes)
+}
+
+// lockStripes is LockRows for rows whose stripes are known, in any order
+// and repeated: it sorts a copy in *buf (which the returned unlock uses,
+// so *buf must be left alone until then).
+func (e *Engine) lockStripes(stripes []int, buf *[]int) func() {
+	*buf = append((*buf)[:0], stripes...)
+	return e.lockSorted(*buf)
+}
+
+// lockSorted sorts stripes, drops repeats and locks each in order.
+func (e *Engine) lockSorted(stripes []int) func() {
 	sort.Ints(stripes)
 	stripes = slices.Compact(stripes)
 	for _, s := range stripes {
