@@ -290,7 +290,7 @@ func (e *Engine) applyLocked(m *Meta, row []byte, ps []prepared) (wait func() er
 	if rec != nil {
 		recs = []changestream.Record{*rec}
 	}
-	return e.commitVisibleAt(b, m, [][]byte{row}, recs, stamp.Commit, cells.get())
+	return e.commitVisibleAt(b, m, [][]byte{row}, nil, recs, stamp.Commit, cells.get())
 }
 
 // cellsOnlyMax is the most mutations a batch may hold and still look up

@@ -124,15 +124,17 @@ func (e *Engine) MutateRowsFrom(instance, table string, src MutationSource) ([]e
 			recs = append(recs, *rec)
 		}
 	}
-	wait, err := e.commitVisibleAt(b, m, rows, recs, stamp.Commit, cells.get())
+	wait, err := e.commitVisibleAt(b, m, rows, sc.locked, recs, stamp.Commit, cells.get())
 	if err != nil {
 		e.forgetAgendaMarks(m.ID, rows)
 	}
 	unlock()
 	if err != nil {
+		sc.lost = true // its commit ticket may still name sc.locked
 		return nil, err
 	}
 	if err := wait(); err != nil {
+		sc.lost = true
 		return nil, err
 	}
 	return errs, nil
@@ -140,14 +142,16 @@ func (e *Engine) MutateRowsFrom(instance, table string, src MutationSource) ([]e
 
 // mutateScratch is MutateRowsFrom's per-call working memory, pooled: the
 // valid entries' rows, their row-lock stripes, their checked mutations
-// (preps; entry r's are preps[ends[r-1]:ends[r]]) and the sorted stripes
-// locked.
+// (preps; entry r's are preps[ends[r-1]:ends[r]]) and the stripes locked
+// (sorted, each once; the commit's durability ticket names them too).
 type mutateScratch struct {
 	rows    [][]byte
 	stripes []int
 	ends    []int
 	preps   []prepared
 	locked  []int
+	// lost: a commit that failed may still hold locked; sc is not pooled.
+	lost bool
 }
 
 var mutateScratchPool = sync.Pool{New: func() any { return new(mutateScratch) }}
@@ -157,7 +161,7 @@ func getMutateScratch() *mutateScratch { return mutateScratchPool.Get().(*mutate
 // putMutateScratch empties sc (dropping its references to the request's
 // bytes) and pools it, unless it grew past a large request's size.
 func putMutateScratch(sc *mutateScratch) {
-	if cap(sc.preps) > 1<<14 || cap(sc.rows) > 1<<14 {
+	if sc.lost || cap(sc.preps) > 1<<14 || cap(sc.rows) > 1<<14 {
 		return
 	}
 	clear(sc.rows)

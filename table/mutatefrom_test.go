@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ebbtable/ebbtable/cell"
 	"github.com/ebbtable/ebbtable/changestream"
@@ -119,5 +121,62 @@ func TestMutateRowsFromKeepsEntriesApart(t *testing.T) {
 	t.Logf("%d entries refused, %d written, %d checked locked", refused, written, locked)
 	if refused < 50 || written < 250 || locked < 250 {
 		t.Fatalf("only %d entries refused, %d written, %d checked locked", refused, written, locked)
+	}
+}
+
+// TestMutateRowsFromNamesItsStripes: while a bulk write waits for its WAL
+// sync, the durability tracker counts it in flight on the stripe of every
+// row it writes (MutateRowsFrom hands the commit the stripes it locked), so
+// a point read of any of them waits for the sync.
+func TestMutateRowsFromNamesItsStripes(t *testing.T) {
+	r := newGateRig(t)
+	m, err := r.eng.Table("i", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := []RowMutation{{Row: []byte("bad"), Mutations: []Mutation{{Kind: SetCell, Family: "nope", Timestamp: 1000}}}}
+	for i := range 20 {
+		row := fmt.Sprintf("r%02d", i)
+		if err := r.set(row, "old"); err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, RowMutation{Row: []byte(row), Mutations: []Mutation{{Kind: SetCell, Family: "cf", Qualifier: []byte("q"), Timestamp: 1000, Value: []byte("new")}}})
+	}
+	r.hold.armed.Store(true)
+	t.Cleanup(func() {
+		select {
+		case r.hold.release <- nil:
+		default:
+		}
+	})
+	done := make(chan error, 1)
+	go func() {
+		errs, err := r.eng.MutateRows("i", "t", entries)
+		if err == nil && (errs[0] == nil || slices.ContainsFunc(errs[1:], func(e error) bool { return e != nil })) {
+			err = fmt.Errorf("entry errors %v", errs)
+		}
+		done <- err
+	}()
+	select {
+	case <-r.hold.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the write's WAL sync never came")
+	}
+	for _, en := range entries[1:] {
+		if n := r.eng.dur.stripes[r.eng.stripe(m.ID, en.Row)].Load(); n != 1 {
+			t.Errorf("row %s: %d commits in flight on its stripe, want 1", en.Row, n)
+		}
+	}
+	r.hold.release <- nil
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range entries[1:] {
+		if n := r.eng.dur.stripes[r.eng.stripe(m.ID, en.Row)].Load(); n != 0 {
+			t.Errorf("row %s: %d commits in flight after the sync", en.Row, n)
+		}
+		if v, err := r.read(ReadRequest{Keys: [][]byte{en.Row}}); err != nil || v != "new" {
+			t.Errorf("row %s: read %q, %v", en.Row, v, err)
+		}
 	}
 }
