@@ -90,7 +90,7 @@ func TestMutateRowsFromKeepsEntriesApart(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(23, 20))
 	refused, written := 0, 0
-	for call := 0; call < 80; call++ {
+	for call := 0; call < 40; call++ {
 		entries := randomEntries(rng)
 		errs, err := e.MutateRows(testInst, "t", entries)
 		if err != nil {
@@ -114,12 +114,15 @@ func TestMutateRowsFromKeepsEntriesApart(t *testing.T) {
 				written++
 			}
 		}
+		if call%8 != 7 {
+			continue
+		}
 		if a, b := tableCells(t, e, "t"), tableCells(t, e, "u"); !reflect.DeepEqual(a, b) {
 			t.Fatalf("call %d: the bulk write left\n%v\nthe entries alone\n%v", call, a, b)
 		}
 	}
 	t.Logf("%d entries refused, %d written, %d checked locked", refused, written, locked)
-	if refused < 50 || written < 250 || locked < 250 {
+	if refused < 60 || written < 120 || locked < 120 {
 		t.Fatalf("only %d entries refused, %d written, %d checked locked", refused, written, locked)
 	}
 }
