@@ -335,8 +335,25 @@ func (e *Engine) LockRows(tableID uint64, rows [][]byte) func() {
 	for _, r := range rows {
 		stripes = append(stripes, e.stripe(tableID, r))
 	}
+	return e.lockSorted(sortedStripes(stripes))
+}
+
+// lockStripes is LockRows for rows whose stripes are known, in any order
+// and repeated: it sorts a copy in *buf (which the returned unlock uses,
+// so *buf must be left alone until then).
+func (e *Engine) lockStripes(stripes []int, buf *[]int) func() {
+	*buf = sortedStripes(append((*buf)[:0], stripes...))
+	return e.lockSorted(*buf)
+}
+
+// sortedStripes sorts stripes and drops repeats, in place.
+func sortedStripes(stripes []int) []int {
 	sort.Ints(stripes)
-	stripes = slices.Compact(stripes)
+	return slices.Compact(stripes)
+}
+
+// lockSorted locks stripes, sorted and each once, in order.
+func (e *Engine) lockSorted(stripes []int) func() {
 	for _, s := range stripes {
 		e.rowLocks[s].Lock()
 	}
@@ -487,8 +504,10 @@ func (e *Engine) Tables(instance string) []*Meta {
 // ts is a commit timestamp already taken (from writeStamp; 0 for none),
 // which it ends. cells, when not nil, are all the cells b writes: new
 // cells only, which point reads skip rather than wait for
-// (durability.beginCells).
-func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs []changestream.Record, ts int64, cells []newCell) (func() error, error) {
+// (durability.beginCells). stripes, when not nil, are the rows' row-lock
+// stripes, sorted, each once (else they are computed from rows); the
+// caller must leave them unchanged until the returned wait has succeeded.
+func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, stripes []int, recs []changestream.Record, ts int64, cells []newCell) (func() error, error) {
 	logged, err := e.logViewRows(b, m, rows, nil) // viewlog.go
 	defer logged()
 	if err != nil {
@@ -529,7 +548,10 @@ func (e *Engine) commitVisibleAt(b *pebble.Batch, m *Meta, rows [][]byte, recs [
 	if cells != nil {
 		synced, err = e.applySyncedTicket(b, e.dur.beginCells(tableSlot(m.ID), cellStripes(cells), cells))
 	} else {
-		synced, err = e.applySynced(b, tableSlot(m.ID), e.stripes(m.ID, rows), false)
+		if stripes == nil {
+			stripes = e.stripes(m.ID, rows)
+		}
+		synced, err = e.applySynced(b, tableSlot(m.ID), stripes, false)
 	}
 	if err != nil {
 		if e.Err() == nil {

@@ -290,7 +290,7 @@ func (e *Engine) applyLocked(m *Meta, row []byte, ps []prepared) (wait func() er
 	if rec != nil {
 		recs = []changestream.Record{*rec}
 	}
-	return e.commitVisibleAt(b, m, [][]byte{row}, recs, stamp.Commit, cells.get())
+	return e.commitVisibleAt(b, m, [][]byte{row}, nil, recs, stamp.Commit, cells.get())
 }
 
 // cellsOnlyMax is the most mutations a batch may hold and still look up
@@ -329,7 +329,14 @@ func (c *cellsOnly) add(e *Engine, m *Meta, row []byte, p prepared) error {
 	if p.Kind != SetCell && p.Kind != AddToCell && p.Kind != MergeToCell {
 		return nil
 	}
-	stripe := e.stripe(m.ID, row)
+	return c.addAt(e, m, row, p, e.stripe(m.ID, row))
+}
+
+// addAt is add for a row whose row-lock stripe is known.
+func (c *cellsOnly) addAt(e *Engine, m *Meta, row []byte, p prepared, stripe int) error {
+	if p.Kind != SetCell && p.Kind != AddToCell && p.Kind != MergeToCell {
+		return nil
+	}
 	cn := &e.newest[stripe]
 	if !c.only && len(cn.cols) == 0 {
 		// Not looking, and the stripe remembers no column to raise: a

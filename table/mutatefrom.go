@@ -2,6 +2,7 @@ package table
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/ebbtable/ebbtable/changestream"
@@ -24,13 +25,13 @@ type MutationSource interface {
 	NextMutation(mu *Mutation) bool
 }
 
-// MutateRowsFrom is MutateRows reading its entries from src, twice: once
-// to validate every entry (one whose check fails gets its error and is not
-// written), then, under the rows' locks, to put the valid ones straight
-// into the batch. Each pass checks a mutation with the same prepareOne
-// (the clock read once for both), so the second cannot fail where the
-// first passed. The row keys, qualifiers and values src returns must stay
-// unchanged until the call returns (change-stream records keep them).
+// MutateRowsFrom is MutateRows reading its entries from src once: every
+// entry is validated (one whose check fails gets its error and is not
+// written) and each valid entry's mutations are kept checked (prepared,
+// family id included) with its row and row-lock stripe; then, under the
+// rows' locks, the kept mutations go straight into the batch. The row
+// keys, qualifiers and values src returns must stay unchanged until the
+// call returns (change-stream records keep them).
 func (e *Engine) MutateRowsFrom(instance, table string, src MutationSource) ([]error, error) {
 	if err := e.enter(); err != nil {
 		return nil, err
@@ -42,12 +43,11 @@ func (e *Engine) MutateRowsFrom(instance, table string, src MutationSource) ([]e
 	}
 	n := src.Len()
 	errs := make([]error, n)
-	rows := make([][]byte, 0, n)
+	sc := getMutateScratch()
+	defer putMutateScratch(sc)
 	needsRead := false
-	nCells := 0
 	prepNow := clock.MillisTruncated(e.clock.Now())
 	var mu Mutation
-	var p prepared
 	src.Rewind()
 	for i := 0; i < n; i++ {
 		row, k, ok := src.NextEntry()
@@ -58,25 +58,32 @@ func (e *Engine) MutateRowsFrom(instance, table string, src MutationSource) ([]e
 			errs[i] = err
 			continue
 		}
+		start := len(sc.preps)
 		reads := false
 		for j := 0; src.NextMutation(&mu); j++ {
-			if err := e.prepareOne(&p, m, j, &mu, prepNow); err != nil {
+			sc.preps = append(sc.preps, prepared{})
+			p := &sc.preps[len(sc.preps)-1]
+			if err := e.prepareOne(p, m, j, &mu, prepNow); err != nil {
 				errs[i] = err
 				break
 			}
 			reads = reads || p.Kind != SetCell
 		}
 		if errs[i] != nil {
+			clear(sc.preps[start:])
+			sc.preps = sc.preps[:start]
 			continue
 		}
-		rows = append(rows, row)
-		nCells += k
+		sc.rows = append(sc.rows, row)
+		sc.ends = append(sc.ends, len(sc.preps))
+		sc.stripes = append(sc.stripes, e.stripe(m.ID, row))
 		needsRead = needsRead || reads
 	}
+	rows := sc.rows
 	if len(rows) == 0 {
 		return errs, nil
 	}
-	unlock := e.LockRows(m.ID, rows)
+	unlock := e.lockStripes(sc.stripes, &sc.locked)
 	var b *pebble.Batch
 	if needsRead {
 		b = e.store.NewIndexedBatch()
@@ -87,7 +94,7 @@ func (e *Engine) MutateRowsFrom(instance, table string, src MutationSource) ([]e
 	stamp := e.writeStamp()
 	now := clock.MillisTruncated(e.clock.Now())
 	var cells cellsOnly
-	cells.only = !needsRead && nCells <= cellsOnlyMax
+	cells.only = !needsRead && len(sc.preps) <= cellsOnlyMax
 	defer cells.close()
 	fail := func(err error) ([]error, error) {
 		e.endStamp(stamp)
@@ -96,21 +103,14 @@ func (e *Engine) MutateRowsFrom(instance, table string, src MutationSource) ([]e
 		b.Close()
 		return nil, err
 	}
-	src.Rewind()
-	for i := 0; i < n; i++ {
-		row, _, _ := src.NextEntry()
-		if errs[i] != nil {
-			continue
-		}
+	start := 0
+	for r, row := range rows {
 		rec := e.userRecord(m, row)
-		for j := 0; src.NextMutation(&mu); j++ {
-			if err := e.prepareOne(&p, m, j, &mu, prepNow); err != nil {
-				return fail(fmt.Errorf("table: entry %d checked, then refused: %w", i, err))
-			}
+		for _, p := range sc.preps[start:sc.ends[r]] {
 			q := p.at(now)
 			written, err := e.applyOne(b, m, row, q, stamp)
 			if err == nil {
-				err = cells.add(e, m, row, q)
+				err = cells.addAt(e, m, row, q, sc.stripes[r])
 			}
 			if err != nil {
 				return fail(err)
@@ -119,20 +119,53 @@ func (e *Engine) MutateRowsFrom(instance, table string, src MutationSource) ([]e
 				rec.Mods = append(rec.Mods, modWritten(q, written))
 			}
 		}
+		start = sc.ends[r]
 		if rec != nil {
 			recs = append(recs, *rec)
 		}
 	}
-	wait, err := e.commitVisibleAt(b, m, rows, recs, stamp.Commit, cells.get())
+	wait, err := e.commitVisibleAt(b, m, rows, sc.locked, recs, stamp.Commit, cells.get())
 	if err != nil {
 		e.forgetAgendaMarks(m.ID, rows)
 	}
 	unlock()
 	if err != nil {
+		sc.lost = true // its commit ticket may still name sc.locked
 		return nil, err
 	}
 	if err := wait(); err != nil {
+		sc.lost = true
 		return nil, err
 	}
 	return errs, nil
+}
+
+// mutateScratch is MutateRowsFrom's per-call working memory, pooled: the
+// valid entries' rows, their row-lock stripes, their checked mutations
+// (preps; entry r's are preps[ends[r-1]:ends[r]]) and the stripes locked
+// (sorted, each once; the commit's durability ticket names them too).
+type mutateScratch struct {
+	rows    [][]byte
+	stripes []int
+	ends    []int
+	preps   []prepared
+	locked  []int
+	// lost: a commit that failed may still hold locked; sc is not pooled.
+	lost bool
+}
+
+var mutateScratchPool = sync.Pool{New: func() any { return new(mutateScratch) }}
+
+func getMutateScratch() *mutateScratch { return mutateScratchPool.Get().(*mutateScratch) }
+
+// putMutateScratch empties sc (dropping its references to the request's
+// bytes) and pools it, unless it grew past a large request's size.
+func putMutateScratch(sc *mutateScratch) {
+	if sc.lost || cap(sc.preps) > 1<<14 || cap(sc.rows) > 1<<14 {
+		return
+	}
+	clear(sc.rows)
+	clear(sc.preps)
+	sc.rows, sc.stripes, sc.ends, sc.preps, sc.locked = sc.rows[:0], sc.stripes[:0], sc.ends[:0], sc.preps[:0], sc.locked[:0]
+	mutateScratchPool.Put(sc)
 }
