@@ -285,14 +285,27 @@ func TestClusterChangeStreamAcrossMoves(t *testing.T) {
 		}
 	}()
 	// Each step waits for this many more acknowledged writes (the writer
-	// keeps writing through every split, move and merge as well).
+	// keeps writing through every split, move and merge as well), while
+	// they keep coming: it fails when none is acknowledged for 30 s (the
+	// writer stalled), not on the pace. A starved machine (load ~28, race)
+	// acknowledged under 2 writes a second, so a fixed 20 s for 40 writes
+	// failed on main's code as on this one (as TestScaleOutSplitMoveDrain's
+	// did, scaleout_test.go).
 	const perStep = 40
 	waitAcked := func(steps int) {
 		n := steps * perStep
-		testkit.Eventually(t, "more writes", 20*time.Second, func() (bool, string) {
+		last, lastAt := -1, time.Now()
+		testkit.Eventually(t, "more writes", 3*time.Minute, func() (bool, string) {
 			mu.Lock()
-			defer mu.Unlock()
-			return nacked >= n, fmt.Sprintf("%d acked", nacked)
+			got := nacked
+			mu.Unlock()
+			if got != last {
+				last, lastAt = got, time.Now()
+			}
+			if stalled := time.Since(lastAt); stalled > 30*time.Second {
+				t.Fatalf("writes stalled: %d acked, want %d, none acknowledged for %v", got, n, stalled.Round(time.Second))
+			}
+			return got >= n, fmt.Sprintf("%d acked, want %d", got, n)
 		})
 	}
 	ops := sc.nodes["n2"].ops
