@@ -337,9 +337,18 @@ func TestClusterChangeStreamAcrossMoves(t *testing.T) {
 		if to == "" {
 			to = other(tb)
 		}
-		if _, err := ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: tb.Id, To: to}); err != nil {
-			t.Fatalf("move %s to %s: %v", tb, to, err)
-		}
+		// A node whose 2 s lease lapsed (a starved machine: renewals
+		// time out at load ~35) is refused as a target, or refuses to
+		// move as the source, until it registers again.
+		testkit.Eventually(t, "the move to "+to, 30*time.Second, func() (bool, string) {
+			_, err := ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: tb.Id, To: to})
+			lapsed := (status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "is not live")) ||
+				(status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "does not hold its lease"))
+			if err != nil && !lapsed {
+				t.Fatalf("move %s to %s: %v", tb, to, err)
+			}
+			return err == nil, fmt.Sprint(err)
+		})
 		f.flush()
 	}
 	split := func(key string) {
