@@ -485,6 +485,29 @@ func TestChangeTokenPieces(t *testing.T) {
 // token and the CloseStream, if any.
 func csRead(t *testing.T, c btpb.BigtableClient, req *btpb.ReadChangeStreamRequest, stop func(vals []string) bool) ([]string, *btpb.StreamContinuationToken, *btpb.ReadChangeStreamResponse_CloseStream) {
 	t.Helper()
+	cvs, tok, cl := csReadCommits(t, c, req, func(cvs []csValue) bool { return stop(csValues(cvs)) })
+	return csValues(cvs), tok, cl
+}
+
+// csValue is a SetCell value a stream sent and its record's commit
+// timestamp and tiebreaker.
+type csValue struct {
+	v   string
+	at  time.Time
+	tie int32
+}
+
+func csValues(cvs []csValue) []string {
+	var out []string
+	for _, cv := range cvs {
+		out = append(out, cv.v)
+	}
+	return out
+}
+
+// csReadCommits is csRead with each value's commit.
+func csReadCommits(t *testing.T, c btpb.BigtableClient, req *btpb.ReadChangeStreamRequest, stop func([]csValue) bool) ([]csValue, *btpb.StreamContinuationToken, *btpb.ReadChangeStreamResponse_CloseStream) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	req.TableName = scaleTable
@@ -493,18 +516,18 @@ func csRead(t *testing.T, c btpb.BigtableClient, req *btpb.ReadChangeStreamReque
 	if err != nil {
 		t.Fatal(err)
 	}
-	var vals []string
+	var vals []csValue
 	var tok *btpb.StreamContinuationToken
 	for !stop(vals) {
 		resp, err := cs.Recv()
 		if err != nil {
-			t.Fatalf("after %v: %v", vals, err)
+			t.Fatalf("after %v: %v", csValues(vals), err)
 		}
 		switch r := resp.StreamRecord.(type) {
 		case *btpb.ReadChangeStreamResponse_DataChange_:
 			for _, ch := range r.DataChange.Chunks {
 				if sc := ch.GetMutation().GetSetCell(); sc != nil {
-					vals = append(vals, string(sc.Value))
+					vals = append(vals, csValue{v: string(sc.Value), at: r.DataChange.GetCommitTimestamp().AsTime(), tie: r.DataChange.GetTiebreaker()})
 				}
 			}
 			tok = &btpb.StreamContinuationToken{Partition: req.Partition, Token: r.DataChange.Token}
