@@ -639,6 +639,11 @@ func sendClose(out changeSink, d tablets.Directory, part tablets.Range, st csSta
 	return out.closeStream(cl)
 }
 
+// partitionScan is how many records of other partitions a partition's
+// reader skips in one read (they are not decoded) before it looks at its
+// context, the directory and the marks again.
+const partitionScan = 16 * readBatch
+
 // partitionReader serves one partition on its tablet's owner.
 type partitionReader struct {
 	x      *clusterData
@@ -693,29 +698,35 @@ func (r *partitionReader) run(ctx context.Context, out changeSink) error {
 		if capped && capAt < upTo {
 			upTo = capAt
 		}
-		b, err := s.engine.ReadChangesUntil(m, lower, upTo, readBatch)
+		// Only the partition's records are decoded (the log holds every
+		// tablet of the node's): wants does not change as the reader
+		// advances within the batch, as advancing to a record's
+		// predecessor leaves a piece before the record iff it was. The
+		// read stops at the end time: past it the stream ends.
+		readTo := upTo
+		if r.end > 0 && r.end < readTo {
+			readTo = r.end
+		}
+		b, err := s.engine.ReadRowChanges(m, lower, readTo, readBatch, partitionScan, r.st.wants)
 		if err != nil {
 			return toStatus(err)
 		}
 		for _, rec := range b.Records {
-			if r.end > 0 && rec.Commit > r.end {
-				return sendEnd()
-			}
-			want := r.st.wants(rec.RowKey, rec.Position)
 			q = rec.Position
 			r.st.advance(q)
-			lower = changestream.After(m.ID, q)
-			if !want {
-				continue
-			}
 			if err := out.record(rec, r.part, r.st); err != nil {
 				return err
 			}
 		}
+		if b.Examined > 0 {
+			q = b.Last
+			r.st.advance(q)
+			lower = changestream.After(m.ID, q)
+		}
 		if b.Full {
 			continue
 		}
-		if cp := closedPosition(upTo); q.Less(cp) {
+		if cp := closedPosition(readTo); q.Less(cp) {
 			q = cp
 			r.st.advance(cp)
 			lower = changestream.After(m.ID, cp)

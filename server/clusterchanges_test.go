@@ -285,14 +285,27 @@ func TestClusterChangeStreamAcrossMoves(t *testing.T) {
 		}
 	}()
 	// Each step waits for this many more acknowledged writes (the writer
-	// keeps writing through every split, move and merge as well).
+	// keeps writing through every split, move and merge as well), while
+	// they keep coming: it fails when none is acknowledged for 30 s (the
+	// writer stalled), not on the pace. A starved machine (load ~28, race)
+	// acknowledged under 2 writes a second, so a fixed 20 s for 40 writes
+	// failed on main's code as on this one (as TestScaleOutSplitMoveDrain's
+	// did, scaleout_test.go).
 	const perStep = 40
 	waitAcked := func(steps int) {
 		n := steps * perStep
-		testkit.Eventually(t, "more writes", 20*time.Second, func() (bool, string) {
+		last, lastAt := -1, time.Now()
+		testkit.Eventually(t, "more writes", 3*time.Minute, func() (bool, string) {
 			mu.Lock()
-			defer mu.Unlock()
-			return nacked >= n, fmt.Sprintf("%d acked", nacked)
+			got := nacked
+			mu.Unlock()
+			if got != last {
+				last, lastAt = got, time.Now()
+			}
+			if stalled := time.Since(lastAt); stalled > 30*time.Second {
+				t.Fatalf("writes stalled: %d acked, want %d, none acknowledged for %v", got, n, stalled.Round(time.Second))
+			}
+			return got >= n, fmt.Sprintf("%d acked, want %d", got, n)
 		})
 	}
 	ops := sc.nodes["n2"].ops
@@ -324,9 +337,18 @@ func TestClusterChangeStreamAcrossMoves(t *testing.T) {
 		if to == "" {
 			to = other(tb)
 		}
-		if _, err := ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: tb.Id, To: to}); err != nil {
-			t.Fatalf("move %s to %s: %v", tb, to, err)
-		}
+		// A node whose 2 s lease lapsed (a starved machine: renewals
+		// time out at load ~35) is refused as a target, or refuses to
+		// move as the source, until it registers again.
+		testkit.Eventually(t, "the move to "+to, 30*time.Second, func() (bool, string) {
+			_, err := ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: scaleTable, Tablet: tb.Id, To: to})
+			lapsed := (status.Code(err) == codes.FailedPrecondition && strings.Contains(err.Error(), "is not live")) ||
+				(status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "does not hold its lease"))
+			if err != nil && !lapsed {
+				t.Fatalf("move %s to %s: %v", tb, to, err)
+			}
+			return err == nil, fmt.Sprint(err)
+		})
 		f.flush()
 	}
 	split := func(key string) {
@@ -463,6 +485,29 @@ func TestChangeTokenPieces(t *testing.T) {
 // token and the CloseStream, if any.
 func csRead(t *testing.T, c btpb.BigtableClient, req *btpb.ReadChangeStreamRequest, stop func(vals []string) bool) ([]string, *btpb.StreamContinuationToken, *btpb.ReadChangeStreamResponse_CloseStream) {
 	t.Helper()
+	cvs, tok, cl := csReadCommits(t, c, req, func(cvs []csValue) bool { return stop(csValues(cvs)) })
+	return csValues(cvs), tok, cl
+}
+
+// csValue is a SetCell value a stream sent and its record's commit
+// timestamp and tiebreaker.
+type csValue struct {
+	v   string
+	at  time.Time
+	tie int32
+}
+
+func csValues(cvs []csValue) []string {
+	var out []string
+	for _, cv := range cvs {
+		out = append(out, cv.v)
+	}
+	return out
+}
+
+// csReadCommits is csRead with each value's commit.
+func csReadCommits(t *testing.T, c btpb.BigtableClient, req *btpb.ReadChangeStreamRequest, stop func([]csValue) bool) ([]csValue, *btpb.StreamContinuationToken, *btpb.ReadChangeStreamResponse_CloseStream) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	req.TableName = scaleTable
@@ -471,18 +516,18 @@ func csRead(t *testing.T, c btpb.BigtableClient, req *btpb.ReadChangeStreamReque
 	if err != nil {
 		t.Fatal(err)
 	}
-	var vals []string
+	var vals []csValue
 	var tok *btpb.StreamContinuationToken
 	for !stop(vals) {
 		resp, err := cs.Recv()
 		if err != nil {
-			t.Fatalf("after %v: %v", vals, err)
+			t.Fatalf("after %v: %v", csValues(vals), err)
 		}
 		switch r := resp.StreamRecord.(type) {
 		case *btpb.ReadChangeStreamResponse_DataChange_:
 			for _, ch := range r.DataChange.Chunks {
 				if sc := ch.GetMutation().GetSetCell(); sc != nil {
-					vals = append(vals, string(sc.Value))
+					vals = append(vals, csValue{v: string(sc.Value), at: r.DataChange.GetCommitTimestamp().AsTime(), tie: r.DataChange.GetTiebreaker()})
 				}
 			}
 			tok = &btpb.StreamContinuationToken{Partition: req.Partition, Token: r.DataChange.Token}

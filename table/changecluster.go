@@ -1,10 +1,6 @@
 package table
 
-import (
-	"bytes"
-
-	"github.com/ebbtable/ebbtable/changestream"
-)
+import "github.com/ebbtable/ebbtable/changestream"
 
 // Change streams in cluster mode (docs/change-streams.md, "In a cluster"):
 // a tablet's records travel with it when it moves, so the node that owns
@@ -46,19 +42,24 @@ func (e *Engine) ObserveCommit(ts int64) { e.seq.observe(ts) }
 // up to limit records examined; more is true when the limit stopped it,
 // and next is then where to go on from.
 func (e *Engine) SpanChanges(m *Meta, lower []byte, upTo int64, start, end []byte, limit int) (recs []changestream.Record, next []byte, more bool, err error) {
-	b, err := e.ReadChangesUntil(m, lower, upTo, limit)
+	b, err := e.ReadRowChanges(m, lower, upTo, 0, limit, changestream.RowsIn(start, end))
 	if err != nil {
 		return nil, nil, false, err
 	}
-	for _, r := range b.Records {
-		if bytes.Compare(r.RowKey, start) >= 0 && (len(end) == 0 || bytes.Compare(r.RowKey, end) < 0) {
-			recs = append(recs, r)
-		}
+	if b.Full && b.Examined > 0 {
+		return b.Records, changestream.After(m.ID, b.Last), true, nil
 	}
-	if b.Full && len(b.Records) > 0 {
-		return recs, changestream.After(m.ID, b.Records[len(b.Records)-1].Position), true, nil
+	return b.Records, nil, false, nil
+}
+
+// ReadRowChanges is ReadChangesUntil keeping only the records keep wants,
+// up to limit kept and scan examined (changestream.ReadRows): the records
+// it drops are not decoded.
+func (e *Engine) ReadRowChanges(m *Meta, lower []byte, closed int64, limit, scan int, keep changestream.Keep) (changestream.Batch, error) {
+	if err := e.checkOpen(); err != nil {
+		return changestream.Batch{}, err
 	}
-	return recs, nil, false, nil
+	return changestream.ReadRows(changeStore{e.store}, m.ID, lower, closed, limit, scan, keep)
 }
 
 // ImportChanges writes records read from another node's stream of the same
