@@ -34,7 +34,7 @@ const CeilingShare = 0.9
 const PebbleShare = 0.5
 
 // allTargets are the targets Run knows.
-var allTargets = []string{TargetEbbtable, TargetEmulator, TargetCeiling, TargetCeilingPebble, TargetPebble}
+var allTargets = []string{TargetEbbtable, TargetEmulator, TargetCeiling, TargetCeilingPebble, TargetCeilingWAL, TargetPebble}
 
 // Modes of Run.
 const (
@@ -130,6 +130,12 @@ type Comparison struct {
 	CeilingPebbleOfPebble    float64 `json:"ceiling_pebble_of_pebble,omitempty"`
 	CeilingPebbleOfPebbleMin float64 `json:"ceiling_pebble_of_pebble_min,omitempty"`
 	CeilingPebbleOfPebbleMax float64 `json:"ceiling_pebble_of_pebble_max,omitempty"`
+	// CeilingWALOfPebble is the same for the ceiling appending its writes
+	// to a group-committed log (TargetCeilingWAL): the most any durable
+	// server reaches of raw Pebble behind this client on this machine.
+	CeilingWALOfPebble    float64 `json:"ceiling_wal_of_pebble,omitempty"`
+	CeilingWALOfPebbleMin float64 `json:"ceiling_wal_of_pebble_min,omitempty"`
+	CeilingWALOfPebbleMax float64 `json:"ceiling_wal_of_pebble_max,omitempty"`
 	// CeilingPebbleRatio is the median over rounds of ceiling-pebble's
 	// throughput over the emulator's: the most a Pebble-backed server
 	// reaches against the emulator here.
@@ -150,7 +156,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if len(targets) == 0 {
 		targets = []string{TargetEmulator, TargetEbbtable, TargetCeiling}
 		if opts.RawPebble {
-			targets = append(targets, TargetCeilingPebble, TargetPebble)
+			targets = append(targets, TargetCeilingPebble, TargetCeilingWAL, TargetPebble)
 		}
 	}
 	for _, t := range targets {
@@ -207,11 +213,11 @@ func runTarget(ctx context.Context, target string, round int, cfg Config, opts O
 		return []Result{res}, nil
 	}
 	dir := opts.DataDir
-	if target == TargetCeilingPebble {
+	if target == TargetCeilingPebble || target == TargetCeilingWAL {
 		// Writes only (it keeps nothing to read), into a fresh database.
 		cfg.Scans, cfg.Reads, dir = 0, 0, ""
 	}
-	if (target == TargetEbbtable || target == TargetCeilingPebble) && dir == "" {
+	if (target == TargetEbbtable || target == TargetCeilingPebble || target == TargetCeilingWAL) && dir == "" {
 		dir, err = os.MkdirTemp("", "ebbbench-")
 		if err != nil {
 			return nil, err
@@ -229,6 +235,8 @@ func runTarget(ctx context.Context, target string, round int, cfg Config, opts O
 			e, err = StartCeiling(ctx)
 		case TargetCeilingPebble:
 			e, err = StartCeilingPebble(ctx, dir)
+		case TargetCeilingWAL:
+			e, err = StartCeilingWAL(ctx, dir)
 		case TargetEbbtable:
 			e, err = StartEbbtable(ctx, dir, nil)
 		}
@@ -360,7 +368,7 @@ func compare(results []Result) []Comparison {
 	}
 	var out []Comparison
 	for _, w := range []string{WorkloadWrites, WorkloadScans, WorkloadPointReads} {
-		var ratios, ceil, ofCeil, ebRate, emRate, ebP99, emP99, pbRate, ebOfPb, ceOfPb, cpOfPb, cpRatio []float64
+		var ratios, ceil, ofCeil, ebRate, emRate, ebP99, emP99, pbRate, ebOfPb, ceOfPb, cpOfPb, cwOfPb, cpRatio []float64
 		srv, cli := map[string][]float64{}, map[string][]float64{}
 		for round := 0; round <= maxRound; round++ {
 			eb, ok1 := byKey[key{TargetEbbtable, w, round}]
@@ -378,12 +386,16 @@ func compare(results []Result) []Comparison {
 				if cp, ok := byKey[key{TargetCeilingPebble, w, round}]; ok {
 					cpOfPb = append(cpOfPb, cp.RowsPerSec/pb.RowsPerSec)
 				}
+				if cw, ok := byKey[key{TargetCeilingWAL, w, round}]; ok {
+					cwOfPb = append(cwOfPb, cw.RowsPerSec/pb.RowsPerSec)
+				}
 			}
 			cp := byKey[key{TargetCeilingPebble, w, round}]
 			if cp.RowsPerSec > 0 && ok2 && em.RowsPerSec > 0 {
 				cpRatio = append(cpRatio, cp.RowsPerSec/em.RowsPerSec)
 			}
-			for t, r := range map[string]Result{TargetEbbtable: eb, TargetEmulator: em, TargetCeiling: ce, TargetPebble: pb, TargetCeilingPebble: cp} {
+			for t, r := range map[string]Result{TargetEbbtable: eb, TargetEmulator: em, TargetCeiling: ce, TargetPebble: pb, TargetCeilingPebble: cp,
+				TargetCeilingWAL: byKey[key{TargetCeilingWAL, w, round}]} {
 				if r.Rows > 0 {
 					if r.ServerCPUMicrosPerRow > 0 {
 						srv[t] = append(srv[t], r.ServerCPUMicrosPerRow)
@@ -431,6 +443,10 @@ func compare(results []Result) []Comparison {
 		if len(cpOfPb) > 0 {
 			c.CeilingPebbleOfPebbleMin, c.CeilingPebbleOfPebbleMax = slices.Min(cpOfPb), slices.Max(cpOfPb)
 			c.CeilingPebbleOfPebble = median(cpOfPb)
+		}
+		if len(cwOfPb) > 0 {
+			c.CeilingWALOfPebbleMin, c.CeilingWALOfPebbleMax = slices.Min(cwOfPb), slices.Max(cwOfPb)
+			c.CeilingWALOfPebble = median(cwOfPb)
 		}
 		for t, xs := range srv {
 			c.ServerCPU[t] = median(xs)
@@ -526,6 +542,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if cmp.CeilingPebbleOfPebble > 0 {
 			fmt.Fprintf(w, "; ceiling writing to pebble %.0f%% of it (%.0f-%.0f%%), %.2fx the emulator, server cpu %s µs/row",
 				cmp.CeilingPebbleOfPebble*100, cmp.CeilingPebbleOfPebbleMin*100, cmp.CeilingPebbleOfPebbleMax*100, cmp.CeilingPebbleRatio, cpu(cmp.ServerCPU, TargetCeilingPebble))
+		}
+		if cmp.CeilingWALOfPebble > 0 {
+			fmt.Fprintf(w, "; ceiling appending to a group-committed log %.0f%% of it (%.0f-%.0f%%), server cpu %s µs/row",
+				cmp.CeilingWALOfPebble*100, cmp.CeilingWALOfPebbleMin*100, cmp.CeilingWALOfPebbleMax*100, cpu(cmp.ServerCPU, TargetCeilingWAL))
 		}
 		fmt.Fprintln(w)
 	}
