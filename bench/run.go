@@ -136,6 +136,16 @@ type Comparison struct {
 	CeilingWALOfPebble    float64 `json:"ceiling_wal_of_pebble,omitempty"`
 	CeilingWALOfPebbleMin float64 `json:"ceiling_wal_of_pebble_min,omitempty"`
 	CeilingWALOfPebbleMax float64 `json:"ceiling_wal_of_pebble_max,omitempty"`
+	// CPUShareOfPebble is, per target, the median over rounds of raw
+	// Pebble's CPU per row over the target's client + server CPU per row
+	// (in-process: the process's) in the same round, and
+	// CPUShareOfPebbleRange its range: the share of raw Pebble's
+	// throughput the target reaches when both are CPU-bound on the same
+	// cores. Unlike the throughput shares it hardly moves with the
+	// machine's load (raw Pebble is one process, a client and a server two,
+	// and on a loaded machine each gets its own share of the CPU).
+	CPUShareOfPebble      map[string]float64    `json:"cpu_share_of_pebble,omitempty"`
+	CPUShareOfPebbleRange map[string][2]float64 `json:"cpu_share_of_pebble_range,omitempty"`
 	// CeilingPebbleRatio is the median over rounds of ceiling-pebble's
 	// throughput over the emulator's: the most a Pebble-backed server
 	// reaches against the emulator here.
@@ -369,7 +379,7 @@ func compare(results []Result) []Comparison {
 	var out []Comparison
 	for _, w := range []string{WorkloadWrites, WorkloadScans, WorkloadPointReads} {
 		var ratios, ceil, ofCeil, ebRate, emRate, ebP99, emP99, pbRate, ebOfPb, ceOfPb, cpOfPb, cwOfPb, cpRatio []float64
-		srv, cli := map[string][]float64{}, map[string][]float64{}
+		srv, cli, cpuShare := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		for round := 0; round <= maxRound; round++ {
 			eb, ok1 := byKey[key{TargetEbbtable, w, round}]
 			em, ok2 := byKey[key{TargetEmulator, w, round}]
@@ -391,6 +401,13 @@ func compare(results []Result) []Comparison {
 				}
 			}
 			cp := byKey[key{TargetCeilingPebble, w, round}]
+			if p := pb.ServerCPUMicrosPerRow; ok4 && p > 0 {
+				for _, t := range []string{TargetEbbtable, TargetEmulator, TargetCeiling, TargetCeilingPebble, TargetCeilingWAL} {
+					if r := byKey[key{t, w, round}]; r.Rows > 0 && r.CPUMicrosPerRow+r.ServerCPUMicrosPerRow > 0 {
+						cpuShare[t] = append(cpuShare[t], p/(r.CPUMicrosPerRow+r.ServerCPUMicrosPerRow))
+					}
+				}
+			}
 			if cp.RowsPerSec > 0 && ok2 && em.RowsPerSec > 0 {
 				cpRatio = append(cpRatio, cp.RowsPerSec/em.RowsPerSec)
 			}
@@ -450,6 +467,13 @@ func compare(results []Result) []Comparison {
 		}
 		for t, xs := range srv {
 			c.ServerCPU[t] = median(xs)
+		}
+		for t, xs := range cpuShare {
+			if c.CPUShareOfPebble == nil {
+				c.CPUShareOfPebble, c.CPUShareOfPebbleRange = map[string]float64{}, map[string][2]float64{}
+			}
+			c.CPUShareOfPebble[t] = median(xs)
+			c.CPUShareOfPebbleRange[t] = [2]float64{slices.Min(xs), slices.Max(xs)}
 		}
 		for t, xs := range cli {
 			c.ClientCPU[t] = median(xs)
@@ -548,6 +572,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 				cmp.CeilingWALOfPebble*100, cmp.CeilingWALOfPebbleMin*100, cmp.CeilingWALOfPebbleMax*100, cpu(cmp.ServerCPU, TargetCeilingWAL))
 		}
 		fmt.Fprintln(w)
+		var shares []string
+		for _, t := range []string{TargetEbbtable, TargetCeilingPebble, TargetCeilingWAL, TargetCeiling, TargetEmulator} {
+			if v, ok := cmp.CPUShareOfPebble[t]; ok {
+				rg := cmp.CPUShareOfPebbleRange[t]
+				shares = append(shares, fmt.Sprintf("%s %.0f%% (%.0f-%.0f%%)", t, v*100, rg[0]*100, rg[1]*100))
+			}
+		}
+		if len(shares) > 0 {
+			fmt.Fprintf(w, "cpu-bound shares of raw pebble (its cpu per row over client + server cpu per row; steady under load): %s\n", strings.Join(shares, ", "))
+		}
 	}
 	var loads []string
 	for _, res := range r.Results {
