@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -263,22 +264,38 @@ func TestRawPebble(t *testing.T) {
 			pb = &rep.Results[i]
 		}
 	}
-	if len(rep.Results) != 5 || pb == nil || pb.Workload != WorkloadWrites || pb.Rows != 300 || pb.Ops != 6 || pb.RowsPerSec <= 0 {
-		t.Fatalf("results %+v: want five, one a raw Pebble write of 300 rows in 6 batches", rep.Results)
+	if len(rep.Results) != 6 || pb == nil || pb.Workload != WorkloadWrites || pb.Rows != 300 || pb.Ops != 6 || pb.RowsPerSec <= 0 {
+		t.Fatalf("results %+v: want six, one a raw Pebble write of 300 rows in 6 batches", rep.Results)
 	}
 	if len(rep.Comparisons) != 1 {
 		t.Fatalf("got %d comparisons, want 1", len(rep.Comparisons))
 	}
 	c := rep.Comparisons[0]
 	if c.PebbleRowsPerSec != pb.RowsPerSec || c.EbbtableOfPebble <= 0 || c.CeilingOfPebble <= 0 ||
-		c.EbbtableOfPebbleMin > c.EbbtableOfPebble || c.EbbtableOfPebble > c.EbbtableOfPebbleMax || c.CeilingPebbleOfPebble <= 0 {
+		c.EbbtableOfPebbleMin > c.EbbtableOfPebble || c.EbbtableOfPebble > c.EbbtableOfPebbleMax || c.CeilingPebbleOfPebble <= 0 ||
+		c.CeilingWALOfPebble <= 0 || c.CeilingWALOfPebbleMin > c.CeilingWALOfPebble || c.CeilingWALOfPebble > c.CeilingWALOfPebbleMax {
 		t.Fatalf("implausible comparison %+v", c)
+	}
+	// In-process, a target's client CPU is the whole process's, so its
+	// CPU share of raw Pebble is raw Pebble's CPU per row over it.
+	for _, target := range []string{TargetEbbtable, TargetEmulator, TargetCeiling, TargetCeilingPebble, TargetCeilingWAL} {
+		var r Result
+		for _, x := range rep.Results {
+			if x.Target == target {
+				r = x
+			}
+		}
+		want := pb.ServerCPUMicrosPerRow / (r.CPUMicrosPerRow + r.ServerCPUMicrosPerRow)
+		if got, rg := c.CPUShareOfPebble[target], c.CPUShareOfPebbleRange[target]; got <= 0 || math.Abs(got-want) > 1e-9 || rg[0] != got || rg[1] != got {
+			t.Errorf("%s: cpu share of raw Pebble %v (range %v), want %v", target, got, rg, want)
+		}
 	}
 	var tbl bytes.Buffer
 	if err := rep.WriteTable(&tbl); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(tbl.String(), "raw pebble") {
+	if !strings.Contains(tbl.String(), "raw pebble") || !strings.Contains(tbl.String(), "group-committed log") ||
+		!strings.Contains(tbl.String(), "steady under load): ebbtable") {
 		t.Errorf("table lacks raw Pebble's line:\n%s", tbl.String())
 	}
 }

@@ -44,8 +44,10 @@ type ceilingServer struct {
 	btpb.UnimplementedBigtableServer
 	adminpb.UnimplementedBigtableTableAdminServer
 
-	// db, if set, takes the writes instead of rows (TargetCeilingPebble).
-	db *storage.DB
+	// db, if set, takes the writes instead of rows (TargetCeilingPebble);
+	// so does wal (TargetCeilingWAL).
+	db  *storage.DB
+	wal *groupLog
 
 	mu     sync.RWMutex
 	tables map[string]bool
@@ -62,8 +64,11 @@ type ceilingCell struct {
 
 // newCeiling is the ceiling's gRPC server, with the message limits
 // ebbtable's server uses.
-func newCeiling(db *storage.DB) *grpc.Server {
-	cs := &ceilingServer{db: db, tables: map[string]bool{}, rows: map[string]ceilingCell{}}
+func newCeiling(db *storage.DB) *grpc.Server { return newCeilingWith(db, nil) }
+
+// newCeilingWith is newCeiling writing to wal if it is not nil.
+func newCeilingWith(db *storage.DB, wal *groupLog) *grpc.Server {
+	cs := &ceilingServer{db: db, wal: wal, tables: map[string]bool{}, rows: map[string]ceilingCell{}}
 	srv := grpc.NewServer(grpc.MaxRecvMsgSize(256<<20), grpc.MaxSendMsgSize(256<<20))
 	btpb.RegisterBigtableServer(srv, cs)
 	adminpb.RegisterBigtableTableAdminServer(srv, cs)
@@ -131,11 +136,27 @@ func ServeCeilingPebble(ctx context.Context, addr, pebbleDir string, stdout io.W
 		}
 		defer db.Close()
 	}
+	return serveCeiling(ctx, addr, db, nil, stdout)
+}
+
+// ServeCeilingWAL is ServeCeiling with the writes going to a group-
+// committed log in walDir (TargetCeilingWAL; ebbbench --serve-ceiling
+// --ceiling-wal DIR).
+func ServeCeilingWAL(ctx context.Context, addr, walDir string, stdout io.Writer) error {
+	l, err := openGroupLog(walDir, walPrealloc)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	return serveCeiling(ctx, addr, nil, l, stdout)
+}
+
+func serveCeiling(ctx context.Context, addr string, db *storage.DB, wal *groupLog, stdout io.Writer) error {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("bench: ceiling: %w", err)
 	}
-	srv := newCeiling(db)
+	srv := newCeilingWith(db, wal)
 	go func() {
 		<-ctx.Done()
 		srv.Stop()
@@ -178,8 +199,14 @@ func (s *ceilingServer) ListTables(_ context.Context, req *adminpb.ListTablesReq
 
 func (s *ceilingServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtable_MutateRowsServer) error {
 	resp := &btpb.MutateRowsResponse{Entries: make([]*btpb.MutateRowsResponse_Entry, len(req.GetEntries()))}
-	if s.db != nil {
-		if err := s.writePebble(req); err != nil {
+	if s.db != nil || s.wal != nil {
+		var err error
+		if s.db != nil {
+			err = s.writePebble(req)
+		} else {
+			err = s.wal.append(func(b []byte) []byte { return appendCells(b, req) })
+		}
+		if err != nil {
 			return status.Errorf(codes.Internal, "ceiling: %v", err)
 		}
 		for i := range resp.Entries {

@@ -105,11 +105,14 @@ func (b *Binaries) command(target, dataDir, profile string) (Command, error) {
 		return Command{Path: b.Ebbtable, Args: args}, nil
 	case TargetEmulator:
 		return Command{Path: b.Emulator, Args: []string{"--host", "127.0.0.1", "--port", "0"}}, nil
-	case TargetCeiling, TargetCeilingPebble:
+	case TargetCeiling, TargetCeilingPebble, TargetCeilingWAL:
 		c := b.Ceiling
 		c.Args = append(append([]string(nil), c.Args...), "--addr", "127.0.0.1:0")
-		if target == TargetCeilingPebble {
+		switch target {
+		case TargetCeilingPebble:
 			c.Args = append(c.Args, "--ceiling-pebble", dataDir)
+		case TargetCeilingWAL:
+			c.Args = append(c.Args, "--ceiling-wal", dataDir)
 		}
 		return c, nil
 	}

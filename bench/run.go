@@ -34,7 +34,7 @@ const CeilingShare = 0.9
 const PebbleShare = 0.5
 
 // allTargets are the targets Run knows.
-var allTargets = []string{TargetEbbtable, TargetEmulator, TargetCeiling, TargetCeilingPebble, TargetPebble}
+var allTargets = []string{TargetEbbtable, TargetEmulator, TargetCeiling, TargetCeilingPebble, TargetCeilingWAL, TargetPebble}
 
 // Modes of Run.
 const (
@@ -130,6 +130,22 @@ type Comparison struct {
 	CeilingPebbleOfPebble    float64 `json:"ceiling_pebble_of_pebble,omitempty"`
 	CeilingPebbleOfPebbleMin float64 `json:"ceiling_pebble_of_pebble_min,omitempty"`
 	CeilingPebbleOfPebbleMax float64 `json:"ceiling_pebble_of_pebble_max,omitempty"`
+	// CeilingWALOfPebble is the same for the ceiling appending its writes
+	// to a group-committed log (TargetCeilingWAL): the most any durable
+	// server reaches of raw Pebble behind this client on this machine.
+	CeilingWALOfPebble    float64 `json:"ceiling_wal_of_pebble,omitempty"`
+	CeilingWALOfPebbleMin float64 `json:"ceiling_wal_of_pebble_min,omitempty"`
+	CeilingWALOfPebbleMax float64 `json:"ceiling_wal_of_pebble_max,omitempty"`
+	// CPUShareOfPebble is, per target, the median over rounds of raw
+	// Pebble's CPU per row over the target's client + server CPU per row
+	// (in-process: the process's) in the same round, and
+	// CPUShareOfPebbleRange its range: the share of raw Pebble's
+	// throughput the target reaches when both are CPU-bound on the same
+	// cores. Unlike the throughput shares it hardly moves with the
+	// machine's load (raw Pebble is one process, a client and a server two,
+	// and on a loaded machine each gets its own share of the CPU).
+	CPUShareOfPebble      map[string]float64    `json:"cpu_share_of_pebble,omitempty"`
+	CPUShareOfPebbleRange map[string][2]float64 `json:"cpu_share_of_pebble_range,omitempty"`
 	// CeilingPebbleRatio is the median over rounds of ceiling-pebble's
 	// throughput over the emulator's: the most a Pebble-backed server
 	// reaches against the emulator here.
@@ -150,7 +166,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if len(targets) == 0 {
 		targets = []string{TargetEmulator, TargetEbbtable, TargetCeiling}
 		if opts.RawPebble {
-			targets = append(targets, TargetCeilingPebble, TargetPebble)
+			targets = append(targets, TargetCeilingPebble, TargetCeilingWAL, TargetPebble)
 		}
 	}
 	for _, t := range targets {
@@ -207,11 +223,11 @@ func runTarget(ctx context.Context, target string, round int, cfg Config, opts O
 		return []Result{res}, nil
 	}
 	dir := opts.DataDir
-	if target == TargetCeilingPebble {
+	if target == TargetCeilingPebble || target == TargetCeilingWAL {
 		// Writes only (it keeps nothing to read), into a fresh database.
 		cfg.Scans, cfg.Reads, dir = 0, 0, ""
 	}
-	if (target == TargetEbbtable || target == TargetCeilingPebble) && dir == "" {
+	if (target == TargetEbbtable || target == TargetCeilingPebble || target == TargetCeilingWAL) && dir == "" {
 		dir, err = os.MkdirTemp("", "ebbbench-")
 		if err != nil {
 			return nil, err
@@ -229,6 +245,8 @@ func runTarget(ctx context.Context, target string, round int, cfg Config, opts O
 			e, err = StartCeiling(ctx)
 		case TargetCeilingPebble:
 			e, err = StartCeilingPebble(ctx, dir)
+		case TargetCeilingWAL:
+			e, err = StartCeilingWAL(ctx, dir)
 		case TargetEbbtable:
 			e, err = StartEbbtable(ctx, dir, nil)
 		}
@@ -360,8 +378,8 @@ func compare(results []Result) []Comparison {
 	}
 	var out []Comparison
 	for _, w := range []string{WorkloadWrites, WorkloadScans, WorkloadPointReads} {
-		var ratios, ceil, ofCeil, ebRate, emRate, ebP99, emP99, pbRate, ebOfPb, ceOfPb, cpOfPb, cpRatio []float64
-		srv, cli := map[string][]float64{}, map[string][]float64{}
+		var ratios, ceil, ofCeil, ebRate, emRate, ebP99, emP99, pbRate, ebOfPb, ceOfPb, cpOfPb, cwOfPb, cpRatio []float64
+		srv, cli, cpuShare := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		for round := 0; round <= maxRound; round++ {
 			eb, ok1 := byKey[key{TargetEbbtable, w, round}]
 			em, ok2 := byKey[key{TargetEmulator, w, round}]
@@ -378,12 +396,23 @@ func compare(results []Result) []Comparison {
 				if cp, ok := byKey[key{TargetCeilingPebble, w, round}]; ok {
 					cpOfPb = append(cpOfPb, cp.RowsPerSec/pb.RowsPerSec)
 				}
+				if cw, ok := byKey[key{TargetCeilingWAL, w, round}]; ok {
+					cwOfPb = append(cwOfPb, cw.RowsPerSec/pb.RowsPerSec)
+				}
 			}
 			cp := byKey[key{TargetCeilingPebble, w, round}]
+			if p := pb.ServerCPUMicrosPerRow; ok4 && p > 0 {
+				for _, t := range []string{TargetEbbtable, TargetEmulator, TargetCeiling, TargetCeilingPebble, TargetCeilingWAL} {
+					if r := byKey[key{t, w, round}]; r.Rows > 0 && r.CPUMicrosPerRow+r.ServerCPUMicrosPerRow > 0 {
+						cpuShare[t] = append(cpuShare[t], p/(r.CPUMicrosPerRow+r.ServerCPUMicrosPerRow))
+					}
+				}
+			}
 			if cp.RowsPerSec > 0 && ok2 && em.RowsPerSec > 0 {
 				cpRatio = append(cpRatio, cp.RowsPerSec/em.RowsPerSec)
 			}
-			for t, r := range map[string]Result{TargetEbbtable: eb, TargetEmulator: em, TargetCeiling: ce, TargetPebble: pb, TargetCeilingPebble: cp} {
+			for t, r := range map[string]Result{TargetEbbtable: eb, TargetEmulator: em, TargetCeiling: ce, TargetPebble: pb, TargetCeilingPebble: cp,
+				TargetCeilingWAL: byKey[key{TargetCeilingWAL, w, round}]} {
 				if r.Rows > 0 {
 					if r.ServerCPUMicrosPerRow > 0 {
 						srv[t] = append(srv[t], r.ServerCPUMicrosPerRow)
@@ -432,8 +461,19 @@ func compare(results []Result) []Comparison {
 			c.CeilingPebbleOfPebbleMin, c.CeilingPebbleOfPebbleMax = slices.Min(cpOfPb), slices.Max(cpOfPb)
 			c.CeilingPebbleOfPebble = median(cpOfPb)
 		}
+		if len(cwOfPb) > 0 {
+			c.CeilingWALOfPebbleMin, c.CeilingWALOfPebbleMax = slices.Min(cwOfPb), slices.Max(cwOfPb)
+			c.CeilingWALOfPebble = median(cwOfPb)
+		}
 		for t, xs := range srv {
 			c.ServerCPU[t] = median(xs)
+		}
+		for t, xs := range cpuShare {
+			if c.CPUShareOfPebble == nil {
+				c.CPUShareOfPebble, c.CPUShareOfPebbleRange = map[string]float64{}, map[string][2]float64{}
+			}
+			c.CPUShareOfPebble[t] = median(xs)
+			c.CPUShareOfPebbleRange[t] = [2]float64{slices.Min(xs), slices.Max(xs)}
 		}
 		for t, xs := range cli {
 			c.ClientCPU[t] = median(xs)
@@ -527,7 +567,21 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(w, "; ceiling writing to pebble %.0f%% of it (%.0f-%.0f%%), %.2fx the emulator, server cpu %s µs/row",
 				cmp.CeilingPebbleOfPebble*100, cmp.CeilingPebbleOfPebbleMin*100, cmp.CeilingPebbleOfPebbleMax*100, cmp.CeilingPebbleRatio, cpu(cmp.ServerCPU, TargetCeilingPebble))
 		}
+		if cmp.CeilingWALOfPebble > 0 {
+			fmt.Fprintf(w, "; ceiling appending to a group-committed log %.0f%% of it (%.0f-%.0f%%), server cpu %s µs/row",
+				cmp.CeilingWALOfPebble*100, cmp.CeilingWALOfPebbleMin*100, cmp.CeilingWALOfPebbleMax*100, cpu(cmp.ServerCPU, TargetCeilingWAL))
+		}
 		fmt.Fprintln(w)
+		var shares []string
+		for _, t := range []string{TargetEbbtable, TargetCeilingPebble, TargetCeilingWAL, TargetCeiling, TargetEmulator} {
+			if v, ok := cmp.CPUShareOfPebble[t]; ok {
+				rg := cmp.CPUShareOfPebbleRange[t]
+				shares = append(shares, fmt.Sprintf("%s %.0f%% (%.0f-%.0f%%)", t, v*100, rg[0]*100, rg[1]*100))
+			}
+		}
+		if len(shares) > 0 {
+			fmt.Fprintf(w, "cpu-bound shares of raw pebble (its cpu per row over client + server cpu per row; steady under load): %s\n", strings.Join(shares, ", "))
+		}
 	}
 	var loads []string
 	for _, res := range r.Results {

@@ -17,16 +17,19 @@
 //	    [--only ebbtable|emulator|ceiling] [--data DIR] [--json] [--cpuprofile PREFIX]
 //	    [--in-process] [--ebbtable-bin PATH] [--emulator-bin PATH] [--raw-pebble]
 //
-// --raw-pebble adds two write-only targets to each round: raw Pebble
+// --raw-pebble adds three write-only targets to each round: raw Pebble
 // (bench.TargetPebble: the writes workload's cells, encoded as ebbtable
 // encodes them, committed in synced batches of --batch rows by --workers
 // goroutines straight into a Pebble opened with ebbtable's options, in
-// this process, no gRPC) and the ceiling committing each call's cells to
+// this process, no gRPC), the ceiling committing each call's cells to
 // such a Pebble before acknowledging it (bench.TargetCeilingPebble, its
-// own process: the most any Pebble-backed server reaches behind this
-// client). The writes line is then followed by ebbtable's, the ceiling's
-// and ceiling-pebble's throughput as shares of raw Pebble's in the same
-// round. With --raw-pebble this process re-executes itself with glibc's
+// own process) and the ceiling appending each call's cells to one log
+// file, acknowledged after a group-committed fdatasync covers them
+// (bench.TargetCeilingWAL, its own process: the least any durable server
+// does per write behind this client). The writes line is then followed by
+// ebbtable's, the ceiling's, ceiling-pebble's and ceiling-wal's throughput
+// as shares of raw Pebble's in the same round. The ceiling processes run
+// at ebbtable serve's Go GC percent. With --raw-pebble this process re-executes itself with glibc's
 // huge-page tunable (internal/hugepages), as ebbtable's serve does, so raw
 // Pebble's memtable is on the same pages as serve's; its children inherit
 // it (an ebbtable binary older than serve's own re-exec then gets it too).
@@ -59,9 +62,11 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/ebbtable/ebbtable/bench"
+	"github.com/ebbtable/ebbtable/cli"
 	"github.com/ebbtable/ebbtable/internal/hugepages"
 )
 
@@ -81,18 +86,19 @@ func main() {
 	flag.IntVar(&opts.ValueSize, "value-size", def.ValueSize, "bytes per cell value")
 	flag.Uint64Var(&opts.Seed, "seed", def.Seed, "seed for keys, values and read order")
 	flag.StringVar(&opts.DataDir, "data", "", "ebbtable data directory; its table \"bench\" is recreated (default: a temporary directory, removed afterwards)")
-	flag.StringVar(&only, "only", "", "run only this target: ebbtable, emulator, ceiling, ceiling-pebble or pebble")
+	flag.StringVar(&only, "only", "", "run only this target: ebbtable, emulator, ceiling, ceiling-pebble, ceiling-wal or pebble")
 	flag.BoolVar(&js, "json", false, "print the report as JSON")
 	flag.StringVar(&opts.CPUProfile, "cpuprofile", "", "write CPU profiles of the ebbtable workloads to `PREFIX`.writes, .scans and .point-reads (with --hot-rows: PREFIX.hot-rows, of the first round's ebbtable run)")
 	hot := flag.Duration("hot-rows", 0, "run only the hot-row workload, for this long")
 	slice := flag.Duration("hot-slice", 0, "with --hot-rows: also report the CPU per operation of each consecutive `INTERVAL` of the run")
 	flag.IntVar(&opts.Rounds, "rounds", 3, "run the targets in turn this many times; ratios are the median over rounds, with their range")
-	flag.BoolVar(&opts.RawPebble, "raw-pebble", false, "also run, each round, the ceiling committing its writes to Pebble (ceiling-pebble) and raw Pebble itself: synced batches of the writes workload's cells into a Pebble opened with ebbtable's options, in this process, no gRPC (the servers' write throughput is given as shares of raw Pebble's)")
+	flag.BoolVar(&opts.RawPebble, "raw-pebble", false, "also run, each round, the ceiling committing its writes to Pebble (ceiling-pebble), the ceiling appending them to a group-committed log (ceiling-wal) and raw Pebble itself: synced batches of the writes workload's cells into a Pebble opened with ebbtable's options, in this process, no gRPC (the servers' write throughput is given as shares of raw Pebble's)")
 	flag.BoolVar(&opts.InProcess, "in-process", false, "run the servers inside this process instead of one process each")
 	flag.StringVar(&opts.Binaries.Ebbtable, "ebbtable-bin", "", "ebbtable binary to run (default: built from this module at start)")
 	flag.StringVar(&opts.Binaries.Emulator, "emulator-bin", "", "emulator binary to run (default: built from cloud.google.com/go/bigtable/cmd/emulator at start)")
 	serveCeiling := flag.Bool("serve-ceiling", false, "only serve the ceiling target on --addr (the process mode starts this)")
 	ceilingAddr := flag.String("addr", "127.0.0.1:0", "with --serve-ceiling: the address to listen on")
+	ceilingWAL := flag.String("ceiling-wal", "", "with --serve-ceiling: append each MutateRows call's cells to a log file in `DIR` and acknowledge it once a group-committed fdatasync covers them (the ceiling-wal target)")
 	ceilingPebble := flag.String("ceiling-pebble", "", "with --serve-ceiling: commit each MutateRows call's cells to a Pebble database in `DIR` with a synced batch before acknowledging it (the ceiling-pebble target)")
 	flag.Parse()
 	if opts.RawPebble {
@@ -106,7 +112,18 @@ func main() {
 	if *serveCeiling {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		if err := bench.ServeCeilingPebble(ctx, *ceilingAddr, *ceilingPebble, os.Stdout); err != nil {
+		// The ceiling bounds what a server reaches: it runs at the Go GC
+		// percent ebbtable's serve runs at, as serve does (GOGC, if set,
+		// wins). At Go's default 100 its GC alone cost the no-op
+		// ceiling about a fifth of its CPU per written row.
+		if os.Getenv("GOGC") == "" {
+			debug.SetGCPercent(cli.DefaultGoGCPercent)
+		}
+		serve := func() error { return bench.ServeCeilingPebble(ctx, *ceilingAddr, *ceilingPebble, os.Stdout) }
+		if *ceilingWAL != "" {
+			serve = func() error { return bench.ServeCeilingWAL(ctx, *ceilingAddr, *ceilingWAL, os.Stdout) }
+		}
+		if err := serve(); err != nil {
 			fmt.Fprintln(os.Stderr, "ebbbench:", err)
 			os.Exit(1)
 		}
@@ -115,10 +132,10 @@ func main() {
 
 	switch only {
 	case "":
-	case bench.TargetEbbtable, bench.TargetEmulator, bench.TargetCeiling, bench.TargetCeilingPebble, bench.TargetPebble:
+	case bench.TargetEbbtable, bench.TargetEmulator, bench.TargetCeiling, bench.TargetCeilingPebble, bench.TargetCeilingWAL, bench.TargetPebble:
 		opts.Targets = []string{only}
 	default:
-		fmt.Fprintf(os.Stderr, "ebbbench: --only must be %s, %s, %s, %s or %s\n", bench.TargetEbbtable, bench.TargetEmulator, bench.TargetCeiling, bench.TargetCeilingPebble, bench.TargetPebble)
+		fmt.Fprintf(os.Stderr, "ebbbench: --only must be %s, %s, %s, %s, %s or %s\n", bench.TargetEbbtable, bench.TargetEmulator, bench.TargetCeiling, bench.TargetCeilingPebble, bench.TargetCeilingWAL, bench.TargetPebble)
 		os.Exit(2)
 	}
 	opts.Progress = os.Stderr
