@@ -61,6 +61,7 @@ func (a *clusterAdmin) CreateTable(ctx context.Context, req *adminpb.CreateTable
 	for _, s := range req.GetInitialSplits() {
 		splits = append(splits, s.GetKey())
 	}
+	a.c.waitTakers(ctx)
 	resp, err := a.c.propose(ctx, "CreateTable", ref, req, clusteretcd.DirOp{Create: func(seq uint64) (tablets.Directory, error) {
 		owners, err := tablets.Place(len(splits)+1, a.c.m.Nodes(), a.c.m.Directories())
 		if err != nil {
@@ -111,6 +112,22 @@ func (a *clusterAdmin) DropRowRange(ctx context.Context, req *adminpb.DropRowRan
 		return nil, err
 	}
 	return &emptypb.Empty{}, nil
+}
+
+// waitTakers waits, for up to one lease TTL, for a live node that may
+// take tablets when there is none: every node's lease lapsed at once (a
+// machine starved for longer than the TTL), and each node registers again
+// within a third of the TTL of hearing so. A table's creation then waits
+// for them rather than answering UNAVAILABLE, which the official clients
+// do not retry for CreateTable. Still none after that: UNAVAILABLE.
+func (c *clusterMember) waitTakers(ctx context.Context) {
+	some := func() bool { return len(tablets.Takers(c.m.Nodes())) > 0 }
+	if some() {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, c.opts.LeaseTTL)
+	defer cancel()
+	c.m.WaitFor(wctx, some)
 }
 
 // propose appends a schema change, waits for this node to apply it and

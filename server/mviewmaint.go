@@ -89,8 +89,11 @@ type mviews struct {
 	// cells): tests see that a read of a maintained view reads none.
 	baseRows atomic.Int64
 	// mergedReads and mergeFallbacks count reads of views merged from
-	// the owners' states and those computed instead (mviewpartial.go).
-	mergedReads, mergeFallbacks atomic.Int64
+	// the owners' states and those computed instead (mviewpartial.go);
+	// notLiveFallbacks those of the latter because an owner was not live
+	// or not reached (fellBack), lastFallback the last other's reason.
+	mergedReads, mergeFallbacks, notLiveFallbacks atomic.Int64
+	lastFallback                                  atomic.Pointer[string]
 	// mergeOff, set by a benchmark, computes such views on read instead.
 	mergeOff atomic.Bool
 

@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"github.com/ebbtable/ebbtable/sqlquery"
 	"github.com/ebbtable/ebbtable/table"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -53,7 +55,7 @@ func (s *Server) viewPartial(ctx context.Context, req *clusterpb.ViewPartialRequ
 		return toStatus(err)
 	}
 	c.catchUpTo(ctx, req.GetRevision())
-	changed := status.Errorf(codes.Unavailable, "ebbtable: the tablets of %s node %s owns changed; retry", ref.name(), c.opts.NodeID)
+	changed := func() error { return tabletsChanged(ref, c.opts.NodeID, c.m.Revision()) }
 	same := func() bool {
 		d, ok := c.m.Directory(ref.name())
 		if !ok {
@@ -77,7 +79,7 @@ func (s *Server) viewPartial(ctx context.Context, req *clusterpb.ViewPartialRequ
 		return true
 	}
 	if !same() {
-		return changed
+		return changed()
 	}
 	var unlock []func()
 	release := func() {
@@ -93,7 +95,7 @@ func (s *Server) viewPartial(ctx context.Context, req *clusterpb.ViewPartialRequ
 		unlock = append(unlock, g.RUnlock)
 	}
 	if !same() {
-		return changed
+		return changed()
 	}
 	if !c.m.Live() {
 		return status.Errorf(codes.Unavailable, "ebbtable: node %s does not hold its lease now; retry", c.opts.NodeID)
@@ -141,13 +143,13 @@ func (s *Server) viewPartial(ctx context.Context, req *clusterpb.ViewPartialRequ
 		return toStatus(err)
 	}
 	if !spansEqual(mv.spans, reqSpans(req.GetTablets())) {
-		return changed
+		return changed()
 	}
 	// The header this plan writes (want's spans, coverageSpans) needs no
 	// decoding; another is decoded and its spans compared.
 	if !bytes.Equal(hb, wantBytes) {
 		if h, ok := decodeHeader(hb); !ok || h.Coverage != coverageSpans || !spansEqual(decodeSpans(h.Spans), decodeSpans(want.Spans)) {
-			return changed
+			return changed()
 		}
 	}
 	out := &clusterpb.ViewPartialResponse{}
@@ -297,12 +299,23 @@ func (s *Server) scanMerged(ctx context.Context, inst, id string, ranges []table
 			return false, ctx.Err()
 		}
 		if try+1 >= partialTries || status.Code(err) != codes.Unavailable {
-			s.mviews.mergeFallbacks.Add(1)
+			s.mviews.fellBack(err)
 			s.log.Debug("materialized view computed on read: its parts could not be merged", "view", id, "err", err)
 			return false, nil
 		}
-		// A directory newer than this node's: wait for it a little.
 		c := s.cluster
+		var pe *partsError
+		if errors.As(err, &pe) && pe.rev > 0 {
+			// An owner's tablets differed from this node's directory: wait
+			// for the directory that owner answered from (an owner behind
+			// this node catches up again when asked again).
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			c.m.WaitFor(wctx, func() bool { return c.m.Revision() >= pe.rev })
+			cancel()
+			continue
+		}
+		// An owner not live or not reached: wait a little for a change
+		// (its lease again, or its tablets taken over).
 		rev := c.m.Revision()
 		wctx, cancel := context.WithTimeout(ctx, time.Second)
 		c.m.WaitFor(wctx, func() bool { return c.m.Revision() > rev })
@@ -375,12 +388,7 @@ func (s *Server) mergeParts(ctx context.Context, mv *maintView, ranges []table.R
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		for _, e := range errs {
-			if status.Code(e) == codes.Unavailable {
-				return nil, e
-			}
-		}
+	if err := partsErr(errs); err != nil {
 		return nil, err
 	}
 	var rows []mergedRow
@@ -429,4 +437,97 @@ func (s *Server) askPart(ctx context.Context, owner string, req *clusterpb.ViewP
 			return err
 		}
 	}
+}
+
+// partsError is a merged read's try that some owner did not answer: an
+// UNAVAILABLE answer if any (the read tries again), else every answer.
+type partsError struct {
+	err error
+	// rev is the newest directory revision an owner whose tablets
+	// differed from the read's answered from (tabletsChanged), 0 if none.
+	rev int64
+	// notLive: every owner that did not answer was not live or not
+	// reached (UNAVAILABLE, its tablets not said to differ).
+	notLive bool
+}
+
+func (e *partsError) Error() string { return e.err.Error() }
+func (e *partsError) Unwrap() error { return e.err }
+
+// GRPCStatus is the status of the answer that decides (status.Code).
+func (e *partsError) GRPCStatus() *status.Status {
+	st, _ := status.FromError(e.err)
+	return st
+}
+
+func partsErr(errs []error) error {
+	pe := &partsError{notLive: true}
+	for _, e := range errs {
+		if e == nil {
+			continue
+		}
+		rev, changed := changedRevision(e)
+		switch {
+		case changed:
+			pe.notLive = false
+			if pe.err == nil || rev > pe.rev {
+				pe.err, pe.rev = e, rev
+			}
+		case status.Code(e) == codes.Unavailable:
+			if pe.err == nil {
+				pe.err = e
+			}
+		default:
+			pe.notLive = false
+		}
+	}
+	if pe.err == nil {
+		if err := errors.Join(errs...); err != nil {
+			pe.err = err
+		} else {
+			return nil
+		}
+	}
+	return pe
+}
+
+// tabletsChangedReason marks an owner's answer that the tablets a merged
+// read asked it for are not the ones its directory gives it; the answer
+// says the revision of that directory.
+const tabletsChangedReason = "TABLETS_CHANGED"
+
+func tabletsChanged(ref tableRef, node string, rev int64) error {
+	st := status.Newf(codes.Unavailable, "ebbtable: the tablets of %s node %s owns changed; retry", ref.name(), node)
+	if ds, err := st.WithDetails(&errdetails.ErrorInfo{Reason: tabletsChangedReason, Domain: "ebbtable",
+		Metadata: map[string]string{"revision": strconv.FormatInt(rev, 10)}}); err == nil {
+		st = ds
+	}
+	return st.Err()
+}
+
+// changedRevision is the directory revision of a tabletsChanged answer.
+func changedRevision(err error) (int64, bool) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetReason() == tabletsChangedReason {
+			rev, _ := strconv.ParseInt(ei.GetMetadata()["revision"], 10, 64)
+			return rev, true
+		}
+	}
+	return 0, false
+}
+
+// fellBack counts a merged read computed on read instead, after err.
+func (m *mviews) fellBack(err error) {
+	m.mergeFallbacks.Add(1)
+	var pe *partsError
+	if errors.As(err, &pe) && pe.notLive {
+		m.notLiveFallbacks.Add(1)
+		return
+	}
+	msg := err.Error()
+	m.lastFallback.Store(&msg)
 }
