@@ -300,14 +300,13 @@ func TestRawPebble(t *testing.T) {
 	}
 }
 
-// TestCeilingPebbleWrites checks the ceiling-pebble target commits every
-// written cell to its Pebble database under ebbtable's key and value
-// encoding, and raw Pebble's value encoding is storage.EncodeValue's.
-func TestCeilingPebbleWrites(t *testing.T) {
-	t.Parallel()
-	cfg := Config{Table: "t", Rows: 250, BatchSize: 40, Workers: 3, Seed: 5}
+// writeThroughCeiling starts a ceiling target that keeps its writes in a
+// test directory, writes cfg's rows through it, closes it and returns the
+// directory.
+func writeThroughCeiling(t *testing.T, cfg Config, start func(context.Context, string) (*Endpoint, error)) string {
+	t.Helper()
 	dir := t.TempDir()
-	e, err := StartCeilingPebble(context.Background(), dir)
+	e, err := start(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,6 +319,16 @@ func TestCeilingPebbleWrites(t *testing.T) {
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+// TestCeilingPebbleWrites checks the ceiling-pebble target commits every
+// written cell to its Pebble database under ebbtable's key and value
+// encoding, and raw Pebble's value encoding is storage.EncodeValue's.
+func TestCeilingPebbleWrites(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Table: "t", Rows: 250, BatchSize: 40, Workers: 3, Seed: 5}
+	dir := writeThroughCeiling(t, cfg, StartCeilingPebble)
 	db, err := storage.Open(storage.Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"os"
 	"path/filepath"
@@ -21,20 +20,7 @@ func init() { walPrealloc = 1 << 20 }
 func TestCeilingWALWrites(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Table: "t", Rows: 250, BatchSize: 40, Workers: 3, Seed: 5}
-	dir := t.TempDir()
-	e, err := StartCeilingWAL(context.Background(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Setup(context.Background(), e.Admin, cfg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Writes(context.Background(), e.Client, cfg); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Close(); err != nil {
-		t.Fatal(err)
-	}
+	dir := writeThroughCeiling(t, cfg, StartCeilingWAL)
 	data, err := os.ReadFile(filepath.Join(dir, "log"))
 	if err != nil {
 		t.Fatal(err)

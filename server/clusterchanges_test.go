@@ -293,19 +293,10 @@ func TestClusterChangeStreamAcrossMoves(t *testing.T) {
 	// did, scaleout_test.go).
 	const perStep = 40
 	waitAcked := func(steps int) {
-		n := steps * perStep
-		last, lastAt := -1, time.Now()
-		testkit.Eventually(t, "more writes", 3*time.Minute, func() (bool, string) {
+		waitAckedWhileComing(t, steps*perStep, func() int {
 			mu.Lock()
-			got := nacked
-			mu.Unlock()
-			if got != last {
-				last, lastAt = got, time.Now()
-			}
-			if stalled := time.Since(lastAt); stalled > 30*time.Second {
-				t.Fatalf("writes stalled: %d acked, want %d, none acknowledged for %v", got, n, stalled.Round(time.Second))
-			}
-			return got >= n, fmt.Sprintf("%d acked, want %d", got, n)
+			defer mu.Unlock()
+			return nacked
 		})
 	}
 	ops := sc.nodes["n2"].ops

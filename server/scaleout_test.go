@@ -139,6 +139,25 @@ func writeScale(t testing.TB, tbl *bigtable.Table, row, value string) error {
 }
 
 // readAll reads the table through a node and returns row → value.
+// waitAckedWhileComing waits until count reports n acknowledged writes,
+// for up to 3 minutes, while they keep coming: it fails at once when
+// count has not moved for 30 s (the writer stalled), not on the pace,
+// since a starved machine's nodes lose their leases and pause.
+func waitAckedWhileComing(t testing.TB, n int, count func() int) {
+	t.Helper()
+	last, lastAt := -1, time.Now()
+	testkit.Eventually(t, "more writes", 3*time.Minute, func() (bool, string) {
+		got := count()
+		if got != last {
+			last, lastAt = got, time.Now()
+		}
+		if stalled := time.Since(lastAt); stalled > 30*time.Second {
+			t.Fatalf("writes stalled: %d acked, want %d, none acknowledged for %v", got, n, stalled.Round(time.Second))
+		}
+		return got >= n, fmt.Sprintf("%d acked, want %d", got, n)
+	})
+}
+
 func readScale(t *testing.T, n *scaleNode, opts ...bigtable.ReadOption) ([]string, map[string]string) {
 	t.Helper()
 	var keys []string
@@ -349,18 +368,10 @@ func TestScaleOutSplitMoveDrain(t *testing.T) {
 	// until it registers again or is taken over, so a fixed 20 s for 100
 	// more writes failed once while the cluster behaved as designed.
 	waitAcked := func(n int) {
-		last, lastAt := -1, time.Now()
-		testkit.Eventually(t, "more writes", 3*time.Minute, func() (bool, string) {
+		waitAckedWhileComing(t, n, func() int {
 			mu.Lock()
-			got := len(acked)
-			mu.Unlock()
-			if got != last {
-				last, lastAt = got, time.Now()
-			}
-			if stalled := time.Since(lastAt); stalled > 30*time.Second {
-				t.Fatalf("writes stalled: %d acked, want %d, none acknowledged for %v", got, n, stalled.Round(time.Second))
-			}
-			return got >= n, fmt.Sprintf("%d acked, want %d", got, n)
+			defer mu.Unlock()
+			return len(acked)
 		})
 	}
 	waitAcked(100)
