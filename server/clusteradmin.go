@@ -61,7 +61,9 @@ func (a *clusterAdmin) CreateTable(ctx context.Context, req *adminpb.CreateTable
 	for _, s := range req.GetInitialSplits() {
 		splits = append(splits, s.GetKey())
 	}
-	a.c.waitTakers(ctx)
+	if err := a.c.waitTakers(ctx); err != nil {
+		return nil, err
+	}
 	resp, err := a.c.propose(ctx, "CreateTable", ref, req, clusteretcd.DirOp{Create: func(seq uint64) (tablets.Directory, error) {
 		owners, err := tablets.Place(len(splits)+1, a.c.m.Nodes(), a.c.m.Directories())
 		if err != nil {
@@ -119,15 +121,29 @@ func (a *clusterAdmin) DropRowRange(ctx context.Context, req *adminpb.DropRowRan
 // machine starved for longer than the TTL), and each node registers again
 // within a third of the TTL of hearing so. A table's creation then waits
 // for them rather than answering UNAVAILABLE, which the official clients
-// do not retry for CreateTable. Still none after that: UNAVAILABLE.
-func (c *clusterMember) waitTakers(ctx context.Context) {
+// do not retry for CreateTable. Still none after that: UNAVAILABLE (from
+// the placement). The request's own deadline or cancellation ends the wait
+// with its status.
+func (c *clusterMember) waitTakers(ctx context.Context) error {
 	some := func() bool { return len(tablets.Takers(c.m.Nodes())) > 0 }
 	if some() {
-		return
+		return nil
 	}
-	wctx, cancel := context.WithTimeout(ctx, c.opts.LeaseTTL)
+	wctx, cancel := context.WithTimeout(ctx, c.leaseTTL())
 	defer cancel()
 	c.m.WaitFor(wctx, some)
+	if err := ctx.Err(); err != nil {
+		return status.FromContextError(err).Err()
+	}
+	return nil
+}
+
+// leaseTTL is the node's lease TTL, its default (10 s) when unset.
+func (c *clusterMember) leaseTTL() time.Duration {
+	if c.opts.LeaseTTL <= 0 {
+		return 10 * time.Second
+	}
+	return c.opts.LeaseTTL
 }
 
 // propose appends a schema change, waits for this node to apply it and

@@ -232,11 +232,7 @@ func (c *clusterMember) startFailover() error {
 	if f == nil {
 		return nil
 	}
-	ttl := c.opts.LeaseTTL
-	if ttl <= 0 {
-		ttl = 10 * time.Second
-	}
-	f.grace = c.s.opts.Clock.Now().Add(ttl)
+	f.grace = c.s.opts.Clock.Now().Add(c.leaseTTL())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := f.checkpoint(ctx, nil, true); err != nil {

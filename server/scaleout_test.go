@@ -138,7 +138,6 @@ func writeScale(t testing.TB, tbl *bigtable.Table, row, value string) error {
 	return tbl.Apply(context.Background(), row, m)
 }
 
-// readAll reads the table through a node and returns row → value.
 // waitAckedWhileComing waits until count reports n acknowledged writes,
 // for up to 3 minutes, while they keep coming: it fails at once when
 // count has not moved for 30 s (the writer stalled), not on the pace,
@@ -158,6 +157,8 @@ func waitAckedWhileComing(t testing.TB, n int, count func() int) {
 	})
 }
 
+// readScale reads the table through a node and returns its row keys and
+// row → value.
 func readScale(t *testing.T, n *scaleNode, opts ...bigtable.ReadOption) ([]string, map[string]string) {
 	t.Helper()
 	var keys []string
