@@ -129,6 +129,9 @@ func (c *clusterMember) waitTakers(ctx context.Context) error {
 	if some() {
 		return nil
 	}
+	if h := c.s.knobs().takersWait.get(); h != nil { // tests
+		h(c.opts.NodeID)
+	}
 	wctx, cancel := context.WithTimeout(ctx, c.leaseTTL())
 	defer cancel()
 	c.m.WaitFor(wctx, some)

@@ -2,9 +2,12 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"cloud.google.com/go/bigtable"
 	"github.com/ebbtable/ebbtable/internal/testkit"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -24,16 +27,31 @@ func TestCreateTableWaitsForALiveNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := cli.Revoke(ctx, clientv3.LeaseID(m.LeaseID())); err != nil {
-		t.Fatal(err)
+	var waited atomic.Bool
+	sc.knobs.takersWait.set(func(string) { waited.Store(true) })
+	// n1 registers again within a third of the TTL of losing its lease; a
+	// create that comes after that has nothing to wait for, so the lease
+	// is revoked again until one create found no live node and waited.
+	for try := 0; try < 5 && !waited.Load(); try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := cli.Revoke(ctx, clientv3.LeaseID(m.LeaseID()))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, "n1 to see no live node", 10*time.Second, func() (bool, string) {
+			return len(m.Nodes()) == 0, ""
+		})
+		id := fmt.Sprintf("g%d", try)
+		conf := &bigtable.TableConf{TableID: id, SplitKeys: []string{"g"}, ColumnFamilies: map[string]bigtable.Family{"f": {}}}
+		if err := n1.admin.CreateTableFromConf(context.Background(), conf); err != nil {
+			t.Fatalf("create %s: %v", id, err)
+		}
+		if err := writeScale(t, n1.client.Open(id), "r", "v"); err != nil {
+			t.Fatal(err)
+		}
 	}
-	testkit.Eventually(t, "n1 to see no live node", 10*time.Second, func() (bool, string) {
-		return len(m.Nodes()) == 0, ""
-	})
-	sc.createTable(t, "n1", "g")
-	if err := writeScale(t, n1.client.Open("t"), "r", "v"); err != nil {
-		t.Fatal(err)
+	if !waited.Load() {
+		t.Fatal("no create found every lease lapsed in 5 tries: the wait was never exercised")
 	}
 }

@@ -51,6 +51,9 @@ type testKnobs struct {
 	// message carries of it (sql.go): a test's rows need not be hundreds
 	// of KiB each to stream in several batches of several pieces.
 	sqlBatch knob[sqlBatchSize]
+	// takersWait runs when a CreateTable finds no live node to place
+	// tablets on and starts waiting for one (clusteradmin.go).
+	takersWait knob[func(node string)]
 }
 
 // sqlBatchSize is the sqlBatch knob's value.
