@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
-	"github.com/ebbtable/ebbtable/internal/etcdtest/etcdproc"
+	"github.com/ebbtable/ebbtable/internal/etcdtest"
 	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/ebbtable/ebbtable/server/clusterpb"
 )
@@ -110,7 +110,7 @@ func TestWatchAndChangeStreamCommands(t *testing.T) {
 // order, in commit order overall.
 func TestWatchCluster(t *testing.T) {
 	t.Parallel()
-	etcd := etcdproc.Start(t)
+	etcd := etcdtest.Start(t)
 	shared := t.TempDir()
 	var nodes []*serverProc
 	for _, id := range []string{"n1", "n2", "n3"} {

@@ -3,7 +3,7 @@ package compat
 import (
 	"testing"
 
-	"github.com/ebbtable/ebbtable/internal/etcdtest/etcdproc"
+	"github.com/ebbtable/ebbtable/internal/etcdtest"
 )
 
 // TestEmulatorModeCluster runs the client's integration suite (emulator
@@ -16,7 +16,7 @@ func TestEmulatorModeCluster(t *testing.T) {
 	}
 	t.Parallel() // each runs its own servers; the suites wait more than they compute
 	ebb, suite, dir := binaries(t)
-	etcd := etcdproc.Start(t)
+	etcd := etcdtest.Start(t)
 	shared := t.TempDir()
 	var addr string
 	for _, id := range []string{"n1", "n2", "n3"} {

@@ -11,7 +11,7 @@ import (
 
 	"cloud.google.com/go/bigtable"
 	"github.com/chromedp/chromedp"
-	"github.com/ebbtable/ebbtable/internal/etcdtest/etcdproc"
+	"github.com/ebbtable/ebbtable/internal/etcdtest"
 	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/ebbtable/ebbtable/internal/testkit/servertest"
 	"github.com/ebbtable/ebbtable/server"
@@ -26,7 +26,7 @@ import (
 func TestConsoleChangeTailCluster(t *testing.T) {
 	t.Parallel() // its own server and browser tab
 	exe := chromiumPath(t)
-	etcd, shared := etcdproc.Start(t), t.TempDir()
+	etcd, shared := etcdtest.Start(t), t.TempDir()
 	ids := []string{"n1", "n2", "n3"}
 	nodes := map[string]*servertest.Env{}
 	for _, id := range ids {

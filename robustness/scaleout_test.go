@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
-	"github.com/ebbtable/ebbtable/internal/etcdtest/etcdproc"
+	"github.com/ebbtable/ebbtable/internal/etcdtest"
 	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"google.golang.org/api/option"
@@ -139,7 +139,7 @@ func scaleOutKillNineOn(t *testing.T, shared string, cells int, extra ...string)
 		cells, moves, splits = 200000, 20, 8
 	}
 	failover := slices.Contains(extra, "--failover")
-	etcd := etcdproc.Start(t)
+	etcd := etcdtest.Start(t)
 	procs := map[string]*scaleProc{}
 	for _, id := range []string{"n1", "n2", "n3"} {
 		procs[id] = startScaleProc(t, id, filepath.Join(t.TempDir(), id), etcd, shared, extra...)
