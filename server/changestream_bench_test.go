@@ -21,14 +21,7 @@ import (
 //
 //	go test ./server -run '^$' -bench ChangeStreamCost -benchtime 50x
 func BenchmarkChangeStreamCost(b *testing.B) {
-	srv, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Close()
+	srv := startServer(b, Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: b.TempDir()})
 	ctx := context.Background()
 	conn, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -55,16 +55,23 @@ func newTestEnv(t *testing.T, opts ...envOption) *testEnv {
 
 func (env *testEnv) start(t *testing.T, o Options) {
 	t.Helper()
-	srv, err := New(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
+	srv := startServer(t, o)
 	env.srv = srv
 	env.client, env.admin = testkit.Clients(t, srv.Addr(), testProject, testInstance, "")
+}
+
+// startServer builds and starts a server with o, closed when tb ends.
+func startServer(tb testing.TB, o Options) *Server {
+	tb.Helper()
+	srv, err := New(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { srv.Close() })
+	return srv
 }
 
 // bulkSet writes n rows named fmt.Sprintf(format, i), each with one cell,

@@ -123,14 +123,7 @@ func TestMutateRowsWireMatchesMessages(t *testing.T) {
 //
 //	go test -run '^$' -bench MutateRowsPaths -benchmem ./server
 func BenchmarkMutateRowsPaths(b *testing.B) {
-	srv, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Close()
+	srv := startServer(b, Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: b.TempDir()})
 	_, admin := testkit.Clients(b, srv.Addr(), testProject, testInstance, "")
 	if err := admin.CreateTableFromConf(context.Background(), &bigtable.TableConf{TableID: "bench",
 		ColumnFamilies: map[string]bigtable.Family{"f": {}}}); err != nil {
