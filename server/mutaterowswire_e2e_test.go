@@ -163,10 +163,11 @@ func BenchmarkMutateRowsPaths(b *testing.B) {
 	})
 }
 
-// TestMutateRowsWireRefusedLeavesNothing: a bulk write the codec kept as
-// bytes but the call refused before its handler ran (a token limited to
-// another instance: PERMISSION_DENIED at the received request) leaves no
-// bytes held; the same token's write to its own instance is served.
+// TestMutateRowsWireRefusedLeavesNothing: a bulk or single-row write the
+// codec kept as bytes but the call refused before its handler ran (a token
+// limited to another instance: PERMISSION_DENIED at the received request)
+// leaves no bytes held; the same token's write to its own instance is
+// served.
 func TestMutateRowsWireRefusedLeavesNothing(t *testing.T) {
 	t.Parallel()
 	tokens, _ := securityFiles(t)
@@ -185,14 +186,25 @@ func TestMutateRowsWireRefusedLeavesNothing(t *testing.T) {
 		}
 		return err
 	}
+	one := &btpb.MutateRowRequest{TableName: req.TableName, RowKey: req.Entries[0].RowKey, Mutations: req.Entries[0].Mutations}
+	if b, _ := proto.Marshal(one); stashMutateRow(b, &btpb.MutateRowRequest{}) == nil {
+		t.Fatal("the single-row write would not be kept as bytes: the test tests nothing")
+	}
 	for range 3 {
 		if err := recv(); status.Code(err) != codes.PermissionDenied {
 			t.Fatalf("MutateRows on another instance: %v", err)
 		}
+		if _, err := raw.MutateRow(ctx, one); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("MutateRow on another instance: %v", err)
+		}
 	}
 	req.TableName = "projects/" + testProject + "/instances/other/tables/t"
+	one.TableName = req.TableName
 	if err := recv(); status.Code(err) != codes.NotFound {
 		t.Fatalf("MutateRows on its own instance: %v, want NotFound (past authorization)", err)
+	}
+	if _, err := raw.MutateRow(ctx, one); status.Code(err) != codes.NotFound {
+		t.Fatalf("MutateRow on its own instance: %v, want NotFound (past authorization)", err)
 	}
 	if n := srv.sec.wire.len(); n != 0 {
 		t.Fatalf("%d requests' bytes still held", n)
