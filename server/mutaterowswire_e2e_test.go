@@ -51,11 +51,8 @@ func (c *discardMutateRows) Send(*btpb.MutateRowsResponse) error { return nil }
 // no request's bytes are left held.
 func TestMutateRowsWireMatchesMessages(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t)
-	fams := map[string]bigtable.GCPolicy{"cf": nil, "cg": nil}
-	ta, tb := env.createTable(t, "wirea", fams), env.createTable(t, "wireb", fams)
+	env, d := newWireTwins(t)
 	raw := env.raw(t)
-	d := &dataServer{s: env.srv}
 	r := rand.New(rand.NewPCG(5, 6))
 	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
 	kept := 0
@@ -105,10 +102,29 @@ func TestMutateRowsWireMatchesMessages(t *testing.T) {
 	if kept < 100 {
 		t.Fatalf("only %d requests of 300 were kept as bytes", kept)
 	}
-	cells := func(tbl *bigtable.Table) string {
-		return fmt.Sprint(readAll(t, tbl, bigtable.InfiniteRange("")))
+	checkWireTwins(t, env)
+}
+
+// newWireTwins starts a server with two tables of families cf and cg:
+// wirea, written through gRPC (the wire path where it applies), and wireb,
+// written by handing messages to the handler (the message path).
+func newWireTwins(t *testing.T) (*testEnv, *dataServer) {
+	t.Helper()
+	env := newTestEnv(t)
+	fams := map[string]bigtable.GCPolicy{"cf": nil, "cg": nil}
+	env.createTable(t, "wirea", fams)
+	env.createTable(t, "wireb", fams)
+	return env, &dataServer{s: env.srv}
+}
+
+// checkWireTwins fails t unless the twin tables hold the same cells (and
+// enough of them to tell), and no request's bytes are still held.
+func checkWireTwins(t *testing.T, env *testEnv) {
+	t.Helper()
+	cells := func(name string) string {
+		return fmt.Sprint(readAll(t, env.client.Open(name), bigtable.InfiniteRange("")))
 	}
-	if a, b := cells(ta), cells(tb); a != b || len(a) < 100 {
+	if a, b := cells("wirea"), cells("wireb"); a != b || len(a) < 100 {
 		t.Fatalf("the tables differ:\n%s\n%s", a, b)
 	}
 	if n := env.srv.sec.wire.len(); n != 0 {
@@ -123,13 +139,7 @@ func TestMutateRowsWireMatchesMessages(t *testing.T) {
 //
 //	go test -run '^$' -bench MutateRowsPaths -benchmem ./server
 func BenchmarkMutateRowsPaths(b *testing.B) {
-	srv := startServer(b, Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: b.TempDir()})
-	_, admin := testkit.Clients(b, srv.Addr(), testProject, testInstance, "")
-	if err := admin.CreateTableFromConf(context.Background(), &bigtable.TableConf{TableID: "bench",
-		ColumnFamilies: map[string]bigtable.Family{"f": {}}}); err != nil {
-		b.Fatal(err)
-	}
-	d := &dataServer{s: srv}
+	srv, d := benchWriteServer(b)
 	req := &btpb.MutateRowsRequest{TableName: tableName("bench")}
 	for i := range 100 {
 		req.Entries = append(req.Entries, &btpb.MutateRowsRequest_Entry{RowKey: []byte(fmt.Sprintf("row%06d", i)),
@@ -161,6 +171,18 @@ func BenchmarkMutateRowsPaths(b *testing.B) {
 			}
 		}
 	})
+}
+
+// benchWriteServer starts a server with a table "bench" of family f, for
+// the write paths' benchmarks.
+func benchWriteServer(b *testing.B) (*Server, *dataServer) {
+	srv := startServer(b, Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: b.TempDir()})
+	_, admin := testkit.Clients(b, srv.Addr(), testProject, testInstance, "")
+	if err := admin.CreateTableFromConf(context.Background(), &bigtable.TableConf{TableID: "bench",
+		ColumnFamilies: map[string]bigtable.Family{"f": {}}}); err != nil {
+		b.Fatal(err)
+	}
+	return srv, &dataServer{s: srv}
 }
 
 // TestMutateRowsWireRefusedLeavesNothing: a bulk or single-row write the

@@ -7,7 +7,6 @@ import (
 
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/ebbtable/ebbtable/table"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -128,15 +127,7 @@ func TestMutateRowsWire(t *testing.T) {
 // the mutations, a timestamp origin before the set_cell, the varints at
 // their extremes, long tags and lengths.
 func wireOddities() [][]byte {
-	str := func(b []byte, num protowire.Number, s string) []byte {
-		return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), s)
-	}
-	msg := func(b []byte, num protowire.Number, m []byte) []byte {
-		return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), m)
-	}
-	vint := func(b []byte, num protowire.Number, x uint64) []byte {
-		return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), x)
-	}
+	str, msg, vint := wireStr, wireMsg, wireVarint
 	setCell := func(fam, q, v string, ts uint64) []byte {
 		sc := str(nil, 1, fam)
 		sc = str(sc, 2, q)

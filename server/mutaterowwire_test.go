@@ -9,7 +9,6 @@ import (
 
 	"cloud.google.com/go/bigtable"
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
-	"github.com/ebbtable/ebbtable/internal/testkit"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -99,15 +98,7 @@ func mutateRowCases() []struct {
 // codec must leave to protobuf: bad UTF-8 in a family or a name, an
 // unknown field, a doubled set_cell, a broken encoding.
 func mutateRowOddities() (kept, declined [][]byte) {
-	str := func(b []byte, num protowire.Number, s string) []byte {
-		return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), s)
-	}
-	msg := func(b []byte, num protowire.Number, m []byte) []byte {
-		return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), m)
-	}
-	vint := func(b []byte, num protowire.Number, x uint64) []byte {
-		return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), x)
-	}
+	str, msg, vint := wireStr, wireMsg, wireVarint
 	setCell := func(fam, q, v string, ts uint64) []byte {
 		return str(vint(str(str(nil, 1, fam), 2, q), 3, ts), 4, v)
 	}
@@ -132,6 +123,20 @@ func mutateRowOddities() (kept, declined [][]byte) {
 		{0x12, 0x00, 0x08},
 	}
 	return kept, declined
+}
+
+// wireStr, wireMsg and wireVarint append field num holding s, the message m
+// or the varint x to b.
+func wireStr(b []byte, num protowire.Number, s string) []byte {
+	return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), s)
+}
+
+func wireMsg(b []byte, num protowire.Number, m []byte) []byte {
+	return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), m)
+}
+
+func wireVarint(b []byte, num protowire.Number, x uint64) []byte {
+	return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), x)
 }
 
 // TestMutateRowWire: the cases and oddities through checkMutateRowWire, and
@@ -213,15 +218,7 @@ func (rawCodec) Name() string                    { return "proto" }
 // UTF-8 in a name, and now and then a changed or cut byte.
 func randomMutateRow(r *rand.Rand, table string, i int) []byte {
 	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
-	str := func(b []byte, num protowire.Number, s string) []byte {
-		return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), s)
-	}
-	msg := func(b []byte, num protowire.Number, m []byte) []byte {
-		return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), m)
-	}
-	vint := func(b []byte, num protowire.Number, x uint64) []byte {
-		return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), x)
-	}
+	str, msg, vint := wireStr, wireMsg, wireVarint
 	b := str(nil, 1, table)
 	if p := pick("", "default", "none"); p != "none" {
 		b = str(b, 4, p)
@@ -295,15 +292,12 @@ func randomMutateRow(r *rand.Rand, table string, i int) []byte {
 // and no request's bytes are left held.
 func TestMutateRowWireMatchesMessages(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t)
-	fams := map[string]bigtable.GCPolicy{"cf": nil, "cg": nil}
-	ta, tb := env.createTable(t, "wirea", fams), env.createTable(t, "wireb", fams)
+	env, d := newWireTwins(t)
 	conn, err := grpc.NewClient(env.srv.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	d := &dataServer{s: env.srv}
 	r := rand.New(rand.NewPCG(9, 10))
 	kept, ok := 0, 0
 	for i := range 400 {
@@ -332,15 +326,7 @@ func TestMutateRowWireMatchesMessages(t *testing.T) {
 	if kept < 100 || ok < 50 {
 		t.Fatalf("of 400 requests %d were kept as bytes and %d written: the test tests too little", kept, ok)
 	}
-	cells := func(tbl *bigtable.Table) string {
-		return fmt.Sprint(readAll(t, tbl, bigtable.InfiniteRange("")))
-	}
-	if a, b := cells(ta), cells(tb); a != b || len(a) < 100 {
-		t.Fatalf("the tables differ:\n%s\n%s", a, b)
-	}
-	if n := env.srv.sec.wire.len(); n != 0 {
-		t.Fatalf("%d requests' bytes still held", n)
-	}
+	checkWireTwins(t, env)
 }
 
 // TestMutateRowApplyMatchesMessages: random single-row writes through the
@@ -350,10 +336,8 @@ func TestMutateRowWireMatchesMessages(t *testing.T) {
 // answer and, at the end, every cell must be the same.
 func TestMutateRowApplyMatchesMessages(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t)
-	fams := map[string]bigtable.GCPolicy{"cf": nil, "cg": nil}
-	ta, tb := env.createTable(t, "wirea", fams), env.createTable(t, "wireb", fams)
-	d := &dataServer{s: env.srv}
+	env, d := newWireTwins(t)
+	ta := env.client.Open("wirea")
 	r := rand.New(rand.NewPCG(11, 12))
 	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
 	written := 0
@@ -399,15 +383,7 @@ func TestMutateRowApplyMatchesMessages(t *testing.T) {
 	if written < 20 {
 		t.Fatalf("only %d of 200 writes succeeded", written)
 	}
-	cells := func(tbl *bigtable.Table) string {
-		return fmt.Sprint(readAll(t, tbl, bigtable.InfiniteRange("")))
-	}
-	if a, b := cells(ta), cells(tb); a != b || len(a) < 100 {
-		t.Fatalf("the tables differ:\n%s\n%s", a, b)
-	}
-	if n := env.srv.sec.wire.len(); n != 0 {
-		t.Fatalf("%d requests' bytes still held", n)
-	}
+	checkWireTwins(t, env)
 }
 
 // BenchmarkMutateRowPaths: one single-row write (one 100-byte SetCell, as
@@ -419,13 +395,7 @@ func TestMutateRowApplyMatchesMessages(t *testing.T) {
 //
 //	go test -run '^$' -bench MutateRowPaths -benchmem ./server
 func BenchmarkMutateRowPaths(b *testing.B) {
-	srv := startServer(b, Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: b.TempDir()})
-	_, admin := testkit.Clients(b, srv.Addr(), testProject, testInstance, "")
-	if err := admin.CreateTableFromConf(context.Background(), &bigtable.TableConf{TableID: "bench",
-		ColumnFamilies: map[string]bigtable.Family{"f": {}}}); err != nil {
-		b.Fatal(err)
-	}
-	d := &dataServer{s: srv}
+	srv, d := benchWriteServer(b)
 	req := &btpb.MutateRowRequest{TableName: tableName("bench"), RowKey: []byte("row000001"),
 		Mutations: []*btpb.Mutation{{Mutation: &btpb.Mutation_SetCell_{SetCell: &btpb.Mutation_SetCell{
 			FamilyName: "f", ColumnQualifier: []byte("c"), TimestampMicros: 1000, Value: make([]byte, 100)}}}}}
