@@ -56,13 +56,17 @@ func TestKeys(t *testing.T) {
 }
 
 // TestWorkloads runs every workload on both targets with a few hundred rows
-// and checks the counts.
+// and checks the counts, and that the point writes wrote their rows (the
+// ceiling serves no single-row writes).
 func TestWorkloads(t *testing.T) {
-	cfg := Config{Table: "t", Rows: 300, BatchSize: 40, Workers: 4, Scans: 3, Reads: 200, Seed: 3}
 	for _, target := range targets {
 		t.Run(target, func(t *testing.T) {
 			t.Parallel()
+			cfg := Config{Table: "t", Rows: 300, BatchSize: 40, Workers: 4, Scans: 3, Reads: 200, Seed: 3}
 			e := start(t, target)
+			if target != TargetCeiling {
+				cfg.PointWrites = 100
+			}
 			res, err := Workloads(context.Background(), target, e.Client, e.Admin, cfg, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -74,6 +78,30 @@ func TestWorkloads(t *testing.T) {
 				{WorkloadWrites, 8, 300}, // ceil(300/40) batches
 				{WorkloadScans, 3, 900},
 				{WorkloadPointReads, 200, 200},
+			}
+			if cfg.PointWrites > 0 {
+				want = append(want, struct {
+					workload  string
+					ops, rows int64
+				}{WorkloadPointWrites, 100, 100})
+				// Every row of both write workloads is there, each with
+				// its value (a scan of 400 rows; point reads of rows
+				// 300..399).
+				all := cfg
+				all.Rows, all.Scans = 400, 1
+				if _, err := Scans(context.Background(), e.Client, all); err != nil {
+					t.Fatal("scan after the point writes:", err)
+				}
+				pool := newValuePool(cfg.withDefaults())
+				for i := 300; i < 400; i++ {
+					row, err := e.Client.Open(cfg.Table).ReadRow(context.Background(), cfg.Key(i))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := checkRow(row, cfg.Key(i), cfg.withDefaults(), pool.value(i)); err != nil {
+						t.Fatal("after the point writes:", err)
+					}
+				}
 			}
 			if len(res) != len(want) {
 				t.Fatalf("got %d results, want %d", len(res), len(want))

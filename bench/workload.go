@@ -23,6 +23,9 @@ const (
 	WorkloadWrites     = "writes"
 	WorkloadScans      = "scans"
 	WorkloadPointReads = "point-reads"
+	// WorkloadPointWrites is single-row writes: one Apply (MutateRow) of
+	// one SetCell per operation.
+	WorkloadPointWrites = "point-writes"
 )
 
 // Config sizes a run of the workloads. Zero fields take the defaults of
@@ -50,6 +53,8 @@ type Config struct {
 	Scans int `json:"scans"`
 	// Reads is the number of point reads.
 	Reads int `json:"reads"`
+	// PointWrites is the number of single-row writes (zero: none).
+	PointWrites int `json:"point_writes,omitempty"`
 	// Seed drives key, value and read-order generation.
 	Seed uint64 `json:"seed"`
 }
@@ -427,6 +432,35 @@ func PointReads(ctx context.Context, client *bigtable.Client, cfg Config) (Resul
 	})
 }
 
+// PointWrites issues PointWrites Apply calls of one SetCell each (a
+// single-row MutateRow, as cbt set and Table.Apply send), to new rows
+// Rows+FirstRow.. (keys spread as Writes'), split evenly over Workers. Rows
+// and Ops count Apply calls.
+func PointWrites(ctx context.Context, client *bigtable.Client, cfg Config) (Result, error) {
+	cfg = cfg.withDefaults()
+	tbl := client.Open(cfg.Table)
+	pool := newValuePool(cfg)
+	ts := bigtable.Now().TruncateToMilliseconds()
+	workers := min(cfg.Workers, max(cfg.PointWrites, 1))
+	return runWorkers(ctx, WorkloadPointWrites, workers, func(ctx context.Context, w int, rec *recorder) error {
+		lo, hi := share(cfg.PointWrites, workers, w)
+		for i := lo; i < hi; i++ {
+			row := cfg.Rows + cfg.FirstRow + i
+			m := bigtable.NewMutation()
+			m.Set(cfg.Family, cfg.Column, ts, pool.value(row))
+			key := cfg.Key(row)
+			t0 := time.Now()
+			err := tbl.Apply(ctx, key, m)
+			d := time.Since(t0)
+			if err != nil {
+				return fmt.Errorf("Apply %q: %w", key, err)
+			}
+			rec.record(d, 1)
+		}
+		return nil
+	})
+}
+
 func checkRow(row bigtable.Row, key string, cfg Config, want []byte) error {
 	items := row[cfg.Family]
 	if len(items) != 1 {
@@ -439,8 +473,9 @@ func checkRow(row bigtable.Row, key string, cfg Config, want []byte) error {
 	return nil
 }
 
-// Workloads runs Setup, then Writes, Scans (if cfg.Scans > 0) and
-// PointReads (if cfg.Reads > 0) against one endpoint, labelling the results
+// Workloads runs Setup, then Writes, Scans (if cfg.Scans > 0), PointReads
+// (if cfg.Reads > 0) and PointWrites (if cfg.PointWrites > 0) against one
+// endpoint, labelling the results
 // with target. progress, if not nil, is called after each workload.
 func Workloads(ctx context.Context, target string, client *bigtable.Client, admin *bigtable.AdminClient, cfg Config, progress func(Result)) ([]Result, error) {
 	return workloads(ctx, target, client, admin, cfg, progress, hooks{})
@@ -478,6 +513,7 @@ func workloads(ctx context.Context, target string, client *bigtable.Client, admi
 		{WorkloadWrites, Writes, true},
 		{WorkloadScans, Scans, cfg.Scans > 0},
 		{WorkloadPointReads, PointReads, cfg.Reads > 0 && cfg.Rows > 0},
+		{WorkloadPointWrites, PointWrites, cfg.PointWrites > 0},
 	}
 	var out []Result
 	for _, s := range steps {

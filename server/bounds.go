@@ -79,8 +79,9 @@ func (c meteredCodec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 // unmarshal decodes a MutateRows or ReadRows request by hand when it can
-// (decodeMutateRows, decodeReadRows), or keeps a bulk write's bytes for the
-// handler (stashMutateRows), anything else through protobuf.
+// (decodeMutateRows, decodeReadRows), or keeps a bulk or single-row write's
+// bytes for the handler (stashMutateRows, stashMutateRow), anything else
+// through protobuf.
 func (c meteredCodec) unmarshal(data mem.BufferSlice, v any) error {
 	if req, ok := v.(*btpb.ReadRowsRequest); ok {
 		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
@@ -99,6 +100,14 @@ func (c meteredCodec) unmarshal(data mem.BufferSlice, v any) error {
 			return nil
 		}
 		if decodeMutateRows(b, req) {
+			return nil
+		}
+	}
+	if req, ok := v.(*btpb.MutateRowRequest); ok {
+		// A single-row write of SetCells likewise (mutaterowswire.go).
+		b := data.Materialize()
+		if w := stashMutateRow(b, req); w != nil {
+			c.sec.wire.put(req, w)
 			return nil
 		}
 	}

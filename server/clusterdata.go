@@ -56,6 +56,11 @@ func rowOp[Resp any](x *clusterData, ctx context.Context, tableName, viewName st
 }
 
 func (x *clusterData) MutateRow(ctx context.Context, req *btpb.MutateRowRequest) (*btpb.MutateRowResponse, error) {
+	// Served as a message (routed, forwarded, written by its owner): a
+	// request the codec kept as bytes is decoded here (mutaterowswire.go).
+	if w := x.dataServer.s.sec.wire.take(req); w != nil {
+		w.decodeRowInto(req)
+	}
 	return rowOp(x, ctx, req.GetTableName(), req.GetAuthorizedViewName(), req.GetRowKey(), "MutateRow",
 		func(ctx context.Context) (*btpb.MutateRowResponse, error) { return x.dataServer.MutateRow(ctx, req) },
 		func(ctx context.Context, c btpb.BigtableClient) (*btpb.MutateRowResponse, error) {

@@ -234,12 +234,18 @@ func (d *dataServer) appendMutations(out []table.Mutation, ms []*btpb.Mutation, 
 
 // MutateRow applies mutations to one row atomically.
 func (d *dataServer) MutateRow(ctx context.Context, req *btpb.MutateRowRequest) (*btpb.MutateRowResponse, error) {
+	// A single-row write of SetCells the codec kept as bytes
+	// (mutaterowswire.go).
+	wire := d.s.sec.wire.take(req)
 	ref, view, err := d.dataTable(req.GetTableName(), req.GetAuthorizedViewName())
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	if resp, handled, err := routeUnary(d, ctx, ref.instance, req.GetAppProfileId(), false, req.GetRowKey(),
 		func(ctx context.Context, c btpb.BigtableClient) (*btpb.MutateRowResponse, error) {
+			if wire != nil {
+				wire.decodeRowInto(req)
+			}
 			return c.MutateRow(ctx, req)
 		}); handled {
 		return resp, err
@@ -247,6 +253,22 @@ func (d *dataServer) MutateRow(ctx context.Context, req *btpb.MutateRowRequest) 
 	x, err := cellExpiry(ctx)
 	if err != nil {
 		return nil, toStatus(err)
+	}
+	if wire != nil && view == nil {
+		// From the bytes into the batch: MutateRows' path for one entry,
+		// whose errors are MutateRow's (the same checks, in order).
+		wire.exp = x
+		errs, err := d.s.engine.MutateRowsFrom(ref.instance, ref.table, wire)
+		if err == nil {
+			err = errs[0]
+		}
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return &btpb.MutateRowResponse{}, nil
+	}
+	if wire != nil {
+		wire.decodeRowInto(req)
 	}
 	if err := view.checkMutations(req.GetRowKey(), req.GetMutations()); err != nil {
 		return nil, err

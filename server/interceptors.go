@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 
+	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -31,6 +32,11 @@ func (s *Server) unaryInterceptor() grpc.UnaryServerInterceptor {
 		}()
 		n, tooMuch := sec.admit(req)
 		defer sec.inflight.Add(-n)
+		if r, ok := req.(*btpb.MutateRowRequest); ok {
+			// The bytes the codec kept, if the call ends before its
+			// handler took them (mutaterowswire.go).
+			defer sec.wire.take(r)
+		}
 		if err := s.joinRefusal(info.FullMethod); err != nil {
 			return nil, err
 		}

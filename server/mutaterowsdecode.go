@@ -186,7 +186,7 @@ func countMutateRows(b []byte) (entries, muts, nBytes int, ok bool) {
 			}
 		case 2:
 			entries++
-			m, nb, ok := countEntry(v)
+			m, nb, ok := countEntry(v, mutateRowsEntry)
 			if !ok {
 				return 0, 0, 0, false
 			}
@@ -199,25 +199,53 @@ func countMutateRows(b []byte) (entries, muts, nBytes int, ok bool) {
 	return entries, muts, nBytes, true
 }
 
-// countEntry checks one MutateRowsRequest.Entry: a row key and SetCell
-// mutations.
-func countEntry(b []byte) (muts, nBytes int, ok bool) {
+// entryShape is where a message holding one row's mutations keeps them: a
+// MutateRowsRequest.Entry, or a whole MutateRowRequest, whose names lie
+// beside its row key and mutations.
+type entryShape struct {
+	entries  protowire.Number    // the request's entries; 0: the request is one entry
+	row, mut protowire.Number    // an entry's row key and mutations
+	names    [3]protowire.Number // an entry's string fields (0: none)
+}
+
+var (
+	// mutateRowsEntry is a MutateRowsRequest's: entries of row_key 1 and
+	// mutations 2 in field 2.
+	mutateRowsEntry = entryShape{entries: 2, row: 1, mut: 2}
+	// mutateRowEntry is a MutateRowRequest: one entry of row_key 2 and
+	// mutations 3 beside table_name 1, app_profile_id 4 and
+	// authorized_view_name 6.
+	mutateRowEntry = entryShape{row: 2, mut: 3, names: [3]protowire.Number{1, 4, 6}}
+)
+
+func (s *entryShape) isName(num protowire.Number) bool {
+	return num == s.names[0] || num == s.names[1] || num == s.names[2]
+}
+
+// countEntry checks one entry of shape s (a row key, SetCell mutations and
+// s's names, nothing else) and counts its mutations and the bytes of its
+// row key, qualifiers and values.
+func countEntry(b []byte, s entryShape) (muts, nBytes int, ok bool) {
 	for len(b) > 0 {
 		num, typ, v, _, n := field(b)
 		if n < 0 || typ != protowire.BytesType {
 			return 0, 0, false
 		}
 		b = b[n:]
-		switch num {
-		case 1:
+		switch {
+		case num == s.row:
 			nBytes += len(v)
-		case 2:
+		case num == s.mut:
 			muts++
 			nb, ok := countMutation(v)
 			if !ok {
 				return 0, 0, false
 			}
 			nBytes += nb
+		case s.isName(num):
+			if !utf8.Valid(v) {
+				return 0, 0, false
+			}
 		default:
 			return 0, 0, false
 		}

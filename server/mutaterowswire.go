@@ -5,6 +5,7 @@ import (
 
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/ebbtable/ebbtable/table"
+	"google.golang.org/protobuf/proto"
 )
 
 // A bulk write's request goes from the wire into the Pebble batch without a
@@ -19,18 +20,25 @@ import (
 // messages (a forwarded call, an authorized view, cluster mode) decodes
 // them first (wireEntries.decodeInto): the same decoder as before, so
 // such a request is served as it was.
+//
+// A single-row write (MutateRow) of SetCells takes the same way: its request
+// is one entry with the request's names beside it (entryShape), checked by
+// the same countEntry (stashMutateRow), read by the same wireEntries, and
+// written by the same MutateRowsFrom as a bulk write of one entry
+// (dataServer.MutateRow); a handler that needs its mutations as messages
+// decodes them with protobuf (wireEntries.decodeRowInto).
 
 // wireStash holds the bytes of each request the codec left undecoded,
 // until the handler takes them or the call ends (serveStream).
 type wireStash struct {
 	mu sync.Mutex
-	m  map[*btpb.MutateRowsRequest]*wireEntries
+	m  map[any]*wireEntries // by request: a *MutateRowsRequest or *MutateRowRequest
 }
 
-func (s *wireStash) put(req *btpb.MutateRowsRequest, w *wireEntries) {
+func (s *wireStash) put(req any, w *wireEntries) {
 	s.mu.Lock()
 	if s.m == nil {
-		s.m = make(map[*btpb.MutateRowsRequest]*wireEntries)
+		s.m = make(map[any]*wireEntries)
 	}
 	s.m[req] = w
 	s.mu.Unlock()
@@ -38,7 +46,7 @@ func (s *wireStash) put(req *btpb.MutateRowsRequest, w *wireEntries) {
 
 // take returns and forgets req's bytes; nil when the codec decoded req
 // (or nothing decoded it: a request built in process).
-func (s *wireStash) take(req *btpb.MutateRowsRequest) *wireEntries {
+func (s *wireStash) take(req any) *wireEntries {
 	s.mu.Lock()
 	w, ok := s.m[req]
 	if ok {
@@ -70,16 +78,44 @@ func stashMutateRows(b []byte, req *btpb.MutateRowsRequest) *wireEntries {
 		rest = rest[k:]
 		setMutateRowsName(req, num, v)
 	}
-	return &wireEntries{b: b, n: n}
+	return &wireEntries{b: b, n: n, shape: mutateRowsEntry}
 }
 
-// wireEntries reads a checked MutateRowsRequest's entries from its bytes:
-// a table.MutationSource of SetCells.
+// stashMutateRow checks b, a MutateRowRequest's bytes, and when it is one
+// of SetCells (countEntry's mutateRowEntry) sets req's names and row key
+// and returns its one entry's reader; else nil (b is left to protobuf). b
+// must not be changed later: the reader and the row key are slices of it.
+func stashMutateRow(b []byte, req *btpb.MutateRowRequest) *wireEntries {
+	if _, _, ok := countEntry(b, mutateRowEntry); !ok {
+		return nil
+	}
+	for rest := b; len(rest) > 0; {
+		num, _, v, _, k := field(rest)
+		rest = rest[k:]
+		switch num {
+		case 1:
+			req.TableName = string(v)
+		case 2:
+			req.RowKey = nilIfEmpty(v)
+		case 4:
+			req.AppProfileId = string(v)
+		case 6:
+			req.AuthorizedViewName = string(v)
+		}
+	}
+	return &wireEntries{b: b, n: 1, shape: mutateRowEntry}
+}
+
+// wireEntries reads a checked MutateRowsRequest's entries, or a
+// MutateRowRequest's one, from its bytes: a table.MutationSource of
+// SetCells.
 type wireEntries struct {
-	b    []byte
-	n    int    // entries
-	rest []byte // the fields after the current entry
-	cur  []byte // the current entry's fields not read yet
+	b     []byte
+	n     int // entries
+	shape entryShape
+	rest  []byte // the fields after the current entry
+	cur   []byte // the current entry's fields not read yet
+	done  bool   // a one-entry request's entry was read
 	// family is the last family name read, shared by the mutations
 	// naming it again (one string per request, not one per mutation).
 	family string
@@ -89,28 +125,43 @@ type wireEntries struct {
 
 func (w *wireEntries) Len() int { return w.n }
 
-func (w *wireEntries) Rewind() { w.rest, w.cur = w.b, nil }
+func (w *wireEntries) Rewind() { w.rest, w.cur, w.done = w.b, nil, false }
 
 func (w *wireEntries) NextEntry() (row []byte, muts int, ok bool) {
+	if w.cur, ok = w.nextEntry(); !ok {
+		return nil, 0, false
+	}
+	for v := w.cur; len(v) > 0; {
+		num, _, f, _, k := field(v)
+		v = v[k:]
+		switch num {
+		case w.shape.row:
+			row = f // the last row_key given, as proto keeps
+		case w.shape.mut:
+			muts++
+		}
+	}
+	return row, muts, true
+}
+
+// nextEntry returns the next entry's fields: the next entries field's, or
+// for a one-entry request (shape.entries 0) the whole request's, once.
+func (w *wireEntries) nextEntry() ([]byte, bool) {
+	if w.shape.entries == 0 {
+		if w.done {
+			return nil, false
+		}
+		w.done = true
+		return w.b, true
+	}
 	for len(w.rest) > 0 {
 		num, _, v, _, k := field(w.rest)
 		w.rest = w.rest[k:]
-		if num != 2 {
-			continue
+		if num == w.shape.entries {
+			return v, true
 		}
-		w.cur = v
-		for len(v) > 0 {
-			num, _, f, _, k := field(v)
-			v = v[k:]
-			if num == 1 {
-				row = f // the last row_key given, as proto keeps
-			} else {
-				muts++
-			}
-		}
-		return row, muts, true
 	}
-	return nil, 0, false
+	return nil, false
 }
 
 // NextMutation fills mu as appendMutations converts the SetCell decoded
@@ -120,7 +171,7 @@ func (w *wireEntries) NextMutation(mu *table.Mutation) bool {
 	for len(w.cur) > 0 {
 		num, _, v, _, k := field(w.cur)
 		w.cur = w.cur[k:]
-		if num != 2 {
+		if num != w.shape.mut {
 			continue
 		}
 		*mu = table.Mutation{Kind: table.SetCell, TTLMicros: w.exp.ttl, ExpireAt: w.exp.at}
@@ -163,8 +214,8 @@ func nilIfEmpty(b []byte) []byte {
 	return b
 }
 
-// decodeInto decodes the entries into req as the codec would have
-// (decodeMutateRows), once.
+// decodeInto decodes a MutateRowsRequest's entries into req as the codec
+// would have (decodeMutateRows), once.
 func (w *wireEntries) decodeInto(req *btpb.MutateRowsRequest) {
 	w.once.Do(func() {
 		var full btpb.MutateRowsRequest
@@ -172,5 +223,17 @@ func (w *wireEntries) decodeInto(req *btpb.MutateRowsRequest) {
 			panic("ebbtable: a MutateRows request the codec checked does not decode")
 		}
 		req.Entries = full.Entries
+	})
+}
+
+// decodeRowInto decodes a MutateRowRequest's mutations into req as the
+// codec would have (protobuf), once.
+func (w *wireEntries) decodeRowInto(req *btpb.MutateRowRequest) {
+	w.once.Do(func() {
+		var full btpb.MutateRowRequest
+		if err := proto.Unmarshal(w.b, &full); err != nil {
+			panic("ebbtable: a MutateRow request the codec checked does not decode: " + err.Error())
+		}
+		req.Mutations = full.Mutations
 	})
 }

@@ -51,11 +51,8 @@ func (c *discardMutateRows) Send(*btpb.MutateRowsResponse) error { return nil }
 // no request's bytes are left held.
 func TestMutateRowsWireMatchesMessages(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t)
-	fams := map[string]bigtable.GCPolicy{"cf": nil, "cg": nil}
-	ta, tb := env.createTable(t, "wirea", fams), env.createTable(t, "wireb", fams)
+	env, d := newWireTwins(t)
 	raw := env.raw(t)
-	d := &dataServer{s: env.srv}
 	r := rand.New(rand.NewPCG(5, 6))
 	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
 	kept := 0
@@ -105,10 +102,29 @@ func TestMutateRowsWireMatchesMessages(t *testing.T) {
 	if kept < 100 {
 		t.Fatalf("only %d requests of 300 were kept as bytes", kept)
 	}
-	cells := func(tbl *bigtable.Table) string {
-		return fmt.Sprint(readAll(t, tbl, bigtable.InfiniteRange("")))
+	checkWireTwins(t, env)
+}
+
+// newWireTwins starts a server with two tables of families cf and cg:
+// wirea, written through gRPC (the wire path where it applies), and wireb,
+// written by handing messages to the handler (the message path).
+func newWireTwins(t *testing.T) (*testEnv, *dataServer) {
+	t.Helper()
+	env := newTestEnv(t)
+	fams := map[string]bigtable.GCPolicy{"cf": nil, "cg": nil}
+	env.createTable(t, "wirea", fams)
+	env.createTable(t, "wireb", fams)
+	return env, &dataServer{s: env.srv}
+}
+
+// checkWireTwins fails t unless the twin tables hold the same cells (and
+// enough of them to tell), and no request's bytes are still held.
+func checkWireTwins(t *testing.T, env *testEnv) {
+	t.Helper()
+	cells := func(name string) string {
+		return fmt.Sprint(readAll(t, env.client.Open(name), bigtable.InfiniteRange("")))
 	}
-	if a, b := cells(ta), cells(tb); a != b || len(a) < 100 {
+	if a, b := cells("wirea"), cells("wireb"); a != b || len(a) < 100 {
 		t.Fatalf("the tables differ:\n%s\n%s", a, b)
 	}
 	if n := env.srv.sec.wire.len(); n != 0 {
@@ -123,13 +139,7 @@ func TestMutateRowsWireMatchesMessages(t *testing.T) {
 //
 //	go test -run '^$' -bench MutateRowsPaths -benchmem ./server
 func BenchmarkMutateRowsPaths(b *testing.B) {
-	srv := startServer(b, Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: b.TempDir()})
-	_, admin := testkit.Clients(b, srv.Addr(), testProject, testInstance, "")
-	if err := admin.CreateTableFromConf(context.Background(), &bigtable.TableConf{TableID: "bench",
-		ColumnFamilies: map[string]bigtable.Family{"f": {}}}); err != nil {
-		b.Fatal(err)
-	}
-	d := &dataServer{s: srv}
+	srv, d := benchWriteServer(b)
 	req := &btpb.MutateRowsRequest{TableName: tableName("bench")}
 	for i := range 100 {
 		req.Entries = append(req.Entries, &btpb.MutateRowsRequest_Entry{RowKey: []byte(fmt.Sprintf("row%06d", i)),
@@ -163,10 +173,23 @@ func BenchmarkMutateRowsPaths(b *testing.B) {
 	})
 }
 
-// TestMutateRowsWireRefusedLeavesNothing: a bulk write the codec kept as
-// bytes but the call refused before its handler ran (a token limited to
-// another instance: PERMISSION_DENIED at the received request) leaves no
-// bytes held; the same token's write to its own instance is served.
+// benchWriteServer starts a server with a table "bench" of family f, for
+// the write paths' benchmarks.
+func benchWriteServer(b *testing.B) (*Server, *dataServer) {
+	srv := startServer(b, Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: b.TempDir()})
+	_, admin := testkit.Clients(b, srv.Addr(), testProject, testInstance, "")
+	if err := admin.CreateTableFromConf(context.Background(), &bigtable.TableConf{TableID: "bench",
+		ColumnFamilies: map[string]bigtable.Family{"f": {}}}); err != nil {
+		b.Fatal(err)
+	}
+	return srv, &dataServer{s: srv}
+}
+
+// TestMutateRowsWireRefusedLeavesNothing: a bulk or single-row write the
+// codec kept as bytes but the call refused before its handler ran (a token
+// limited to another instance: PERMISSION_DENIED at the received request)
+// leaves no bytes held; the same token's write to its own instance is
+// served.
 func TestMutateRowsWireRefusedLeavesNothing(t *testing.T) {
 	t.Parallel()
 	tokens, _ := securityFiles(t)
@@ -185,14 +208,25 @@ func TestMutateRowsWireRefusedLeavesNothing(t *testing.T) {
 		}
 		return err
 	}
+	one := &btpb.MutateRowRequest{TableName: req.TableName, RowKey: req.Entries[0].RowKey, Mutations: req.Entries[0].Mutations}
+	if b, _ := proto.Marshal(one); stashMutateRow(b, &btpb.MutateRowRequest{}) == nil {
+		t.Fatal("the single-row write would not be kept as bytes: the test tests nothing")
+	}
 	for range 3 {
 		if err := recv(); status.Code(err) != codes.PermissionDenied {
 			t.Fatalf("MutateRows on another instance: %v", err)
 		}
+		if _, err := raw.MutateRow(ctx, one); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("MutateRow on another instance: %v", err)
+		}
 	}
 	req.TableName = "projects/" + testProject + "/instances/other/tables/t"
+	one.TableName = req.TableName
 	if err := recv(); status.Code(err) != codes.NotFound {
 		t.Fatalf("MutateRows on its own instance: %v, want NotFound (past authorization)", err)
+	}
+	if _, err := raw.MutateRow(ctx, one); status.Code(err) != codes.NotFound {
+		t.Fatalf("MutateRow on its own instance: %v, want NotFound (past authorization)", err)
 	}
 	if n := srv.sec.wire.len(); n != 0 {
 		t.Fatalf("%d requests' bytes still held", n)

@@ -7,7 +7,6 @@ import (
 
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/ebbtable/ebbtable/table"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -39,11 +38,26 @@ func checkMutateRowsWire(t *testing.T, b []byte, exp expiry) bool {
 	if n := len(want.Entries); w.Len() != n || n == 0 || n > MaxEntriesPerMutateRows {
 		t.Fatalf("kept a request of %d entries as %d", n, w.Len())
 	}
+	checkWireEntries(t, w, want.Entries, exp)
+	// A handler that needs the messages gets protobuf's.
+	w.decodeInto(&got)
+	if !proto.Equal(&got, &want) {
+		t.Fatalf("decodeInto gave\n%v\nwant\n%v", &got, &want)
+	}
+	return true
+}
+
+// checkWireEntries fails t unless w reads entries, twice over as
+// MutateRowsFrom reads them: each entry's row key, and its mutations as
+// the message path converts them (appendMutations) with the call's TTL
+// exp.
+func checkWireEntries(t *testing.T, w *wireEntries, entries []*btpb.MutateRowsRequest_Entry, exp expiry) {
+	t.Helper()
 	d := &dataServer{}
 	w.exp = exp
 	for pass := range 2 {
 		w.Rewind()
-		for i, e := range want.Entries {
+		for i, e := range entries {
 			muts, err := d.appendMutations(nil, e.GetMutations(), exp)
 			if err != nil {
 				t.Fatalf("kept entry %d the message path refuses: %v", i, err)
@@ -67,15 +81,9 @@ func checkMutateRowsWire(t *testing.T, b []byte, exp expiry) bool {
 			}
 		}
 		if _, _, ok := w.NextEntry(); ok {
-			t.Fatalf("pass %d: more than %d entries", pass, len(want.Entries))
+			t.Fatalf("pass %d: more than %d entries", pass, len(entries))
 		}
 	}
-	// A handler that needs the messages gets protobuf's.
-	w.decodeInto(&got)
-	if !proto.Equal(&got, &want) {
-		t.Fatalf("decodeInto gave\n%v\nwant\n%v", &got, &want)
-	}
-	return true
 }
 
 // TestMutateRowsWire: the cases of TestDecodeMutateRows, the declined ones,
@@ -119,15 +127,7 @@ func TestMutateRowsWire(t *testing.T) {
 // the mutations, a timestamp origin before the set_cell, the varints at
 // their extremes, long tags and lengths.
 func wireOddities() [][]byte {
-	str := func(b []byte, num protowire.Number, s string) []byte {
-		return protowire.AppendString(protowire.AppendTag(b, num, protowire.BytesType), s)
-	}
-	msg := func(b []byte, num protowire.Number, m []byte) []byte {
-		return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), m)
-	}
-	vint := func(b []byte, num protowire.Number, x uint64) []byte {
-		return protowire.AppendVarint(protowire.AppendTag(b, num, protowire.VarintType), x)
-	}
+	str, msg, vint := wireStr, wireMsg, wireVarint
 	setCell := func(fam, q, v string, ts uint64) []byte {
 		sc := str(nil, 1, fam)
 		sc = str(sc, 2, q)

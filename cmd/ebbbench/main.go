@@ -82,6 +82,7 @@ func main() {
 	flag.IntVar(&opts.Workers, "workers", def.Workers, "concurrent client workers")
 	flag.IntVar(&opts.Reads, "reads", def.Reads, "random point reads (0 skips them)")
 	flag.IntVar(&opts.Scans, "scans", def.Scans, "full-table scans (0 skips them)")
+	flag.IntVar(&opts.PointWrites, "point-writes", def.PointWrites, "single-row writes: Apply calls of one SetCell each, to new rows (0 skips them)")
 	flag.IntVar(&opts.BatchSize, "batch", def.BatchSize, "rows per ApplyBulk call")
 	flag.IntVar(&opts.ValueSize, "value-size", def.ValueSize, "bytes per cell value")
 	flag.Uint64Var(&opts.Seed, "seed", def.Seed, "seed for keys, values and read order")
