@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ebbtable/ebbtable/internal/testkit"
+	"github.com/ebbtable/ebbtable/internal/testkit/testbin"
 )
 
 // ebbtableBin is the binary TestMain builds; the tests run it as a
@@ -120,7 +121,7 @@ func (s *server) start() error {
 
 func (s *server) startOnce(addr string) error {
 	p := &proc{exited: make(chan struct{})}
-	p.cmd = exec.Command(ebbtableBin, testkit.ServeArgs([]string{"serve", "--addr", addr, "--http-addr", "off", "--data", s.dataDir})...)
+	p.cmd = exec.Command(ebbtableBin, testbin.ServeArgs([]string{"serve", "--addr", addr, "--http-addr", "off", "--data", s.dataDir})...)
 	p.cmd.Env = cleanEnv()
 	runErr := &tailBuffer{max: 4 << 10}
 	p.cmd.Stderr = io.MultiWriter(s.stderr, runErr)

@@ -21,6 +21,7 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/ebbtable/ebbtable/internal/etcdtest"
 	"github.com/ebbtable/ebbtable/internal/testkit"
+	"github.com/ebbtable/ebbtable/internal/testkit/testbin"
 	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
@@ -48,7 +49,7 @@ type scaleProc struct {
 func startScaleProc(t *testing.T, id, dir, etcd, shared string, extra ...string) *scaleProc {
 	t.Helper()
 	p := &scaleProc{id: id, dir: dir, exited: make(chan struct{}), stderr: &tailBuffer{max: 16 << 10}}
-	p.cmd = exec.Command(ebbtableBin, testkit.ServeArgs(append([]string{"serve", "--addr", "127.0.0.1:0", "--http-addr", "off", "--data", dir,
+	p.cmd = exec.Command(ebbtableBin, testbin.ServeArgs(append([]string{"serve", "--addr", "127.0.0.1:0", "--http-addr", "off", "--data", dir,
 		"--etcd", etcd, "--node-id", id, "--shared-storage", sharedURL(shared), "--lease-ttl", "2s"}, extra...))...)
 	p.cmd.Env = cleanEnv()
 	if strings.HasPrefix(shared, "s3://") {

@@ -480,6 +480,10 @@ var modelFaultTotals struct {
 }
 
 func TestModelFaults(t *testing.T) {
+	// Parallel: its engines and fault injectors are its own, and
+	// TestModel's skip steps (a package variable) are restored before the
+	// parallel tests start.
+	t.Parallel()
 	t.Cleanup(func() {
 		modelFaultTotals.Lock()
 		defer modelFaultTotals.Unlock()

@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+
+	"github.com/ebbtable/ebbtable/internal/testkit/testbin"
 )
 
 // Result is a finished command: what it printed and its exit code.
@@ -27,7 +29,7 @@ func Run(t testing.TB, env []string, name string, args ...string) Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), ProcessTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, name, ServeArgs(args)...)
+	cmd := exec.CommandContext(ctx, name, testbin.ServeArgs(args)...)
 	cmd.Env = env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ebbtable/ebbtable/internal/testkit/testbin"
 )
 
 // ProcessTimeout bounds every wait on a subprocess: its readiness line,
@@ -72,7 +74,7 @@ func StartServe(t testing.TB, bin string, env []string, args ...string) *Serve {
 // process is killed at cleanup if still running.
 func StartServeWithin(t testing.TB, limit time.Duration, bin string, env []string, args ...string) (p *Serve, ready bool, took time.Duration) {
 	t.Helper()
-	p = &Serve{Cmd: exec.Command(bin, ServeArgs(args)...), Stderr: &SyncBuffer{}, exited: make(chan struct{})}
+	p = &Serve{Cmd: exec.Command(bin, testbin.ServeArgs(args)...), Stderr: &SyncBuffer{}, exited: make(chan struct{})}
 	p.Cmd.Env = env
 	p.Cmd.Stderr = p.Stderr
 	stdout, err := p.Cmd.StdoutPipe()

@@ -3,6 +3,8 @@
 // run of the suite. It is apart from internal/testkit so a test binary
 // that only starts such a process (clusteretcd's, through
 // internal/etcdtest) does not link the official client with testkit.
+// ServeArgs, the serve command line those processes get, is here for the
+// same reason: its test would otherwise link a test binary of testkit.
 package testbin
 
 import (
