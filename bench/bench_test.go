@@ -134,19 +134,31 @@ func TestWorkloads(t *testing.T) {
 func TestRunReport(t *testing.T) {
 	t.Parallel()
 	rep, err := Run(context.Background(), Options{
-		Config:    Config{Rows: 200, BatchSize: 50, Workers: 2, Scans: 2, Reads: 50},
+		Config:    Config{Rows: 200, BatchSize: 50, Workers: 2, Scans: 2, Reads: 50, PointWrites: 20},
 		DataDir:   t.TempDir(),
 		InProcess: true,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Results) != 9 || len(rep.Comparisons) != 3 {
-		t.Fatalf("got %d results and %d comparisons, want 9 and 3", len(rep.Results), len(rep.Comparisons))
+	// The ceiling serves no point writes: 3 targets × 3 workloads, and
+	// ebbtable and the emulator for the fourth.
+	if len(rep.Results) != 11 || len(rep.Comparisons) != 4 {
+		t.Fatalf("got %d results and %d comparisons, want 11 and 4", len(rep.Results), len(rep.Comparisons))
 	}
 	for _, c := range rep.Comparisons {
+		if c.Workload == WorkloadPointWrites {
+			// No goal: the report must not say it was missed.
+			if c.Goal != 0 || c.Met != nil {
+				t.Errorf("%s: goal %v, met %v; want no goal and no verdict", c.Workload, c.Goal, c.Met)
+			}
+			continue
+		}
 		if c.CeilingRatio <= 0 {
 			t.Errorf("%s: no ceiling ratio", c.Workload)
+		}
+		if c.Goal <= 0 || c.Met == nil || *c.Met != (c.MetBy != "") {
+			t.Errorf("%s: goal %v, met %v, met by %q; want a goal and a verdict that agrees", c.Workload, c.Goal, c.Met, c.MetBy)
 		}
 	}
 	var tbl bytes.Buffer
@@ -166,7 +178,7 @@ func TestRunReport(t *testing.T) {
 	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	if len(back.Comparisons) != 3 || back.Comparisons[0].EmulatorRowsPerSec <= 0 {
+	if len(back.Comparisons) != 4 || back.Comparisons[0].EmulatorRowsPerSec <= 0 || back.Comparisons[3].Met != nil || strings.Count(js.String(), `"met"`) != 3 {
 		t.Fatalf("JSON round trip lost data: %s", js.String())
 	}
 

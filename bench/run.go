@@ -102,7 +102,9 @@ type Comparison struct {
 	RatioMax float64 `json:"ratio_max"`
 	Rounds   int     `json:"rounds"`
 	Goal     float64 `json:"goal"`
-	Met      bool    `json:"met"`
+	// Met says whether the goal was met; nil (and left out of the JSON)
+	// for a workload that has no goal, such as point writes.
+	Met *bool `json:"met,omitempty"`
 	// MetBy says which goal was met: "emulator" (Ratio >= Goal) or
 	// "ceiling" (point reads within 10% of the ceiling); empty if none.
 	MetBy             string  `json:"met_by,omitempty"`
@@ -487,7 +489,10 @@ func compare(results []Result) []Comparison {
 		case w == WorkloadPointReads && c.CeilingRatio > 0 && c.CeilingRatio < c.Goal && c.EbbtableOfCeiling >= CeilingShare:
 			c.MetBy = TargetCeiling
 		}
-		c.Met = c.MetBy != ""
+		if c.Goal > 0 {
+			met := c.MetBy != ""
+			c.Met = &met
+		}
 		out = append(out, c)
 	}
 	return out
