@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/ebbtable/ebbtable/internal/etcdtest"
+
 	"go.uber.org/goleak"
 )
 
@@ -24,5 +26,19 @@ func TestMain(m *testing.M) {
 	if !given {
 		flag.Set("test.parallel", strconv.Itoa(2*runtime.GOMAXPROCS(0)))
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(closeShared{m})
+}
+
+// sharedEtcd is the etcd of the package's cluster tests, each cluster
+// under a key prefix of its own (newScaleCluster, newIAMClusterTuned).
+var sharedEtcd etcdtest.Shared
+
+// closeShared runs the tests, then stops what they shared, before
+// goleak looks for goroutines left.
+type closeShared struct{ m *testing.M }
+
+func (c closeShared) Run() int {
+	code := c.m.Run()
+	sharedEtcd.Close()
+	return code
 }
