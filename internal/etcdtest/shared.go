@@ -15,7 +15,14 @@ import (
 // own (Start*); one that cuts its nodes off puts Cuttable in front.
 // Sharing saves each test an etcd start (a process, and a one-member
 // election: about a second of the test's wall time).
+//
+// Per, when set before the first Start, makes Start give each test an
+// etcd of its own (Start) instead, under a prefix all the same: the
+// shared process is the opt-in while its behaviour under load is
+// measured (docs/testing.md).
 type Shared struct {
+	Per bool
+
 	once sync.Once
 	dir  string
 	p    *proc
@@ -28,6 +35,9 @@ type Shared struct {
 // first call, and a key prefix no other call returned.
 func (s *Shared) Start(t testing.TB) (endpoint, prefix string) {
 	t.Helper()
+	if s.Per {
+		return Start(t), fmt.Sprintf("/test%d/", s.next.Add(1))
+	}
 	s.once.Do(func() {
 		s.dir, s.err = os.MkdirTemp("", "etcdtest-shared-")
 		if s.err != nil {
