@@ -10,7 +10,6 @@ import (
 
 	"cloud.google.com/go/bigtable"
 	"github.com/ebbtable/ebbtable/auth"
-	"github.com/ebbtable/ebbtable/internal/etcdtest"
 	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 	"google.golang.org/api/option"
@@ -48,12 +47,13 @@ func TestClusterNodeCredential(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	etcd, shared := etcdtest.Start(t), t.TempDir()
+	etcd, prefix := sharedEtcd.Start(t)
+	shared := t.TempDir()
 	start := func(id, cred string) *Server {
 		t.Helper()
 		srv, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: filepath.Join(dir, id),
 			Security: SecurityOptions{TokenFile: tokens, PeerCredentialFile: peer, NodeCredentialFile: cred},
-			Cluster:  &ClusterOptions{Etcd: []string{etcd}, NodeID: id, LeaseTTL: 2 * time.Second, SharedStorage: "file://" + shared}})
+			Cluster:  &ClusterOptions{Etcd: []string{etcd}, Prefix: prefix, NodeID: id, LeaseTTL: 2 * time.Second, SharedStorage: "file://" + shared}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +66,7 @@ func TestClusterNodeCredential(t *testing.T) {
 	}
 	if _, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: filepath.Join(dir, "bare"),
 		Security: SecurityOptions{TokenFile: tokens, PeerCredentialFile: peer},
-		Cluster:  &ClusterOptions{Etcd: []string{etcd}, NodeID: "bare"}}); err == nil || !strings.Contains(err.Error(), "--node-credential-file") {
+		Cluster:  &ClusterOptions{Etcd: []string{etcd}, Prefix: prefix, NodeID: "bare"}}); err == nil || !strings.Contains(err.Error(), "--node-credential-file") {
 		t.Fatalf("cluster mode with tokens and no node credential: %v", err)
 	}
 	n1, n2, n3 := start("n1", node), start("n2", node), start("n3", other)

@@ -71,7 +71,7 @@ func TestScaleOutCreatorReleasedOnCleanLeave(t *testing.T) {
 		}
 	}
 	srv, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: n3.dir, Cluster: &ClusterOptions{
-		Etcd: []string{sc.etcd}, NodeID: "n3", LeaseTTL: 2 * time.Second, SharedStorage: "file://" + sc.shared}})
+		Etcd: []string{sc.etcd}, Prefix: sc.prefix, NodeID: "n3", LeaseTTL: 2 * time.Second, SharedStorage: "file://" + sc.shared}})
 	if err == nil {
 		err = srv.Start()
 		srv.Close()

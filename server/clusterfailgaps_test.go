@@ -94,7 +94,7 @@ func TestFailoverGaps(t *testing.T) {
 	// --failover is cluster-wide: a node without it is refused.
 	{
 		srv, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: filepath.Join(t.TempDir(), "n4"), Cluster: &ClusterOptions{
-			Etcd: []string{sc.etcd}, NodeID: "n4", LeaseTTL: time.Second, SharedStorage: "file://" + sc.shared}})
+			Etcd: []string{sc.etcd}, Prefix: sc.prefix, NodeID: "n4", LeaseTTL: time.Second, SharedStorage: "file://" + sc.shared}})
 		if err == nil {
 			err = srv.Start()
 			srv.Close()
@@ -365,7 +365,7 @@ func TestFailoverGaps(t *testing.T) {
 	check(n1, "u", wantU)
 	// n3's old data directory is refused.
 	srv, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: n3.dir, Cluster: &ClusterOptions{
-		Etcd: []string{sc.etcd}, NodeID: "n3", LeaseTTL: time.Second, SharedStorage: "file://" + sc.shared, Failover: true}})
+		Etcd: []string{sc.etcd}, Prefix: sc.prefix, NodeID: "n3", LeaseTTL: time.Second, SharedStorage: "file://" + sc.shared, Failover: true}})
 	if err == nil {
 		srv.Close()
 		t.Fatal("n3 restarted on its old data directory after its release")

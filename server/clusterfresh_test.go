@@ -19,7 +19,7 @@ import (
 func (sc *scaleCluster) tryStart(t *testing.T, id, dir string) error {
 	t.Helper()
 	opts := Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: dir, Cluster: &ClusterOptions{
-		Etcd: []string{sc.etcd}, NodeID: id, LeaseTTL: 2 * time.Second, SharedStorage: "file://" + sc.shared,
+		Etcd: []string{sc.etcd}, Prefix: sc.prefix, NodeID: id, LeaseTTL: 2 * time.Second, SharedStorage: "file://" + sc.shared,
 		SplitBytes: sc.splitBytes, SplitInterval: 50 * time.Millisecond}, knobs: sc.knobs}
 	if sc.tune != nil {
 		sc.tune(&opts)

@@ -12,7 +12,6 @@ import (
 	adminpb "cloud.google.com/go/bigtable/admin/apiv2/adminpb"
 	"cloud.google.com/go/iam/apiv1/iampb"
 	"github.com/ebbtable/ebbtable/auth"
-	"github.com/ebbtable/ebbtable/internal/etcdtest"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -33,12 +32,13 @@ func TestScaleOutTableIAM(t *testing.T) {
 	if err := os.WriteFile(cred, []byte("node-secret-0123456789abc\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	etcd, shared := etcdtest.Start(t), t.TempDir()
+	etcd, prefix := sharedEtcd.Start(t)
+	shared := t.TempDir()
 	nodes := map[string]*Server{}
 	for _, id := range []string{"n1", "n2", "n3"} {
 		srv, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: filepath.Join(dir, id),
 			Security: SecurityOptions{TokenFile: tokens, PeerCredentialFile: peer, NodeCredentialFile: cred},
-			Cluster:  &ClusterOptions{Etcd: []string{etcd}, NodeID: id, LeaseTTL: 2 * time.Second, SharedStorage: "file://" + shared}})
+			Cluster:  &ClusterOptions{Etcd: []string{etcd}, Prefix: prefix, NodeID: id, LeaseTTL: 2 * time.Second, SharedStorage: "file://" + shared}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,7 +22,8 @@ import (
 type iamCluster struct {
 	t            testing.TB
 	secure       bool
-	etcd, shared string
+	etcd, prefix string // the shared etcd, through a proxy of the cluster's own, and its keys' prefix
+	shared       string
 	cutEtcd      func()         // drops every connection to etcd, refuses new ones
 	healEtcd     func()         // lets nodes reach etcd again
 	tune         func(*Options) // set before start: adjusts each node's options
@@ -44,7 +45,9 @@ func newIAMClusterTuned(t testing.TB, secure bool, tune func(*Options), ids ...s
 	t.Helper()
 	c := &iamCluster{t: t, secure: secure, shared: t.TempDir(), dir: t.TempDir(), nodes: map[string]*Server{}, dirs: map[string]string{},
 		knobs: &testKnobs{}}
-	c.etcd, c.cutEtcd, c.healEtcd = etcdtest.StartCuttable(t)
+	ep, prefix := sharedEtcd.Start(t)
+	c.etcd, c.cutEtcd, c.healEtcd = etcdtest.Cuttable(t, ep)
+	c.prefix = prefix
 	c.tune = tune
 	if secure {
 		c.tokens, c.peer, c.cred = filepath.Join(c.dir, "tokens"), filepath.Join(c.dir, "peer"), filepath.Join(c.dir, "node")
@@ -71,7 +74,7 @@ func newIAMClusterTuned(t testing.TB, secure bool, tune func(*Options), ids ...s
 func (c *iamCluster) start(id, dir string) *Server {
 	c.t.Helper()
 	o := Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: dir,
-		Cluster: &ClusterOptions{Etcd: []string{c.etcd}, NodeID: id, LeaseTTL: 2 * time.Second, SharedStorage: "file://" + c.shared}, knobs: c.knobs}
+		Cluster: &ClusterOptions{Etcd: []string{c.etcd}, Prefix: c.prefix, NodeID: id, LeaseTTL: 2 * time.Second, SharedStorage: "file://" + c.shared}, knobs: c.knobs}
 	if c.tune != nil {
 		c.tune(&o)
 	}

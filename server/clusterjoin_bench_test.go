@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
-	"github.com/ebbtable/ebbtable/internal/etcdtest"
 	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 )
 
@@ -25,7 +24,7 @@ import (
 func BenchmarkReplicationClusterToCluster(b *testing.B) {
 	a := startScaleClusterTuned(b, 0, func(o *Options) { o.ClusterID = "a" }, "n1", "n2")
 	a.createTable(b, "n1", "g", "n")
-	bc := &scaleCluster{etcd: etcdtest.Start(b), shared: b.TempDir(), nodes: map[string]*scaleNode{}}
+	bc := newScaleCluster(b, &scaleCluster{})
 	for _, id := range []string{"m1", "m2"} {
 		bc.tune = func(o *Options) {
 			o.ClusterID = "b"

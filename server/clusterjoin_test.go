@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigtable"
-	"github.com/ebbtable/ebbtable/internal/etcdtest"
 	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/ebbtable/ebbtable/server/ebbadminpb"
 )
@@ -56,7 +55,7 @@ func TestClusterJoinsCluster(t *testing.T) {
 		write(a.nodes[[]string{"n1", "n2"}[i%2]], l+"-0", "before "+l)
 	}
 
-	b := &scaleCluster{etcd: etcdtest.Start(t), shared: t.TempDir(), nodes: map[string]*scaleNode{}}
+	b := newScaleCluster(t, &scaleCluster{})
 	for _, id := range []string{"m1", "m2"} {
 		b.tune = func(o *Options) {
 			o.ClusterID = "b"
@@ -195,8 +194,7 @@ func TestClusterJoinStartsOver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b := &scaleCluster{etcd: etcdtest.Start(t), shared: t.TempDir(), nodes: map[string]*scaleNode{},
-		tune: func(o *Options) { o.ClusterID = "b" }}
+	b := newScaleCluster(t, &scaleCluster{tune: func(o *Options) { o.ClusterID = "b" }})
 	m1 := b.start(t, "m1", filepath.Join(t.TempDir(), "m1"))
 	t.Cleanup(m1.stop)
 	b.createTable(t, "m1")

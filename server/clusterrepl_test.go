@@ -12,7 +12,6 @@ import (
 	"cloud.google.com/go/bigtable"
 	"github.com/ebbtable/ebbtable/clock"
 	"github.com/ebbtable/ebbtable/collector"
-	"github.com/ebbtable/ebbtable/internal/etcdtest"
 	"github.com/ebbtable/ebbtable/server/clusterpb"
 )
 
@@ -28,7 +27,7 @@ import (
 // other nodes' closed timestamps to pass them.
 func TestReplicationFromClusterOfNodes(t *testing.T) {
 	t.Parallel()
-	sc := &scaleCluster{etcd: etcdtest.Start(t), shared: t.TempDir(), nodes: map[string]*scaleNode{}}
+	sc := newScaleCluster(t, &scaleCluster{})
 	ahead := clock.NewShifted(time.Now().Add(1500 * time.Millisecond))
 	for _, id := range []string{"n1", "n2", "n3"} {
 		sc.tune = func(o *Options) {

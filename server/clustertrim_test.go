@@ -162,7 +162,7 @@ func TestScaleOutSchemaLogTrim(t *testing.T) {
 	applied = n1.srv.cluster.appliedSeq()
 	trimmedPast("a trim past n2", applied)
 	srv, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: n2dir, Cluster: &ClusterOptions{
-		Etcd: []string{sc.etcd}, NodeID: "n2", LeaseTTL: 2 * time.Second, SharedStorage: "file://" + sc.shared}})
+		Etcd: []string{sc.etcd}, Prefix: sc.prefix, NodeID: "n2", LeaseTTL: 2 * time.Second, SharedStorage: "file://" + sc.shared}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"cloud.google.com/go/bigtable"
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/ebbtable/ebbtable/cell"
-	"github.com/ebbtable/ebbtable/internal/etcdtest"
 	"github.com/ebbtable/ebbtable/internal/testkit"
 	"github.com/ebbtable/ebbtable/server/clusterpb"
 	"github.com/ebbtable/ebbtable/table"
@@ -38,7 +37,10 @@ type scaleNode struct {
 }
 
 type scaleCluster struct {
-	etcd, shared string
+	// etcd is the endpoint, prefix the cluster's keys' prefix in it (the
+	// package's shared etcd: each cluster its own prefix).
+	etcd, prefix string
+	shared       string
 	splitBytes   int64
 	nodes        map[string]*scaleNode
 	// tune, when set, adjusts each node's options before it starts (a
@@ -51,7 +53,7 @@ type scaleCluster struct {
 func (sc *scaleCluster) start(t testing.TB, id, dir string) *scaleNode {
 	t.Helper()
 	opts := Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: dir, Cluster: &ClusterOptions{
-		Etcd: []string{sc.etcd}, NodeID: id, LeaseTTL: 2 * time.Second, SharedStorage: "file://" + sc.shared,
+		Etcd: []string{sc.etcd}, Prefix: sc.prefix, NodeID: id, LeaseTTL: 2 * time.Second, SharedStorage: "file://" + sc.shared,
 		SplitBytes: sc.splitBytes, SplitInterval: 50 * time.Millisecond}, knobs: sc.knobs}
 	if sc.tune != nil {
 		sc.tune(&opts)
@@ -95,6 +97,19 @@ func (n *scaleNode) stop() {
 	n.srv = nil
 }
 
+// newScaleCluster readies sc, a cluster of no nodes yet: its etcd (the
+// package's shared one, under a prefix of its own), shared directory and
+// knobs.
+func newScaleCluster(t testing.TB, sc *scaleCluster) *scaleCluster {
+	sc.etcd, sc.prefix = sharedEtcd.Start(t)
+	sc.shared = t.TempDir()
+	sc.nodes = map[string]*scaleNode{}
+	if sc.knobs == nil {
+		sc.knobs = &testKnobs{}
+	}
+	return sc
+}
+
 func startScaleCluster(t testing.TB, ids ...string) *scaleCluster {
 	return startScaleClusterSplitting(t, 0, ids...)
 }
@@ -106,8 +121,7 @@ func startScaleClusterSplitting(t testing.TB, splitBytes int64, ids ...string) *
 
 func startScaleClusterTuned(t testing.TB, splitBytes int64, tune func(*Options), ids ...string) *scaleCluster {
 	t.Helper()
-	sc := &scaleCluster{etcd: etcdtest.Start(t), shared: t.TempDir(), splitBytes: splitBytes, nodes: map[string]*scaleNode{}, tune: tune,
-		knobs: &testKnobs{}}
+	sc := newScaleCluster(t, &scaleCluster{splitBytes: splitBytes, tune: tune})
 	for _, id := range ids {
 		n := sc.start(t, id, filepath.Join(t.TempDir(), id))
 		t.Cleanup(n.stop)

@@ -17,6 +17,15 @@ import (
 func StartCuttable(t testing.TB) (endpoint string, cut, heal func()) {
 	t.Helper()
 	target, _ := StartStoppable(t)
+	return Cuttable(t, target)
+}
+
+// Cuttable puts the cut proxy of StartCuttable in front of a running
+// etcd's client endpoint target (a Shared one): cut drops the test's
+// connections through its proxy, not the etcd, so other tests of the
+// same etcd go on. The proxy closes when the test ends.
+func Cuttable(t testing.TB, target string) (endpoint string, cut, heal func()) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
