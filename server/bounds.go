@@ -5,8 +5,9 @@ import (
 
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/encoding/proto"
+	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
 )
 
 // meteredCodec is the server's proto codec with the in-flight bound in
@@ -46,7 +47,7 @@ func (ms *meters) put(req any, m meter) {
 }
 
 func newMeteredCodec(sec *security) meteredCodec {
-	return meteredCodec{CodecV2: encoding.GetCodecV2(proto.Name), sec: sec}
+	return meteredCodec{CodecV2: encoding.GetCodecV2(grpcproto.Name), sec: sec}
 }
 
 // Marshal encodes a response; a wireMessage (ReadRows' chunks, see
@@ -110,6 +111,10 @@ func (c meteredCodec) unmarshal(data mem.BufferSlice, v any) error {
 			c.sec.wire.put(req, w)
 			return nil
 		}
+		// Declined (a delete, an idempotency token, bytes protobuf must
+		// judge): protobuf decodes the copy already made, as the codec
+		// would, rather than a second one.
+		return proto.Unmarshal(b, req)
 	}
 	return c.CodecV2.Unmarshal(data, v)
 }
