@@ -16,10 +16,7 @@ func mutateRowsCases() []struct {
 	req     *btpb.MutateRowsRequest
 	decodes bool
 } {
-	set := func(fam string, q, v []byte, ts int64) *btpb.Mutation {
-		return &btpb.Mutation{Mutation: &btpb.Mutation_SetCell_{SetCell: &btpb.Mutation_SetCell{
-			FamilyName: fam, ColumnQualifier: q, Value: v, TimestampMicros: ts}}}
-	}
+	set := setCellMutation
 	bulk := &btpb.MutateRowsRequest{TableName: "projects/p/instances/i/tables/t", AppProfileId: "default"}
 	for i := range 100 {
 		bulk.Entries = append(bulk.Entries, &btpb.MutateRowsRequest_Entry{
@@ -255,4 +252,11 @@ func BenchmarkDecodeMutateRows(b *testing.B) {
 			}
 		}
 	})
+}
+
+// setCellMutation is a SetCell mutation of family fam, column q, value v
+// at timestamp ts.
+func setCellMutation(fam string, q, v []byte, ts int64) *btpb.Mutation {
+	return &btpb.Mutation{Mutation: &btpb.Mutation_SetCell_{SetCell: &btpb.Mutation_SetCell{
+		FamilyName: fam, ColumnQualifier: q, Value: v, TimestampMicros: ts}}}
 }

@@ -61,10 +61,7 @@ func mutateRowCases() []struct {
 	req  *btpb.MutateRowRequest
 	kept bool
 } {
-	set := func(fam string, q, v []byte, ts int64) *btpb.Mutation {
-		return &btpb.Mutation{Mutation: &btpb.Mutation_SetCell_{SetCell: &btpb.Mutation_SetCell{
-			FamilyName: fam, ColumnQualifier: q, Value: v, TimestampMicros: ts}}}
-	}
+	set := setCellMutation
 	apply := &btpb.MutateRowRequest{TableName: "projects/p/instances/i/tables/t", AppProfileId: "default", RowKey: []byte("row\x00\xff"),
 		Mutations: []*btpb.Mutation{set("f", []byte("c"), make([]byte, 100), -1)}}
 	many := &btpb.MutateRowRequest{TableName: "t", AuthorizedViewName: "v", RowKey: []byte("a"), Mutations: []*btpb.Mutation{
@@ -437,7 +434,7 @@ func TestMutateRowServedFromBytes(t *testing.T) {
 	env, d := newWireTwins(t)
 	var req btpb.MutateRowRequest
 	keepByCodec(t, env, &btpb.MutateRowRequest{TableName: tableName("wirea"), RowKey: []byte("r"),
-		Mutations: []*btpb.Mutation{wireSetCell("q")}}, &req)
+		Mutations: []*btpb.Mutation{setCellMutation("cf", []byte("q"), []byte("v"), 1000)}}, &req)
 	if _, err := d.MutateRow(context.Background(), &req); err != nil {
 		t.Fatal(err)
 	}
@@ -454,8 +451,8 @@ func TestMutateRowsServedFromBytes(t *testing.T) {
 	env, d := newWireTwins(t)
 	var req btpb.MutateRowsRequest
 	keepByCodec(t, env, &btpb.MutateRowsRequest{TableName: tableName("wirea"), Entries: []*btpb.MutateRowsRequest_Entry{
-		{RowKey: []byte("r1"), Mutations: []*btpb.Mutation{wireSetCell("q1")}},
-		{RowKey: []byte("r2"), Mutations: []*btpb.Mutation{wireSetCell("q2")}}}}, &req)
+		{RowKey: []byte("r1"), Mutations: []*btpb.Mutation{setCellMutation("cf", []byte("q1"), []byte("v"), 1000)}},
+		{RowKey: []byte("r2"), Mutations: []*btpb.Mutation{setCellMutation("cf", []byte("q2"), []byte("v"), 1000)}}}}, &req)
 	if err := d.MutateRows(&req, &discardMutateRows{ctx: context.Background()}); err != nil {
 		t.Fatal(err)
 	}
@@ -464,11 +461,6 @@ func TestMutateRowsServedFromBytes(t *testing.T) {
 	}
 	checkWrittenFromBytes(t, env, "r1", "cf:q1")
 	checkWrittenFromBytes(t, env, "r2", "cf:q2")
-}
-
-func wireSetCell(q string) *btpb.Mutation {
-	return &btpb.Mutation{Mutation: &btpb.Mutation_SetCell_{SetCell: &btpb.Mutation_SetCell{
-		FamilyName: "cf", ColumnQualifier: []byte(q), TimestampMicros: 1000, Value: []byte("v")}}}
 }
 
 // keepByCodec encodes msg and hands it to the server's codec as gRPC
