@@ -71,9 +71,9 @@ type zeroAheadFile struct {
 // Write writes p at the log's end: over the zeros as far as they go, by
 // growing the file beyond them, and then, when less than half of the
 // distance to keep zeroed (zeroAhead) is left past the log, appends zeros
-// to that distance past it. A
-// failed write of zeros fails the write (Pebble treats a WAL write error
-// as fatal, so the log's records are never acknowledged).
+// to that distance past it. A failed write of zeros fails the write
+// (Pebble treats a WAL write error as fatal, so the log's records are
+// never acknowledged).
 func (f *zeroAheadFile) Write(p []byte) (int, error) {
 	n := 0
 	if over := min(int64(len(p)), f.zeroed-f.off); over > 0 {
