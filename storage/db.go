@@ -72,6 +72,10 @@ type Options struct {
 	// shared object store (shared.go); nil: everything on the local disk,
 	// as always.
 	Shared *SharedOptions
+
+	// growWAL (benchmarks only) leaves new WAL files to grow with each
+	// write, without the zeros written ahead (walzero.go).
+	growWAL bool
 }
 
 // DB is ebbtable's Pebble database.
@@ -142,12 +146,16 @@ func Open(opts Options) (*DB, error) {
 		closeHealth = c.Close
 	}
 	pc := &pacer{}
+	walFS := vfs.FS(zeroAheadFS{fs})
+	if opts.growWAL {
+		walFS = fs
+	}
 	cache := pebble.NewCache(cacheSize(opts.CacheBytes))
 	defer cache.Unref()
 	po := &pebble.Options{
 		Comparer:           Comparer,
 		Cache:              cache,
-		FS:                 pacedFS{fs, pc},
+		FS:                 pacedFS{walFS, pc},
 		FormatMajorVersion: pebble.FormatNewest,
 		BlockPropertyCollectors: []func() pebble.BlockPropertyCollector{
 			NewTimestampCollector,

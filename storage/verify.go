@@ -513,6 +513,9 @@ func verifyWAL(rep *Report, ll wal.LogicalLog, path string, newest bool) {
 					return
 				}
 				size := int64(len(b))
+				if zeroTail(b, off.Physical) {
+					return // the log's end, then the zeros written ahead of it (walzero.go)
+				}
 				if at, synced, ok := intactChunkAfter(b, uint32(ll.Num), off.Physical); ok {
 					why := fmt.Sprintf("an intact record of this log follows at offset %d (a crash tears only the end of a log)", at)
 					if synced > off.Physical {
@@ -573,6 +576,21 @@ func intactChunkAfter(b []byte, logNum uint32, from int64) (at, synced int64, ok
 		}
 	}
 	return at, synced, ok
+}
+
+// zeroTail says whether the WAL b holds only zeros from offset from on, as
+// a new WAL does past its last write (walZeroAhead): Pebble's reader takes
+// them for an unclean end, but nothing was cut short there.
+func zeroTail(b []byte, from int64) bool {
+	if from < 0 || from > int64(len(b)) {
+		return false
+	}
+	for _, c := range b[from:] {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func readAllInto(dst []byte, r io.Reader) ([]byte, error) {
@@ -670,6 +688,9 @@ func verifyWALSynced(rep *Report, ll wal.LogicalLog, path string) {
 			b, rerr := os.ReadFile(path)
 			if rerr != nil {
 				return
+			}
+			if zeroTail(b, off.Physical) {
+				return // a clean end: the zeros written ahead of the log (walzero.go)
 			}
 			if at, synced, ok := intactChunkAfter(b, uint32(ll.Num), off.Physical); ok && synced > off.Physical {
 				rep.Damage(KindWAL, path, "bad record at offset %d after %d good records, though a later record (at offset %d) says the log was synced to offset %d", off.Physical, n, at, synced)
