@@ -103,10 +103,13 @@ func metricsAnonOr(open bool, code int) int {
 
 // TestInflightBytesBound: a request that would pass the bound on request
 // bytes in flight fails with RESOURCE_EXHAUSTED; concurrent requests either
-// fit or are refused so, and the bytes held return to zero.
+// fit or are refused so, and the bytes held return to zero. The bound is
+// 640 KiB, the big request 768 KiB and the concurrent ones 256 KiB (two fit
+// at once): the same crossings as 5 MiB, 6 MiB and 2 MiB with an eighth of
+// the bytes copied under the race runtime.
 func TestInflightBytesBound(t *testing.T) {
 	t.Parallel()
-	env := newTestEnv(t, func(o *Options) { o.Security.MaxInflightBytes = 5 << 20 })
+	env := newTestEnv(t, func(o *Options) { o.Security.MaxInflightBytes = 640 << 10 })
 	tbl := env.createTable(t, "t", map[string]bigtable.GCPolicy{"f": bigtable.NoGcPolicy()})
 	ctx := context.Background()
 	set := func(row string, n int) error {
@@ -114,14 +117,14 @@ func TestInflightBytesBound(t *testing.T) {
 		m.Set("f", "c", 1000, bytes.Repeat([]byte("x"), n))
 		return tbl.Apply(ctx, row, m)
 	}
-	if err := set("big", 6<<20); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-inflight-bytes") {
-		t.Fatalf("6 MiB request with a 5 MiB bound: %v", err)
+	if err := set("big", 768<<10); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-inflight-bytes") {
+		t.Fatalf("768 KiB request with a 640 KiB bound: %v", err)
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, 8)
 	for i := range errs {
 		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = set(fmt.Sprint("r", i), 2<<20) }()
+		go func() { defer wg.Done(); errs[i] = set(fmt.Sprint("r", i), 256<<10) }()
 	}
 	wg.Wait()
 	ok := 0

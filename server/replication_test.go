@@ -414,24 +414,26 @@ func TestDeleteClusterForgetsPeer(t *testing.T) {
 
 // TestLargeValuesReplicate: pulls are bounded in bytes, so writes larger in
 // total than one pull carries still all arrive. The budget is lowered to
-// 5 MiB so that 12 MiB cross it (the bound itself is TestAnswerBudget in
-// package replication).
+// 640 KiB so that six values of 256 KiB (2 MiB on the wire, base64) cross
+// it in three pulls or more (the bound itself is TestAnswerBudget in
+// package replication). With 2 MiB values under a 5 MiB budget it took
+// 2.8 CPU-s under -race, most of it the race runtime over the copies.
 func TestLargeValuesReplicate(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	knobs := &testKnobs{}
-	knobs.pullMaxBytes.set(5 << 20)
+	knobs.pullMaxBytes.set(640 << 10)
 	lowBudget := func(o *Options) { o.knobs = knobs }
 	a := startClusterTuned(t, "a", "", "", clock.Real{}, lowBudget)
 	if err := a.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "t", ColumnFamilies: map[string]bigtable.Family{"f": {GCPolicy: bigtable.NoGcPolicy()}}}); err != nil {
 		t.Fatal(err)
 	}
 	b := startClusterTuned(t, "b", a.srv.Addr(), "", clock.Real{}, lowBudget)
-	// b pulls only once all 12 MiB wait: pulling while a wrote, under
-	// load, b took the rows a few at a time and no answer crossed 5 MiB.
+	// b pulls only once all six values wait: pulling while a wrote, under
+	// load, b took the rows a few at a time and no answer crossed the budget.
 	b.srv.repl.Pause("a")
-	big := make([]byte, 2<<20)
-	for i := range 6 { // 12 MiB, more than two pulls' 5 MiB
+	big := make([]byte, 256<<10)
+	for i := range 6 { // 1.5 MiB, 2 MiB as base64: more than two pulls' 640 KiB
 		big[0] = byte(i)
 		m := bigtable.NewMutation()
 		m.Set("f", "c", 1000, big)
@@ -455,6 +457,6 @@ func TestLargeValuesReplicate(t *testing.T) {
 	}
 	// The knob at work: some answer of a's stopped at the budget.
 	if k := a.srv.repl.BudgetSpent(); k == 0 {
-		t.Errorf("none of a's pull answers reached the %d-byte budget: the test did not cross it", 5<<20)
+		t.Errorf("none of a's pull answers reached the %d-byte budget: the test did not cross it", 640<<10)
 	}
 }

@@ -526,13 +526,18 @@ func TestScaleOutNodeDownAndBack(t *testing.T) {
 	}
 }
 
+// TestScaleOutSplitsBySize: a tablet that grows past SplitBytes (64 KiB)
+// splits, and emptied tablets merge again. 120 rows of 1,000 bytes (about
+// 1.8 times the bound) cross it; 400 split it into several tablets for no
+// more checked.
 func TestScaleOutSplitsBySize(t *testing.T) {
 	t.Parallel()
 	sc := startScaleClusterSplitting(t, 64<<10, "n1", "n2")
 	sc.createTable(t, "n1")
 	tbl := sc.nodes["n2"].client.Open("t")
 	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range 400 {
+	const rows = 120
+	for i := range rows {
 		b := make([]byte, 1000)
 		for j := range b {
 			b[j] = byte('a' + rng.IntN(26)) // incompressible enough
@@ -554,8 +559,8 @@ func TestScaleOutSplitsBySize(t *testing.T) {
 		return len(r.Tablets) >= 2, fmt.Sprintf("%d tablets", len(r.Tablets))
 	})
 	keys, _ := readScale(t, sc.nodes["n1"])
-	if len(keys) != 400 {
-		t.Fatalf("%d rows after the split, want 400", len(keys))
+	if len(keys) != rows {
+		t.Fatalf("%d rows after the split, want %d", len(keys), rows)
 	}
 	// Emptied and compacted, the small tablets merge again.
 	if err := sc.nodes["n1"].admin.DropAllRows(context.Background(), "t"); err != nil {
