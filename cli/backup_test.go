@@ -9,13 +9,14 @@ import (
 )
 
 // TestBackupCommands creates, lists, updates, restores and deletes backups
-// with the CLI against a server subprocess.
+// with the CLI against a server subprocess (the shared one, in an instance
+// of its own).
 func TestBackupCommands(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t, t.TempDir())
+	addr, inst := sharedServer(t)
 	cli := func(args ...string) result {
 		t.Helper()
-		return ebbtable(t, append(args, "--addr", srv.addr)...)
+		return ebbtable(t, append(args, "--addr", addr, "--instance", inst)...)
 	}
 	cli("createtable", "events", "cf").mustSucceed(t, "createtable")
 	for i := range 5 {

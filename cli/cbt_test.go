@@ -7,23 +7,23 @@ import (
 	"time"
 )
 
-// TestCbt drives the real cbt tool against a server subprocess, the way
-// users point it at an emulator.
+// TestCbt drives the real cbt tool against a server subprocess (the shared
+// one, in an instance of its own), the way users point it at an emulator.
 func TestCbt(t *testing.T) {
 	cbtPath, err := exec.LookPath("cbt")
 	if err != nil {
 		t.Skip("cbt is not on the PATH")
 	}
 	t.Parallel()
-	srv := startServer(t, t.TempDir())
+	addr, inst := sharedServer(t)
 	// TZ=UTC: cbt prints timestamps in local time. An empty PATH: without
 	// -creds, cbt runs `gcloud config config-helper` for defaults, which
 	// takes seconds and reads the developer's gcloud configuration; with no
 	// gcloud to run it goes straight to the emulator.
-	env := []string{"BIGTABLE_EMULATOR_HOST=" + srv.addr, "TZ=UTC", "PATH=" + t.TempDir()}
+	env := []string{"BIGTABLE_EMULATOR_HOST=" + addr, "TZ=UTC", "PATH=" + t.TempDir()}
 	cbt := func(args ...string) result {
 		t.Helper()
-		return run(t, env, cbtPath, append([]string{"-project", "p", "-instance", "i"}, args...)...).mustSucceed(t, "cbt "+args[0])
+		return run(t, env, cbtPath, append([]string{"-project", "p", "-instance", inst}, args...)...).mustSucceed(t, "cbt "+args[0])
 	}
 
 	cbt("createtable", "t")

@@ -111,11 +111,12 @@ func TestCbtrcShared(t *testing.T) {
 
 // TestCbtSameOutput compares what cbt and ebbtable print for the commands
 // they share (ls, ls TABLE, read, lookup, count), byte for byte, on one
-// server, in a time zone that is not UTC.
+// server (the shared one, in an instance of its own), in a time zone that
+// is not UTC.
 func TestCbtSameOutput(t *testing.T) {
-	srv := startServer(t, t.TempDir())
 	t.Parallel()
-	env, cbtPath := cbtEnv(t, "project = same\ninstance = out\n", "BIGTABLE_EMULATOR_HOST="+srv.addr, "TZ=Asia/Kolkata")
+	addr, inst := sharedServer(t)
+	env, cbtPath := cbtEnv(t, "project = same\ninstance = "+inst+"\n", "BIGTABLE_EMULATOR_HOST="+addr, "TZ=Asia/Kolkata")
 	cbt := func(args ...string) result {
 		t.Helper()
 		return run(t, env, cbtPath, args...).mustSucceed(t, "cbt "+strings.Join(args, " "))

@@ -15,12 +15,12 @@ import (
 // official client: 2024-03-01T12:00:00.123Z.
 var fixedTS = bigtable.Time(time.Date(2024, 3, 1, 12, 0, 0, 123e6, time.UTC))
 
-// writeFixed creates table "fixed" through conn.go's clients and fills it
-// with cells at known timestamps.
-func writeFixed(t *testing.T, addr string) {
+// writeFixed creates table "fixed" in instance (of project "ebbtable")
+// through conn.go's clients and fills it with cells at known timestamps.
+func writeFixed(t *testing.T, addr, instance string) {
 	t.Helper()
 	ctx := context.Background()
-	cf := connFlags{addr: addr, project: "ebbtable", instance: "ebbtable"}
+	cf := connFlags{addr: addr, project: "ebbtable", instance: instance}
 	admin, err := cf.adminClient(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func TestClientCommands(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t, t.TempDir())
 	at := func(args ...string) []string { return append(args, "--addr", srv.addr) }
-	writeFixed(t, srv.addr)
+	writeFixed(t, srv.addr, "ebbtable")
 
 	t.Run("createtable and ls", func(t *testing.T) {
 		ebbtable(t, at("createtable", "users", "profile", "events")...).mustSucceed(t, "createtable users")

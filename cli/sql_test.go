@@ -3,13 +3,14 @@ package cli
 import "testing"
 
 // TestSQLCommand runs `ebbtable sql` as a subprocess against a server
-// subprocess: an aligned table, JSON lines, parameters, and a bad query
-// refused with its position.
+// subprocess (the shared one, in an instance of its own): an aligned
+// table, JSON lines, parameters, and a bad query refused with its
+// position.
 func TestSQLCommand(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t, t.TempDir())
-	at := func(args ...string) []string { return append(args, "--addr", srv.addr) }
-	writeFixed(t, srv.addr)
+	addr, inst := sharedServer(t)
+	at := func(args ...string) []string { return append(args, "--addr", addr, "--instance", inst) }
+	writeFixed(t, addr, inst)
 
 	r := ebbtable(t, at("sql", "SELECT _key, cf['name'] AS name, zz FROM fixed WHERE _key BETWEEN 'user#1' AND 'user#2'")...).mustSucceed(t, "sql")
 	wantOutput(t, "sql table", r.stdout, `_key     name       zz

@@ -11,15 +11,16 @@ import (
 )
 
 // TestCellTTLCommands drives set --ttl / --expire-at, read --show-expiry and
-// family guard as subprocesses against a server on the real clock.
+// family guard as subprocesses against a server on the real clock (the
+// shared one, in an instance of its own).
 func TestCellTTLCommands(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t, t.TempDir())
-	at := func(args ...string) []string { return append(args, "--addr", srv.addr) }
+	addr, inst := sharedServer(t)
+	at := func(args ...string) []string { return append(args, "--addr", addr, "--instance", inst) }
 
 	// Table t: cf without a GC rule, exp for the one-second pattern.
 	ctx := context.Background()
-	cf := connFlags{addr: srv.addr, project: "ebbtable", instance: "ebbtable"}
+	cf := connFlags{addr: addr, project: "ebbtable", instance: inst}
 	admin, err := cf.adminClient(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package testkit
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -74,18 +75,47 @@ func StartServe(t testing.TB, bin string, env []string, args ...string) *Serve {
 // process is killed at cleanup if still running.
 func StartServeWithin(t testing.TB, limit time.Duration, bin string, env []string, args ...string) (p *Serve, ready bool, took time.Duration) {
 	t.Helper()
+	p, ready, took, err := startServe(limit, bin, env, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.KillNow)
+	return p, ready, took
+}
+
+// StartServeShared runs bin with args in env and waits up to
+// ProcessTimeout for its readiness line, like StartServe, for a server
+// that outlives the test that asked for it (one several tests share,
+// started by the first and stopped by TestMain): no test's cleanup kills
+// it, so the caller must (KillNow or Terminate's signal).
+func StartServeShared(bin string, env []string, args ...string) (*Serve, error) {
+	p, ready, took, err := startServe(ProcessTimeout, bin, env, args)
+	switch {
+	case err != nil:
+		return nil, err
+	case ready:
+		return p, nil
+	case took < ProcessTimeout:
+		return nil, fmt.Errorf("serve exited before it was ready (%v); stderr:\n%s", p.Cmd.ProcessState, p.Stderr.String())
+	default:
+		return nil, fmt.Errorf("serve not ready after %v; stderr:\n%s", ProcessTimeout, p.Stderr.String())
+	}
+}
+
+// startServe is StartServeWithin without a test: a process that prints a
+// readiness line other than serve's is killed and reported as an error.
+func startServe(limit time.Duration, bin string, env []string, args []string) (p *Serve, ready bool, took time.Duration, err error) {
 	p = &Serve{Cmd: exec.Command(bin, testbin.ServeArgs(args)...), Stderr: &SyncBuffer{}, exited: make(chan struct{})}
 	p.Cmd.Env = env
 	p.Cmd.Stderr = p.Stderr
 	stdout, err := p.Cmd.StdoutPipe()
 	if err != nil {
-		t.Fatal(err)
+		return nil, false, 0, err
 	}
 	start := time.Now()
 	if err := p.Cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, false, 0, err
 	}
-	t.Cleanup(p.KillNow)
 	first := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -106,15 +136,16 @@ func StartServeWithin(t testing.TB, limit time.Duration, bin string, env []strin
 	case line := <-first:
 		addr, ok := strings.CutPrefix(line, "ebbtable running on ")
 		if !ok {
-			t.Fatalf("serve printed %q, want \"ebbtable running on ADDR\"; stderr:\n%s", line, p.Stderr.String())
+			p.KillNow()
+			return nil, false, 0, fmt.Errorf("serve printed %q, want \"ebbtable running on ADDR\"; stderr:\n%s", line, p.Stderr.String())
 		}
 		p.Addr = addr
-		return p, true, time.Since(start)
+		return p, true, time.Since(start), nil
 	case <-p.exited:
-		return p, false, time.Since(start)
+		return p, false, time.Since(start), nil
 	case <-time.After(limit):
 		p.KillNow()
-		return p, false, time.Since(start)
+		return p, false, time.Since(start), nil
 	}
 }
 
