@@ -70,9 +70,6 @@ func TestClusterMaterializedViewRandom(t *testing.T) {
 	}
 	slices.Sort(names)
 	rng := rand.New(rand.NewPCG(*clusterViewSeed, 13))
-	unjustified := func(n *scaleNode) int64 {
-		return n.srv.mviews.mergeFallbacks.Load() - n.srv.mviews.notLiveFallbacks.Load()
-	}
 	format := func(rows [][]sqlquery.Value) string {
 		out := make([]string, len(rows))
 		for i, r := range rows {
@@ -80,34 +77,9 @@ func TestClusterMaterializedViewRandom(t *testing.T) {
 		}
 		return strings.Join(out, "\n  ")
 	}
-	// A read is merged from the owners' states. It may be computed on read
-	// instead only when an owner was not live or not reached (a lease
-	// lapsed on a starved machine): then it is read again, as a client
-	// would, until merged. A fallback for any other reason (an owner's
-	// tablets not those the read asked it for, an error) fails.
 	read := func(n *scaleNode, name string, ranges []table.RowRange) string {
 		t.Helper()
-		var rows [][]sqlquery.Value
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			rows = rows[:0]
-			ok, err := n.srv.scanKept(ctx, inst, name, ranges, nil, func(_ []byte, v []sqlquery.Value) error {
-				rows = append(rows, v)
-				return nil
-			})
-			if err != nil {
-				t.Fatalf("%s: read %s: %v", n.id, name, err)
-			}
-			if ok {
-				return format(rows)
-			}
-			if unjustified(n) > 0 {
-				t.Fatalf("%s: view %s computed on read, not merged from the owners' states: %s", n.id, name, *n.srv.mviews.lastFallback.Load())
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: view %s computed on read for 30s (owners not live)", n.id, name)
-			}
-		}
+		return format(readMergedView(t, n, inst, name, ranges))
 	}
 	check := func(step string, nodes ...string) {
 		t.Helper()
@@ -381,5 +353,44 @@ func TestClusterMaterializedViewFailover(t *testing.T) {
 	}
 	if fallbacks != 0 {
 		t.Errorf("%d reads computed on read, want 0", fallbacks)
+	}
+}
+
+// readMergedView reads view name through node n, merged from the owners'
+// states. A read may be computed on read instead only when an owner was
+// not live or not reached (a lease lapsed on a starved machine): then it
+// is read again, as a client would, until merged (for at most 30 s). A
+// read computed on read for any other reason (the view not maintained, an
+// owner's tablets not those the read asked it for, an error) fails the
+// test.
+func readMergedView(t *testing.T, n *scaleNode, inst, name string, ranges []table.RowRange) [][]sqlquery.Value {
+	t.Helper()
+	unjustified := func() int64 {
+		return n.srv.mviews.mergeFallbacks.Load() - n.srv.mviews.notLiveFallbacks.Load()
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var rows [][]sqlquery.Value
+		notLive := n.srv.mviews.notLiveFallbacks.Load()
+		kept, err := n.srv.scanKept(context.Background(), inst, name, ranges, nil, func(_ []byte, v []sqlquery.Value) error {
+			rows = append(rows, v)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: read %s: %v", n.id, name, err)
+		}
+		if kept {
+			return rows
+		}
+		if unjustified() > 0 || n.srv.mviews.notLiveFallbacks.Load() == notLive {
+			why := "not maintained"
+			if p := n.srv.mviews.lastFallback.Load(); p != nil {
+				why = *p
+			}
+			t.Fatalf("%s: view %s computed on read, not merged from the owners' states (last fallback: %s)", n.id, name, why)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: view %s computed on read for 30s (owners not live)", n.id, name)
+		}
 	}
 }
