@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -157,7 +158,7 @@ func Verify(dir string) (*Report, error) {
 	for _, n := range manifests {
 		verifyManifestFraming(rep, filepath.Join(dir, n), n != current)
 	}
-	live, liveOK := liveTables(rep, dir, lock, filepath.Join(dir, current))
+	live, liveWALs, liveOK := liveTables(rep, dir, lock, filepath.Join(dir, current))
 	for _, n := range ssts {
 		p := filepath.Join(dir, n)
 		rep.Checked[KindSSTable]++
@@ -178,7 +179,7 @@ func Verify(dir string) (*Report, error) {
 			rep.Damage(KindSSTable, p, "is %d bytes, the MANIFEST says %d", st.Size(), size)
 		}
 	}
-	if err := verifyWALs(rep, dir); err != nil {
+	if err := verifyWALs(rep, dir, liveWALs); err != nil {
 		return nil, err
 	}
 	return rep, nil
@@ -389,28 +390,52 @@ func (verifyLogger) Fatalf(f string, a ...interface{}) {
 	panic(fmt.Sprintf("pebble: "+f, a...))
 }
 
-// hideWALs is a filesystem that does not list WAL and OPTIONS files, so a
-// read-only open decodes the MANIFEST without replaying the WAL or reading
-// the options (both checked apart).
-type hideWALs struct{ vfs.FS }
+// emptyWALs is a filesystem that does not list OPTIONS files and opens every
+// WAL as an empty file, so a read-only open decodes the MANIFEST without
+// reading the options or replaying a WAL (both checked apart). It records
+// the WALs the open would have replayed: those from the MANIFEST's oldest
+// unflushed log on. An older WAL is obsolete (its writes are in SSTables):
+// Pebble never reads it again and deletes it at the next open.
+type emptyWALs struct {
+	vfs.FS
+	mu       sync.Mutex
+	replayed map[string]bool // base names
+}
 
-func (h hideWALs) List(dir string) ([]string, error) {
+func (h *emptyWALs) List(dir string) ([]string, error) {
 	names, err := h.FS.List(dir)
 	out := names[:0]
 	for _, n := range names {
-		if _, _, ok := wal.ParseLogFilename(n); !ok && !strings.HasPrefix(n, "OPTIONS-") {
+		if !strings.HasPrefix(n, "OPTIONS-") {
 			out = append(out, n)
 		}
 	}
 	return out, err
 }
 
+func (h *emptyWALs) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	base := h.FS.PathBase(name)
+	if _, _, ok := wal.ParseLogFilename(base); !ok {
+		return h.FS.Open(name, opts...)
+	}
+	h.mu.Lock()
+	h.replayed[base] = true
+	h.mu.Unlock()
+	mem := vfs.NewMem()
+	f, err := mem.Create("empty.log", vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return nil, err
+	}
+	f.Close()
+	return mem.Open("empty.log")
+}
+
 // liveTables opens the database read-only (Pebble decodes every version
 // edit of the MANIFEST) and returns the size of each SSTable the current
-// version references, by file number (-1 for a virtual table's backing).
-// Problems are damage to the MANIFEST; ok is false when it could not be
-// read.
-func liveTables(rep *Report, dir string, lock *pebble.Lock, manifest string) (live map[uint64]int64, ok bool) {
+// version references, by file number (-1 for a virtual table's backing),
+// and the base names of the WALs Pebble would replay. Problems are damage
+// to the MANIFEST; ok is false when it could not be read.
+func liveTables(rep *Report, dir string, lock *pebble.Lock, manifest string) (live map[uint64]int64, liveWALs map[string]bool, ok bool) {
 	defer func() {
 		if p := recover(); p != nil {
 			rep.Damage(KindManifest, manifest, "decoding it panicked: %v", p)
@@ -418,7 +443,8 @@ func liveTables(rep *Report, dir string, lock *pebble.Lock, manifest string) (li
 		}
 	}()
 	o := verifyPebbleOptions()
-	o.FS = hideWALs{vfs.Default}
+	fs := &emptyWALs{FS: vfs.Default, replayed: map[string]bool{}}
+	o.FS = fs
 	o.ReadOnly = true
 	o.Lock = lock
 	o.DisableConsistencyCheck = true
@@ -433,13 +459,13 @@ func liveTables(rep *Report, dir string, lock *pebble.Lock, manifest string) (li
 	db, err := pebble.Open(dir, o)
 	if err != nil {
 		rep.Damage(KindManifest, manifest, "cannot be loaded: %v", err)
-		return nil, false
+		return nil, nil, false
 	}
 	defer db.Close()
 	levels, err := db.SSTables()
 	if err != nil {
 		rep.Damage(KindManifest, manifest, "references an SSTable that is missing: %v", err)
-		return nil, false
+		return nil, nil, false
 	}
 	live = map[uint64]int64{}
 	shared := 0
@@ -468,11 +494,16 @@ func liveTables(rep *Report, dir string, lock *pebble.Lock, manifest string) (li
 			rep.Damage(KindManifest, manifest, "references %s, which is missing: %v", filepath.Base(p), err)
 		}
 	}
-	return live, true
+	return live, fs.replayed, true
 }
 
-// verifyWALs reads every record of every WAL and decodes it as a batch.
-func verifyWALs(rep *Report, dir string) error {
+// verifyWALs reads every record of every WAL Pebble would replay (all of
+// them when live is nil: the MANIFEST could not be read) and decodes it as
+// a batch. An older WAL is obsolete and only noted: Pebble never reads it.
+// One an open replayed and flushed, with the process killed before Pebble
+// deleted it, ends in zeros without its EOF trailer (walzero.go), which in
+// a WAL Pebble replays would be damage.
+func verifyWALs(rep *Report, dir string, live map[string]bool) error {
 	logs, err := wal.Scan(wal.Dir{FS: vfs.Default, Dirname: dir})
 	if err != nil {
 		return fmt.Errorf("ebbtable: verify %s: %w", dir, err)
@@ -482,6 +513,10 @@ func verifyWALs(rep *Report, dir string) error {
 		newest := i == len(logs)-1
 		rep.Checked[KindWAL]++
 		_, p := ll.SegmentLocation(ll.NumSegments() - 1)
+		if live != nil && !live[filepath.Base(p)] {
+			rep.Note(KindWAL, p, "obsolete: older than the MANIFEST's oldest unflushed log, so its writes are in SSTables; Pebble does not read it and deletes it at the next open")
+			continue
+		}
 		verifyWAL(rep, ll, p, newest)
 	}
 	return nil

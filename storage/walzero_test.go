@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -159,9 +160,10 @@ func (g *sstGate) MaybeError(op errorfs.Op) error {
 // older one closed (its EOF trailer, then the zeros written ahead of it,
 // which Pebble's replay reads strictly) and the newest one open (records,
 // then zeros: an unclean end Pebble accepts only in the newest WAL). Every
-// synced write survives, the database opens, and ebbtable's open check and
-// verify see a clean end, not a torn tail. Once with exactly the synced
-// state, and with random parts of what was not synced.
+// synced write survives and the database opens. Once with exactly the
+// synced state, and with random parts of what was not synced. (The open
+// check and verify read the disk, not this memory FS: TestVerifyWALZeroTail
+// and TestVerifyObsoleteWALZeroTail check them.)
 func TestWALZeroTailPowerLoss(t *testing.T) {
 	t.Parallel()
 	for _, unsynced := range []int{0, 50} {
@@ -297,5 +299,136 @@ func TestVerifyWALZeroTail(t *testing.T) {
 	}
 	if notes, err := CheckOnOpen(dir); err != nil || len(notes) != 1 || !strings.Contains(notes[0], filepath.Base(newest)) {
 		t.Fatalf("torn record then zeros: %v, notes %q; want one naming %s", err, notes, newest)
+	}
+}
+
+// copyFiles copies the files of dir (not LOCK) to a new directory: what a
+// kill -9 of the process that has dir open leaves, for synced writes.
+func copyFiles(t *testing.T, dir string) string {
+	t.Helper()
+	dst := t.TempDir()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.IsDir() || e.Name() == "LOCK" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+// TestVerifyObsoleteWALZeroTail: the only WAL that ends in zeros without
+// its EOF trailer and is not the newest is one an open replayed: Pebble
+// flushes it, creates the next WAL and deletes it after, so a kill in
+// between leaves it beside the new one. It is below the MANIFEST's oldest
+// unflushed log, Pebble never reads it again (the database opens), and
+// verify must not call it damaged. A live older WAL whose trailer is gone
+// (records, then zeros), which Pebble refuses to open, stays damage.
+func TestVerifyObsoleteWALZeroTail(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db, err := Open(Options{Dir: dir, MaxSyncDuration: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if err := db.Set(fmt.Appendf(nil, "a%02d", i), []byte("v"), pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	killed := copyFiles(t, dir) // the WAL: records, then zeros
+	db.Close()
+	replayed := filesOf(t, killed, "*.log")
+	if len(replayed) != 1 {
+		t.Fatalf("WALs %v, want one", replayed)
+	}
+	raw, _ := os.ReadFile(replayed[0])
+
+	db, err = Open(Options{Dir: killed, MaxSyncDuration: -1}) // replays, flushes, new WAL
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Set([]byte("b"), []byte("v"), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	again := copyFiles(t, killed)
+	db.Close()
+	// Killed before Pebble deleted the replayed WAL.
+	if err := os.WriteFile(filepath.Join(again, filepath.Base(replayed[0])), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if logs := filesOf(t, again, "*.log"); len(logs) != 2 {
+		t.Fatalf("WALs %v, want the replayed one and the new one", logs)
+	}
+	rep := mustVerify(t, again)
+	if len(rep.DamagedFiles()) != 0 {
+		t.Fatalf("obsolete replayed WAL: findings %v, want no damage", rep.Findings)
+	}
+	db, err = Open(Options{Dir: again, MaxSyncDuration: -1})
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	for _, k := range []string{"a09", "b"} {
+		if v, c, err := db.Get([]byte(k)); err != nil || string(v) != "v" {
+			t.Fatalf("%s: %q, %v", k, v, err)
+		} else {
+			c.Close()
+		}
+	}
+	db.Close()
+
+	// Two live WALs (a flush held), the older one's trailer zeroed.
+	dir = t.TempDir()
+	gate := &sstGate{held: make(chan struct{}, 1), release: make(chan struct{})}
+	db, err = Open(Options{Dir: dir, FS: errorfs.Wrap(vfs.Default, gate), MaxSyncDuration: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if err := db.Set(fmt.Appendf(nil, "a%02d", i), []byte("v"), pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gate.armed.Store(true)
+	if _, err := db.AsyncFlush(); err != nil {
+		t.Fatal(err)
+	}
+	<-gate.held
+	if err := db.Set([]byte("b"), []byte("v"), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	live := copyFiles(t, dir)
+	close(gate.release)
+	db.Close()
+	logs := filesOf(t, live, "*.log")
+	if len(logs) != 2 {
+		t.Fatalf("WALs %v, want two live ones", logs)
+	}
+	b, _ := os.ReadFile(logs[0])
+	num, _, _ := wal.ParseLogFilename(filepath.Base(logs[0]))
+	trailer := make([]byte, recyclableHeaderSize) // no checksum, no length
+	trailer[6] = recyclableFullChunk
+	binary.LittleEndian.PutUint32(trailer[7:], uint32(num)+1) // the next log's number
+	at := bytes.LastIndex(b, trailer)
+	if at < 0 || !zeroTail(b, int64(at+len(trailer))) {
+		t.Fatalf("%s: no EOF trailer before the zeros", logs[0])
+	}
+	clear(b[at : at+len(trailer)])
+	if err := os.WriteFile(logs[0], b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wantDamaged(t, mustVerify(t, live), logs[0])
+	if db, err := Open(Options{Dir: live, MaxSyncDuration: -1}); err == nil {
+		db.Close()
+		t.Fatalf("open of a live older WAL without its trailer: no error")
 	}
 }
