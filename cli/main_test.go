@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 
 	"github.com/ebbtable/ebbtable/internal/testkit"
@@ -150,12 +149,11 @@ func stopShared() error {
 		return fmt.Errorf("the shared server exited while the tests ran (%v); stderr:\n%s", sharedSrv.Cmd.ProcessState, sharedSrv.Stderr.String())
 	default:
 	}
-	sharedSrv.Cmd.Process.Signal(syscall.SIGTERM)
-	if !sharedSrv.ExitedWithin(processTimeout) {
-		sharedSrv.KillNow()
-		return fmt.Errorf("the shared server did not stop within %v of SIGTERM; stderr:\n%s", processTimeout, sharedSrv.Stderr.String())
+	code, err := sharedSrv.Stop()
+	if err != nil {
+		return fmt.Errorf("the shared server: %v", err)
 	}
-	if code := sharedSrv.Cmd.ProcessState.ExitCode(); code != 0 {
+	if code != 0 {
 		return fmt.Errorf("the shared server exited %d after SIGTERM; stderr:\n%s", code, sharedSrv.Stderr.String())
 	}
 	return nil

@@ -197,10 +197,25 @@ func (p *Serve) Kill(t testing.TB) {
 // Terminate stops the server with SIGTERM and returns its exit code.
 func (p *Serve) Terminate(t testing.TB) int {
 	t.Helper()
-	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	code, err := p.Stop()
+	if err != nil {
 		t.Fatal(err)
 	}
-	return p.Wait(t)
+	return code
+}
+
+// Stop is Terminate without a test (for a server TestMain stops): a
+// process that does not exit within ProcessTimeout of SIGTERM is killed
+// and reported.
+func (p *Serve) Stop() (code int, err error) {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return 0, err
+	}
+	if !p.ExitedWithin(ProcessTimeout) {
+		p.KillNow()
+		return 0, fmt.Errorf("serve did not exit within %v of SIGTERM; stderr:\n%s", ProcessTimeout, p.Stderr.String())
+	}
+	return p.Cmd.ProcessState.ExitCode(), nil
 }
 
 // StdoutLines returns what the server printed on stdout so far.
