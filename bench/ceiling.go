@@ -15,6 +15,8 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -69,8 +71,16 @@ func newCeiling(db *storage.DB) *grpc.Server { return newCeilingWith(db, nil) }
 // newCeilingWith is newCeiling writing to wal if it is not nil.
 func newCeilingWith(db *storage.DB, wal *groupLog) *grpc.Server {
 	cs := &ceilingServer{db: db, wal: wal, tables: map[string]bool{}, rows: map[string]ceilingCell{}}
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(256<<20), grpc.MaxSendMsgSize(256<<20))
-	btpb.RegisterBigtableServer(srv, cs)
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(256 << 20), grpc.MaxSendMsgSize(256 << 20)}
+	if wal != nil {
+		opts = append(opts, grpc.ForceServerCodecV2(floorCodec{encoding.GetCodecV2(grpcproto.Name)}))
+	}
+	srv := grpc.NewServer(opts...)
+	if wal != nil {
+		srv.RegisterService(floorService(), cs)
+	} else {
+		btpb.RegisterBigtableServer(srv, cs)
+	}
 	adminpb.RegisterBigtableTableAdminServer(srv, cs)
 	return srv
 }
@@ -199,14 +209,8 @@ func (s *ceilingServer) ListTables(_ context.Context, req *adminpb.ListTablesReq
 
 func (s *ceilingServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtable_MutateRowsServer) error {
 	resp := &btpb.MutateRowsResponse{Entries: make([]*btpb.MutateRowsResponse_Entry, len(req.GetEntries()))}
-	if s.db != nil || s.wal != nil {
-		var err error
-		if s.db != nil {
-			err = s.writePebble(req)
-		} else {
-			err = s.wal.append(func(b []byte) []byte { return appendCells(b, req) })
-		}
-		if err != nil {
+	if s.db != nil { // (ceiling-wal's MutateRows is floorMutateRows)
+		if err := s.writePebble(req); err != nil {
 			return status.Errorf(codes.Internal, "ceiling: %v", err)
 		}
 		for i := range resp.Entries {
