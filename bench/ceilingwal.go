@@ -169,6 +169,7 @@ func (c floorCodec) Unmarshal(data mem.BufferSlice, v any) error {
 
 // floorService is the Bigtable data service with MutateRows served from
 // the request's bytes (floorMutateRows); every other method as generated.
+// The ceiling-wal and ceiling-pebble servers use it.
 func floorService() *grpc.ServiceDesc {
 	desc := btpb.Bigtable_ServiceDesc
 	desc.Streams = slices.Clone(desc.Streams)
@@ -182,18 +183,23 @@ func floorService() *grpc.ServiceDesc {
 	return &desc
 }
 
-// floorMutateRows appends the request's bytes to the log and, once they
-// are durable, answers every entry OK.
+// floorMutateRows makes the request durable, from its bytes, and then
+// answers every entry OK: ceiling-wal appends the bytes to its log;
+// ceiling-pebble commits the request's cells to Pebble in one synced
+// batch (writePebbleWire).
 func (s *ceilingServer) floorMutateRows(stream grpc.ServerStream) error {
 	var req rawMsg
 	if err := stream.RecvMsg(&req); err != nil {
 		return err
 	}
-	n, err := countEntries(req.b)
-	if err != nil {
-		return status.Errorf(codes.InvalidArgument, "ceiling: %v", err)
+	var n int
+	var err error
+	if s.db != nil {
+		n, err = s.writePebbleWire(req.b)
+	} else if n, err = countEntries(req.b); err == nil {
+		err = s.wal.append(func(b []byte) []byte { return appendRecord(b, req.b) })
 	}
-	if err := s.wal.append(func(b []byte) []byte { return appendRecord(b, req.b) }); err != nil {
+	if err != nil {
 		return status.Errorf(codes.Internal, "ceiling: %v", err)
 	}
 	return stream.SendMsg(&rawMsg{b: okEntries(n)})
@@ -203,21 +209,13 @@ func (s *ceilingServer) floorMutateRows(stream grpc.ServerStream) error {
 // bytes, without decoding them.
 func countEntries(b []byte) (int, error) {
 	n := 0
-	for len(b) > 0 {
-		num, typ, k := protowire.ConsumeTag(b)
-		if k < 0 {
-			return 0, protowire.ParseError(k)
-		}
-		b = b[k:]
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, _ []byte) error {
 		if num == 2 && typ == protowire.BytesType {
 			n++
 		}
-		if k = protowire.ConsumeFieldValue(num, typ, b); k < 0 {
-			return 0, protowire.ParseError(k)
-		}
-		b = b[k:]
-	}
-	return n, nil
+		return nil
+	})
+	return n, err
 }
 
 // okEntries encodes a MutateRowsResponse with entries 0..n-1, each with an
@@ -257,4 +255,86 @@ func StartCeilingWAL(ctx context.Context, dir string) (*Endpoint, error) {
 	}
 	e.stop = func() error { srv.Stop(); return l.Close() }
 	return e, nil
+}
+
+// forEachSetCell calls f with each SetCell of a MutateRowsRequest's bytes
+// (MutateRowsRequest.entries = 2; Entry.row_key = 1, mutations = 2;
+// Mutation.set_cell = 1; SetCell.column_qualifier = 2, timestamp_micros =
+// 3, value = 4), reading the bytes without decoding them into messages,
+// and returns the number of entries. Other mutations are skipped (the
+// workloads write SetCells only). The slices f gets alias req.
+func forEachSetCell(req []byte, f func(row, qual []byte, ts int64, value []byte) error) (int, error) {
+	n := 0
+	err := eachField(req, func(num protowire.Number, typ protowire.Type, entry []byte) error {
+		if num != 2 || typ != protowire.BytesType {
+			return nil
+		}
+		n++
+		var row []byte
+		if err := eachField(entry, func(num protowire.Number, typ protowire.Type, v []byte) error {
+			if num == 1 && typ == protowire.BytesType {
+				row = v
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		return eachField(entry, func(num protowire.Number, typ protowire.Type, mut []byte) error {
+			if num != 2 || typ != protowire.BytesType {
+				return nil
+			}
+			return eachField(mut, func(num protowire.Number, typ protowire.Type, sc []byte) error {
+				if num != 1 || typ != protowire.BytesType {
+					return nil
+				}
+				var qual, value []byte
+				var ts int64
+				if err := eachField(sc, func(num protowire.Number, typ protowire.Type, v []byte) error {
+					switch {
+					case num == 2 && typ == protowire.BytesType:
+						qual = v
+					case num == 4 && typ == protowire.BytesType:
+						value = v
+					case num == 3 && typ == protowire.VarintType:
+						x, k := protowire.ConsumeVarint(v)
+						if k < 0 {
+							return protowire.ParseError(k)
+						}
+						ts = int64(x)
+					}
+					return nil
+				}); err != nil {
+					return err
+				}
+				return f(row, qual, ts, value)
+			})
+		})
+	})
+	return n, err
+}
+
+// eachField calls f with each field of a message's bytes: its number, its
+// wire type, and its value (a length-delimited field's contents; else the
+// field's encoded value).
+func eachField(b []byte, f func(protowire.Number, protowire.Type, []byte) error) error {
+	for len(b) > 0 {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return protowire.ParseError(k)
+		}
+		b = b[k:]
+		k = protowire.ConsumeFieldValue(num, typ, b)
+		if k < 0 {
+			return protowire.ParseError(k)
+		}
+		v := b[:k]
+		if typ == protowire.BytesType {
+			v, _ = protowire.ConsumeBytes(v)
+		}
+		if err := f(num, typ, v); err != nil {
+			return err
+		}
+		b = b[k:]
+	}
+	return nil
 }

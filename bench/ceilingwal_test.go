@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -65,18 +66,35 @@ func TestCeilingWALWrites(t *testing.T) {
 	}
 }
 
-// TestFloorCodecAnswers checks the ceiling-wal's hand-made pieces against
-// protobuf: countEntries counts what protobuf decodes, refuses bytes
-// protobuf refuses, and okEntries decodes to entries 0..n-1, each OK.
+// TestFloorCodecAnswers checks the floor servers' hand-made pieces against
+// protobuf: countEntries and forEachSetCell find the entries and SetCells
+// protobuf encoded, and refuse truncated bytes; okEntries decodes to
+// entries 0..n-1, each OK.
 func TestFloorCodecAnswers(t *testing.T) {
 	req := &btpb.MutateRowsRequest{TableName: "projects/p/instances/i/tables/t", AppProfileId: "a"}
 	for i := range 7 {
-		req.Entries = append(req.Entries, &btpb.MutateRowsRequest_Entry{RowKey: []byte{byte(i)},
-			Mutations: []*btpb.Mutation{{Mutation: &btpb.Mutation_DeleteFromRow_{DeleteFromRow: &btpb.Mutation_DeleteFromRow{}}}}})
+		e := &btpb.MutateRowsRequest_Entry{RowKey: []byte{byte(i)},
+			Mutations: []*btpb.Mutation{{Mutation: &btpb.Mutation_DeleteFromRow_{DeleteFromRow: &btpb.Mutation_DeleteFromRow{}}}}}
+		if i%2 == 0 { // a SetCell after the delete, in every other entry
+			e.Mutations = append(e.Mutations, &btpb.Mutation{Mutation: &btpb.Mutation_SetCell_{SetCell: &btpb.Mutation_SetCell{
+				FamilyName: "f", ColumnQualifier: fmt.Appendf(nil, "q%d", i), TimestampMicros: int64(i - 1000), Value: fmt.Appendf(nil, "v%d", i)}}})
+		}
+		req.Entries = append(req.Entries, e)
 	}
 	b, err := proto.Marshal(req)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var cells []string
+	n, err := forEachSetCell(b, func(row, qual []byte, ts int64, value []byte) error {
+		cells = append(cells, fmt.Sprintf("%x/%s/%d/%s", row, qual, ts, value))
+		return nil
+	})
+	if want := "[00/q0/-1000/v0 02/q2/-998/v2 04/q4/-996/v4 06/q6/-994/v6]"; n != 7 || err != nil || fmt.Sprint(cells) != want {
+		t.Fatalf("forEachSetCell = %d, %v, %v; want 7, %s", n, err, cells, want)
+	}
+	if _, err := forEachSetCell(b[:len(b)-1], func([]byte, []byte, int64, []byte) error { return nil }); err == nil {
+		t.Fatal("forEachSetCell took a truncated request")
 	}
 	if n, err := countEntries(b); n != 7 || err != nil {
 		t.Fatalf("countEntries = %d, %v; want 7", n, err)
