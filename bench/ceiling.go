@@ -15,6 +15,8 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -28,8 +30,9 @@ import (
 // protobuf, paid on the same cores. (Its scans are not tuned: no bound.)
 const TargetCeiling = "ceiling"
 
-// TargetCeilingPebble is the ceiling with raw Pebble behind it: the same
-// server, but each MutateRows call's SetCells go into one Pebble batch
+// TargetCeilingPebble is the ceiling with raw Pebble behind it: each
+// MutateRows call's SetCells, read from the request's bytes without
+// decoding it into messages (floorCodec), go into one Pebble batch
 // (the cells encoded as ebbtable encodes them, in a database storage.Open
 // opened with ebbtable's options) committed with pebble.Sync before the
 // call is acknowledged. It does what any durable Pebble-backed server must
@@ -69,8 +72,17 @@ func newCeiling(db *storage.DB) *grpc.Server { return newCeilingWith(db, nil) }
 // newCeilingWith is newCeiling writing to wal if it is not nil.
 func newCeilingWith(db *storage.DB, wal *groupLog) *grpc.Server {
 	cs := &ceilingServer{db: db, wal: wal, tables: map[string]bool{}, rows: map[string]ceilingCell{}}
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(256<<20), grpc.MaxSendMsgSize(256<<20))
-	btpb.RegisterBigtableServer(srv, cs)
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(256 << 20), grpc.MaxSendMsgSize(256 << 20)}
+	floor := wal != nil || db != nil
+	if floor {
+		opts = append(opts, grpc.ForceServerCodecV2(floorCodec{encoding.GetCodecV2(grpcproto.Name)}))
+	}
+	srv := grpc.NewServer(opts...)
+	if floor {
+		srv.RegisterService(floorService(), cs)
+	} else {
+		btpb.RegisterBigtableServer(srv, cs)
+	}
 	adminpb.RegisterBigtableTableAdminServer(srv, cs)
 	return srv
 }
@@ -199,21 +211,6 @@ func (s *ceilingServer) ListTables(_ context.Context, req *adminpb.ListTablesReq
 
 func (s *ceilingServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtable_MutateRowsServer) error {
 	resp := &btpb.MutateRowsResponse{Entries: make([]*btpb.MutateRowsResponse_Entry, len(req.GetEntries()))}
-	if s.db != nil || s.wal != nil {
-		var err error
-		if s.db != nil {
-			err = s.writePebble(req)
-		} else {
-			err = s.wal.append(func(b []byte) []byte { return appendCells(b, req) })
-		}
-		if err != nil {
-			return status.Errorf(codes.Internal, "ceiling: %v", err)
-		}
-		for i := range resp.Entries {
-			resp.Entries[i] = &btpb.MutateRowsResponse_Entry{Index: int64(i), Status: &rpcstatus.Status{}}
-		}
-		return stream.Send(resp)
-	}
 	s.mu.Lock()
 	for i, e := range req.GetEntries() {
 		for _, m := range e.GetMutations() {
@@ -228,28 +225,25 @@ func (s *ceilingServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigt
 	return stream.Send(resp)
 }
 
-// writePebble commits a MutateRows call's SetCells to s.db in one synced
-// batch, each cell under the key ebbtable would give it (table and family
-// ids fixed: the workloads write one table of one family).
-func (s *ceilingServer) writePebble(req *btpb.MutateRowsRequest) error {
+// writePebbleWire commits the SetCells of a MutateRows request's bytes to
+// s.db in one synced batch, each cell under the key ebbtable would give it
+// (table and family ids fixed: the workloads write one table of one
+// family), read from the bytes without decoding the request into
+// messages. It returns the number of entries.
+func (s *ceilingServer) writePebbleWire(req []byte) (int, error) {
 	const tableID, familyID = 1, 1
 	b := s.db.NewBatch()
 	defer b.Close()
 	var key, val []byte
-	for _, e := range req.GetEntries() {
-		for _, m := range e.GetMutations() {
-			sc := m.GetSetCell()
-			if sc == nil {
-				continue
-			}
-			key = storage.AppendCellKey(key[:0], tableID, e.GetRowKey(), familyID, sc.GetColumnQualifier(), sc.GetTimestampMicros())
-			val = append(append(val[:0], 0), sc.GetValue()...) // storage.EncodeValue(value, 0)
-			if err := b.Set(key, val, nil); err != nil {
-				return err
-			}
-		}
+	n, err := forEachSetCell(req, func(row, qual []byte, ts int64, value []byte) error {
+		key = storage.AppendCellKey(key[:0], tableID, row, familyID, qual, ts)
+		val = append(append(val[:0], 0), value...) // storage.EncodeValue(value, 0)
+		return b.Set(key, val, nil)
+	})
+	if err != nil {
+		return 0, err
 	}
-	return storage.CommitSynced(b)
+	return n, storage.CommitSynced(b)
 }
 
 func (s *ceilingServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_ReadRowsServer) error {

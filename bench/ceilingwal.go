@@ -8,24 +8,34 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // TargetCeilingWAL is the ceiling with the least any durable server must
-// do per acknowledged write: each MutateRows call's cells (row key,
-// qualifier, timestamp, value, length-prefixed) are appended to one log
-// file, and the call is acknowledged once an fdatasync covering them has
-// returned. Concurrent calls share fsyncs (group commit: whichever call
-// finds no sync running writes and syncs everything appended so far, the
-// others wait for it). The file is zero-filled ahead of the writes
-// (walPrealloc) and synced before the server listens, so the fdatasyncs
-// under load need not commit a new file size either: the same as a Pebble
-// WAL file reused. No index, no memtable, nothing to read back: writes
-// only. Its throughput over raw Pebble's is the floor the ≥ 50% target
-// meets: no durable server behind this client reaches more.
+// do per acknowledged write: it takes each MutateRows call's bytes as they
+// came off the wire, undecoded (floorCodec: only the entries are counted,
+// by their tags, to answer each), appends them length-prefixed to one log
+// file, and acknowledges the call once an fdatasync covering them has
+// returned, with a response encoded by hand. Concurrent calls share
+// fsyncs (group commit: whichever call finds no sync running writes and
+// syncs everything appended so far, the others wait for it). The file is
+// zero-filled ahead of the writes (walPrealloc) and synced before the
+// server listens, so the fdatasyncs under load need not commit a new file
+// size either: the same as ebbtable's WAL (storage/walzero.go). No
+// decoding, no index, no memtable, nothing to read back: writes only. Its
+// throughput over raw Pebble's is the floor the >= 50% target meets: a
+// durable server behind this client must receive the call, make its bytes
+// durable and answer it, and this one does nothing else.
 const TargetCeilingWAL = "ceiling-wal"
 
 // walPrealloc is how much of the ceiling-wal log is zero-filled ahead: the
@@ -128,26 +138,99 @@ func fdatasync(f *os.File) error {
 
 func (l *groupLog) Close() error { return l.f.Close() }
 
-// appendCells appends a MutateRows call's SetCells to dst: per cell the
-// row key, qualifier and value, each uvarint-length-prefixed, and the
-// timestamp.
-func appendCells(dst []byte, req *btpb.MutateRowsRequest) []byte {
-	for _, e := range req.GetEntries() {
-		for _, m := range e.GetMutations() {
-			sc := m.GetSetCell()
-			if sc == nil {
-				continue
+// appendRecord appends one MutateRows call's request bytes to dst,
+// uvarint-length-prefixed.
+func appendRecord(dst, req []byte) []byte {
+	return append(binary.AppendUvarint(dst, uint64(len(req))), req...)
+}
+
+// rawMsg is a message's bytes, neither decoded nor encoded (floorCodec).
+type rawMsg struct{ b []byte }
+
+// floorCodec is gRPC's protobuf codec but for *rawMsg, whose bytes it
+// passes through as they are: the ceiling-wal server's MutateRows takes
+// its request and sends its response that way.
+type floorCodec struct{ encoding.CodecV2 }
+
+func (c floorCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if m, ok := v.(*rawMsg); ok {
+		return mem.BufferSlice{mem.SliceBuffer(m.b)}, nil
+	}
+	return c.CodecV2.Marshal(v)
+}
+
+func (c floorCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if m, ok := v.(*rawMsg); ok {
+		m.b = data.Materialize()
+		return nil
+	}
+	return c.CodecV2.Unmarshal(data, v)
+}
+
+// floorService is the Bigtable data service with MutateRows served from
+// the request's bytes (floorMutateRows); every other method as generated.
+// The ceiling-wal and ceiling-pebble servers use it.
+func floorService() *grpc.ServiceDesc {
+	desc := btpb.Bigtable_ServiceDesc
+	desc.Streams = slices.Clone(desc.Streams)
+	for i := range desc.Streams {
+		if desc.Streams[i].StreamName == "MutateRows" {
+			desc.Streams[i].Handler = func(srv any, stream grpc.ServerStream) error {
+				return srv.(*ceilingServer).floorMutateRows(stream)
 			}
-			dst = binary.AppendUvarint(dst, uint64(len(e.GetRowKey())))
-			dst = append(dst, e.GetRowKey()...)
-			dst = binary.AppendUvarint(dst, uint64(len(sc.GetColumnQualifier())))
-			dst = append(dst, sc.GetColumnQualifier()...)
-			dst = binary.AppendVarint(dst, sc.GetTimestampMicros())
-			dst = binary.AppendUvarint(dst, uint64(len(sc.GetValue())))
-			dst = append(dst, sc.GetValue()...)
 		}
 	}
-	return dst
+	return &desc
+}
+
+// floorMutateRows makes the request durable, from its bytes, and then
+// answers every entry OK: ceiling-wal appends the bytes to its log;
+// ceiling-pebble commits the request's cells to Pebble in one synced
+// batch (writePebbleWire).
+func (s *ceilingServer) floorMutateRows(stream grpc.ServerStream) error {
+	var req rawMsg
+	if err := stream.RecvMsg(&req); err != nil {
+		return err
+	}
+	var n int
+	var err error
+	if s.db != nil {
+		n, err = s.writePebbleWire(req.b)
+	} else if n, err = countEntries(req.b); err == nil {
+		err = s.wal.append(func(b []byte) []byte { return appendRecord(b, req.b) })
+	}
+	if err != nil {
+		return status.Errorf(codes.Internal, "ceiling: %v", err)
+	}
+	return stream.SendMsg(&rawMsg{b: okEntries(n)})
+}
+
+// countEntries counts a MutateRowsRequest's entries (field 2) from its
+// bytes, without decoding them.
+func countEntries(b []byte) (int, error) {
+	n := 0
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, _ []byte) error {
+		if num == 2 && typ == protowire.BytesType {
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
+// okEntries encodes a MutateRowsResponse with entries 0..n-1, each with an
+// OK status (an empty google.rpc.Status).
+func okEntries(n int) []byte {
+	var b, e []byte
+	for i := range n {
+		e = protowire.AppendTag(e[:0], 1, protowire.VarintType)
+		e = protowire.AppendVarint(e, uint64(i))
+		e = protowire.AppendTag(e, 2, protowire.BytesType)
+		e = protowire.AppendVarint(e, 0)
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendBytes(b, e)
+	}
+	return b
 }
 
 // StartCeilingWAL starts the ceiling appending its writes to a group-
@@ -172,4 +255,86 @@ func StartCeilingWAL(ctx context.Context, dir string) (*Endpoint, error) {
 	}
 	e.stop = func() error { srv.Stop(); return l.Close() }
 	return e, nil
+}
+
+// forEachSetCell calls f with each SetCell of a MutateRowsRequest's bytes
+// (MutateRowsRequest.entries = 2; Entry.row_key = 1, mutations = 2;
+// Mutation.set_cell = 1; SetCell.column_qualifier = 2, timestamp_micros =
+// 3, value = 4), reading the bytes without decoding them into messages,
+// and returns the number of entries. Other mutations are skipped (the
+// workloads write SetCells only). The slices f gets alias req.
+func forEachSetCell(req []byte, f func(row, qual []byte, ts int64, value []byte) error) (int, error) {
+	n := 0
+	err := eachField(req, func(num protowire.Number, typ protowire.Type, entry []byte) error {
+		if num != 2 || typ != protowire.BytesType {
+			return nil
+		}
+		n++
+		var row []byte
+		if err := eachField(entry, func(num protowire.Number, typ protowire.Type, v []byte) error {
+			if num == 1 && typ == protowire.BytesType {
+				row = v
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		return eachField(entry, func(num protowire.Number, typ protowire.Type, mut []byte) error {
+			if num != 2 || typ != protowire.BytesType {
+				return nil
+			}
+			return eachField(mut, func(num protowire.Number, typ protowire.Type, sc []byte) error {
+				if num != 1 || typ != protowire.BytesType {
+					return nil
+				}
+				var qual, value []byte
+				var ts int64
+				if err := eachField(sc, func(num protowire.Number, typ protowire.Type, v []byte) error {
+					switch {
+					case num == 2 && typ == protowire.BytesType:
+						qual = v
+					case num == 4 && typ == protowire.BytesType:
+						value = v
+					case num == 3 && typ == protowire.VarintType:
+						x, k := protowire.ConsumeVarint(v)
+						if k < 0 {
+							return protowire.ParseError(k)
+						}
+						ts = int64(x)
+					}
+					return nil
+				}); err != nil {
+					return err
+				}
+				return f(row, qual, ts, value)
+			})
+		})
+	})
+	return n, err
+}
+
+// eachField calls f with each field of a message's bytes: its number, its
+// wire type, and its value (a length-delimited field's contents; else the
+// field's encoded value).
+func eachField(b []byte, f func(protowire.Number, protowire.Type, []byte) error) error {
+	for len(b) > 0 {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return protowire.ParseError(k)
+		}
+		b = b[k:]
+		k = protowire.ConsumeFieldValue(num, typ, b)
+		if k < 0 {
+			return protowire.ParseError(k)
+		}
+		v := b[:k]
+		if typ == protowire.BytesType {
+			v, _ = protowire.ConsumeBytes(v)
+		}
+		if err := f(num, typ, v); err != nil {
+			return err
+		}
+		b = b[k:]
+	}
+	return nil
 }

@@ -3,20 +3,27 @@ package bench
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
+
+	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"google.golang.org/protobuf/proto"
 )
 
 // The tests' workloads append a few KB: zero-filling the default 128 MiB
 // ahead cost each ceiling-wal start 0.8 s.
 func init() { walPrealloc = 1 << 20 }
 
-// TestCeilingWALWrites checks the ceiling-wal target appends every written
-// cell to its log, readable back in order with its row, qualifier and
-// value.
+// TestCeilingWALWrites checks the ceiling-wal target appends every
+// MutateRows call's request to its log, undecoded: the records decode to
+// requests that hold every written cell once, with its row, qualifier and
+// value, and nothing else follows them but the zeros written ahead. (The
+// client's ApplyBulk checks each row's answer: a miscounted response
+// fails Writes.)
 func TestCeilingWALWrites(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Table: "t", Rows: 250, BatchSize: 40, Workers: 3, Seed: 5}
@@ -33,35 +40,81 @@ func TestCeilingWALWrites(t *testing.T) {
 	for i := range cfg.Rows {
 		want[cfg.Key(i)] = pool.value(i)
 	}
-	field := func() []byte {
-		n, k := binary.Uvarint(data)
-		if k <= 0 || uint64(len(data)-k) < n {
-			t.Fatalf("bad length at %d bytes from the end", len(data))
-		}
-		f := data[k : k+int(n)]
-		data = data[k+int(n):]
-		return f
-	}
 	seen := map[string]bool{}
-	for len(seen) < cfg.Rows {
-		row := field()
-		if len(row) == 0 {
-			t.Fatalf("log ends after %d of %d cells", len(seen), cfg.Rows)
+	for calls := 0; len(seen) < cfg.Rows; calls++ {
+		n, k := binary.Uvarint(data)
+		if k <= 0 || n == 0 || uint64(len(data)-k) < n {
+			t.Fatalf("log ends after %d calls, %d of %d cells", calls, len(seen), cfg.Rows)
 		}
-		qual := field()
-		if _, k := binary.Varint(data); k <= 0 {
-			t.Fatal("bad timestamp")
-		} else {
-			data = data[k:]
+		var req btpb.MutateRowsRequest
+		if err := proto.Unmarshal(data[k:k+int(n)], &req); err != nil {
+			t.Fatalf("record %d: %v", calls, err)
 		}
-		val := field()
-		if string(qual) != "c" || !bytes.Equal(val, want[string(row)]) || seen[string(row)] {
-			t.Fatalf("cell %q: qualifier %q value %x (seen before: %v), want %x", row, qual, val, seen[string(row)], want[string(row)])
+		data = data[k+int(n):]
+		for _, e := range req.GetEntries() {
+			row := string(e.GetRowKey())
+			sc := e.GetMutations()[0].GetSetCell()
+			if len(e.GetMutations()) != 1 || sc.GetColumnQualifier() == nil || string(sc.GetColumnQualifier()) != "c" ||
+				!bytes.Equal(sc.GetValue(), want[row]) || seen[row] {
+				t.Fatalf("entry %q: %v (seen before: %v), want value %x", row, e.GetMutations(), seen[row], want[row])
+			}
+			seen[row] = true
 		}
-		seen[string(row)] = true
 	}
 	if len(bytes.Trim(data, "\x00")) != 0 {
-		t.Fatal("the log holds more than the written cells")
+		t.Fatal("the log holds more than the written calls")
+	}
+}
+
+// TestFloorCodecAnswers checks the floor servers' hand-made pieces against
+// protobuf: countEntries and forEachSetCell find the entries and SetCells
+// protobuf encoded, and refuse truncated bytes; okEntries decodes to
+// entries 0..n-1, each OK.
+func TestFloorCodecAnswers(t *testing.T) {
+	req := &btpb.MutateRowsRequest{TableName: "projects/p/instances/i/tables/t", AppProfileId: "a"}
+	for i := range 7 {
+		e := &btpb.MutateRowsRequest_Entry{RowKey: []byte{byte(i)},
+			Mutations: []*btpb.Mutation{{Mutation: &btpb.Mutation_DeleteFromRow_{DeleteFromRow: &btpb.Mutation_DeleteFromRow{}}}}}
+		if i%2 == 0 { // a SetCell after the delete, in every other entry
+			e.Mutations = append(e.Mutations, &btpb.Mutation{Mutation: &btpb.Mutation_SetCell_{SetCell: &btpb.Mutation_SetCell{
+				FamilyName: "f", ColumnQualifier: fmt.Appendf(nil, "q%d", i), TimestampMicros: int64(i - 1000), Value: fmt.Appendf(nil, "v%d", i)}}})
+		}
+		req.Entries = append(req.Entries, e)
+	}
+	b, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cells []string
+	n, err := forEachSetCell(b, func(row, qual []byte, ts int64, value []byte) error {
+		cells = append(cells, fmt.Sprintf("%x/%s/%d/%s", row, qual, ts, value))
+		return nil
+	})
+	if want := "[00/q0/-1000/v0 02/q2/-998/v2 04/q4/-996/v4 06/q6/-994/v6]"; n != 7 || err != nil || fmt.Sprint(cells) != want {
+		t.Fatalf("forEachSetCell = %d, %v, %v; want 7, %s", n, err, cells, want)
+	}
+	if _, err := forEachSetCell(b[:len(b)-1], func([]byte, []byte, int64, []byte) error { return nil }); err == nil {
+		t.Fatal("forEachSetCell took a truncated request")
+	}
+	if n, err := countEntries(b); n != 7 || err != nil {
+		t.Fatalf("countEntries = %d, %v; want 7", n, err)
+	}
+	if _, err := countEntries(b[:len(b)-1]); err == nil {
+		t.Fatal("countEntries took a truncated request")
+	}
+	for _, n := range []int{0, 1, 200} {
+		var resp btpb.MutateRowsResponse
+		if err := proto.Unmarshal(okEntries(n), &resp); err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.GetEntries()) != n {
+			t.Fatalf("okEntries(%d): %d entries", n, len(resp.GetEntries()))
+		}
+		for i, e := range resp.GetEntries() {
+			if e.GetIndex() != int64(i) || e.GetStatus() == nil || e.GetStatus().GetCode() != 0 {
+				t.Fatalf("okEntries(%d): entry %d is %v", n, i, e)
+			}
+		}
 	}
 }
 

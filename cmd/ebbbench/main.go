@@ -23,8 +23,9 @@
 // goroutines straight into a Pebble opened with ebbtable's options, in
 // this process, no gRPC), the ceiling committing each call's cells to
 // such a Pebble before acknowledging it (bench.TargetCeilingPebble, its
-// own process) and the ceiling appending each call's cells to one log
-// file, acknowledged after a group-committed fdatasync covers them
+// own process) and the ceiling appending each call's request bytes,
+// undecoded, to one log file, acknowledged after a group-committed
+// fdatasync covers them
 // (bench.TargetCeilingWAL, its own process: the least any durable server
 // does per write behind this client). The writes line is then followed by
 // ebbtable's, the ceiling's, ceiling-pebble's and ceiling-wal's throughput
@@ -99,7 +100,7 @@ func main() {
 	flag.StringVar(&opts.Binaries.Emulator, "emulator-bin", "", "emulator binary to run (default: built from cloud.google.com/go/bigtable/cmd/emulator at start)")
 	serveCeiling := flag.Bool("serve-ceiling", false, "only serve the ceiling target on --addr (the process mode starts this)")
 	ceilingAddr := flag.String("addr", "127.0.0.1:0", "with --serve-ceiling: the address to listen on")
-	ceilingWAL := flag.String("ceiling-wal", "", "with --serve-ceiling: append each MutateRows call's cells to a log file in `DIR` and acknowledge it once a group-committed fdatasync covers them (the ceiling-wal target)")
+	ceilingWAL := flag.String("ceiling-wal", "", "with --serve-ceiling: append each MutateRows call's request bytes, undecoded, to a log file in `DIR` and acknowledge it once a group-committed fdatasync covers them (the ceiling-wal target)")
 	ceilingPebble := flag.String("ceiling-pebble", "", "with --serve-ceiling: commit each MutateRows call's cells to a Pebble database in `DIR` with a synced batch before acknowledging it (the ceiling-pebble target)")
 	flag.Parse()
 	if opts.RawPebble {
