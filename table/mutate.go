@@ -343,9 +343,12 @@ func (c *cellsOnly) addAt(e *Engine, m *Meta, row []byte, p prepared, stripe int
 		return nil
 	}
 	cn := &e.newest[stripe]
-	if !c.only && len(cn.cols) == 0 {
+	if len(cn.cols) == 0 && !(c.only && c.look) {
 		// Not looking, and the stripe remembers no column to raise: a
-		// bulk write's cells (put would not remember them either).
+		// bulk write's cells (put would not remember them either), or a
+		// cell not known new while writers do not look (newCellLookups),
+		// with no cell key built.
+		c.only, c.cells = false, nil
 		return nil
 	}
 	k := storage.CellKey(m.ID, row, p.familyID, p.Qualifier, p.Timestamp)
