@@ -10,10 +10,10 @@ import (
 // Only a point read that meets a write in flight uses a write's new cells
 // (it skips them instead of waiting for the sync: durability.beginCells),
 // and telling a cell is new costs a Pebble seek for each column its
-// row-lock stripe does not remember (columnNewest): about 10 µs of a
-// single-row write's 45 in process, the seek through a memtable of 200,000
-// rows (BenchmarkSyncedPointWrites), and a write to a new row is always
-// such a column. So writers look only while point reads come: once a
+// row-lock stripe does not remember (columnNewest), and a write to a new
+// row is always such a column: 10.7% of the server's CPU per single-row
+// write in ebbbench (a seek through a memtable of 200,000 rows), about 5–10
+// µs of 40–60 in process (BenchmarkSyncedPointWrites). So writers look only while point reads come: once a
 // whole period of newCellLookupIdle passes in which no point read started,
 // they stop, and the next point read turns them back on. A point read that
 // meets a write begun without looking waits for its sync (one group sync
