@@ -2,23 +2,26 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/ebbtable/ebbtable/clock"
+	"github.com/ebbtable/ebbtable/table"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
 // BenchmarkGRPCCall is one call over loopback gRPC, client and server in
-// this process: a unary PingAndWarm, and a ReadRows of a missing row (a
-// stream). Its allocations per call, which the client's share keeps
+// this process: a unary PingAndWarm, a MutateRow of one cell to a new row
+// (synced), and a ReadRows of a missing row (a stream). Its allocations per call, which the client's share keeps
 // constant, compare what the server's per-call handling allocates
 // (interceptors, codec, buffer pool): go test -run '^$' -bench GRPCCall
 // -benchmem ./server
 func BenchmarkGRPCCall(b *testing.B) {
-	srv, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: b.TempDir(), Clock: clock.NewFake(time.Now())})
+	clk := clock.NewFake(time.Now())
+	srv, err := New(Options{Addr: "127.0.0.1:0", HTTPAddr: "off", DataDir: b.TempDir(), Clock: clk})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -38,6 +41,38 @@ func BenchmarkGRPCCall(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := c.PingAndWarm(ctx, &btpb.PingAndWarmRequest{Name: inst}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("mutaterow", func(b *testing.B) {
+		// A single-row write of one SetCell to a new row (ebbbench's
+		// point-writes), each synced: what ebbtable adds per MutateRow.
+		if _, err := srv.Engine().CreateTable(inst, "w", table.TableSpec{Families: []table.FamilySpec{{Name: "f"}}}); err != nil {
+			b.Fatal(err)
+		}
+		req := &btpb.MutateRowRequest{TableName: inst + "/tables/w", Mutations: []*btpb.Mutation{{Mutation: &btpb.Mutation_SetCell_{
+			SetCell: &btpb.Mutation_SetCell{FamilyName: "f", ColumnQualifier: []byte("c"), TimestampMicros: 1_000_000, Value: make([]byte, 100)}}}}}
+		// No point reads come, so after a second of writes the writes no
+		// longer look up that their cells are new (table.newCellLookups),
+		// as in ebbbench's point-writes.
+		i := 0
+		write := func() {
+			i++
+			req.RowKey = fmt.Appendf(req.RowKey[:0], "r%09d", i)
+			if _, err := c.MutateRow(ctx, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for range 3 {
+			write()
+			clk.Advance(time.Second)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			i++
+			req.RowKey = fmt.Appendf(req.RowKey[:0], "r%09d", i)
+			if _, err := c.MutateRow(ctx, req); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -330,6 +330,7 @@ func (sk *skipKeys) has(k []byte) bool {
 // flight (a commit that begins after this applies after the iterator
 // opens, or the read waits for it).
 func (e *Engine) readSkip() *skipKeys {
+	e.lookups.pointRead() // writers look whether their cells are new
 	if e.dur.cellsInFlight.Load() == 0 {
 		return nil
 	}

@@ -53,12 +53,16 @@ type gateRig struct {
 	t     *testing.T
 	mem   *vfs.MemFS
 	hold  *walHold
+	clock *clock.Fake
 	eng   *Engine
 	fatal atomic.Int32
+	// rows: writes go through MutateRows (MutateRowsFrom, the server's
+	// MutateRow path) rather than MutateRow.
+	rows bool
 }
 
 func newGateRig(t *testing.T) *gateRig {
-	r := &gateRig{t: t, mem: vfs.NewCrashableMem(), hold: newWALHold()}
+	r := &gateRig{t: t, mem: vfs.NewCrashableMem(), hold: newWALHold(), clock: clock.NewFake(time.Unix(1_700_000_000, 0))}
 	r.open(errorfs.Wrap(r.mem, r.hold))
 	if _, err := r.eng.CreateTable("i", "t", TableSpec{Families: []FamilySpec{{Name: "cf", GC: gcrule.None()}}}); err != nil {
 		t.Fatal(err)
@@ -68,7 +72,7 @@ func newGateRig(t *testing.T) *gateRig {
 
 func (r *gateRig) open(fs vfs.FS) {
 	r.t.Helper()
-	eng, err := Open(WithFS(Options{Dir: "/data", Clock: clock.NewFake(time.Unix(1_700_000_000, 0)),
+	eng, err := Open(WithFS(Options{Dir: "/data", Clock: r.clock,
 		Logger:  slog.New(slog.DiscardHandler),
 		OnFatal: func(error) { r.fatal.Add(1) }}, fs))
 	if err != nil {
@@ -84,7 +88,15 @@ func (r *gateRig) set(row, val string) error {
 
 // setAt writes row's cell at timestamp ts: a new cell unless one is there.
 func (r *gateRig) setAt(row, val string, ts int64) error {
-	return r.eng.MutateRow("i", "t", []byte(row), []Mutation{{Kind: SetCell, Family: "cf", Qualifier: []byte("q"), Timestamp: ts, Value: []byte(val)}})
+	muts := []Mutation{{Kind: SetCell, Family: "cf", Qualifier: []byte("q"), Timestamp: ts, Value: []byte(val)}}
+	if r.rows {
+		errs, err := r.eng.MutateRows("i", "t", []RowMutation{{Row: []byte(row), Mutations: muts}})
+		if err == nil {
+			err = errs[0]
+		}
+		return err
+	}
+	return r.eng.MutateRow("i", "t", []byte(row), muts)
 }
 
 // read returns the value of row's cell, "" for none.

@@ -168,6 +168,9 @@ type Engine struct {
 	// columns' newest versions (mutate.go); cellGen empties it.
 	newest  [rowLockStripes]columnNewest
 	cellGen atomic.Uint64
+	// lookups says whether writes look up that their cells are new
+	// (newcelllookup.go).
+	lookups newCellLookups
 	// afterSync, set by tests, runs once a synced commit's sync returned,
 	// before its durability ticket is given back.
 	afterSync func()

@@ -270,6 +270,7 @@ func (e *Engine) applyLocked(m *Meta, row []byte, ps []prepared) (wait func() er
 	now := clock.MillisTruncated(e.clock.Now())
 	var cells cellsOnly
 	cells.only = !needsRead && len(ps) <= cellsOnlyMax
+	cells.look = e.lookups.look(now) && cells.only
 	defer cells.close()
 	for _, p := range ps {
 		p = p.at(now)
@@ -305,7 +306,11 @@ const cellsOnlyMax = 8
 // cellsOnly gathers the cells a batch of SetCells puts, while it is still
 // a batch that only puts new cells (see durability.beginCells).
 type cellsOnly struct {
-	only  bool
+	only bool
+	// look: a column not remembered is looked up (newCellLookups); when
+	// not, its cell is not known new and the batch is not one of new
+	// cells.
+	look  bool
 	cells []newCell
 	// it looks up the newest versions of the batch's columns: opened at
 	// the first lookup, when every row of the batch is locked (so no
@@ -338,9 +343,12 @@ func (c *cellsOnly) addAt(e *Engine, m *Meta, row []byte, p prepared, stripe int
 		return nil
 	}
 	cn := &e.newest[stripe]
-	if !c.only && len(cn.cols) == 0 {
+	if len(cn.cols) == 0 && !(c.only && c.look) {
 		// Not looking, and the stripe remembers no column to raise: a
-		// bulk write's cells (put would not remember them either).
+		// bulk write's cells (put would not remember them either), or a
+		// cell not known new while writers do not look (newCellLookups),
+		// with no cell key built.
+		c.only, c.cells = false, nil
 		return nil
 	}
 	k := storage.CellKey(m.ID, row, p.familyID, p.Qualifier, p.Timestamp)
@@ -380,10 +388,10 @@ const (
 
 // put records that the cell key k, at timestamp ts, is being written, and
 // says whether it is newer than every version of its column (looking the
-// column up through c, if it is not remembered and c still holds only new
-// cells).
+// column up through c, if it is not remembered, c still holds only new
+// cells and looks).
 func (cn *columnNewest) put(e *Engine, k []byte, ts int64, c *cellsOnly) (bool, error) {
-	look := c.only
+	look := c.only && c.look
 	if g := e.cellGen.Load(); cn.gen != g || cn.cols == nil {
 		cn.gen, cn.cols = g, make(map[string]int64, columnsRemembered)
 	}

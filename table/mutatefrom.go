@@ -95,6 +95,7 @@ func (e *Engine) MutateRowsFrom(instance, table string, src MutationSource) ([]e
 	now := clock.MillisTruncated(e.clock.Now())
 	var cells cellsOnly
 	cells.only = !needsRead && len(sc.preps) <= cellsOnlyMax
+	cells.look = e.lookups.look(now) && cells.only
 	defer cells.close()
 	fail := func(err error) ([]error, error) {
 		e.endStamp(stamp)

@@ -125,6 +125,117 @@ func BenchmarkSyncedWrites(b *testing.B) {
 	})
 }
 
+// BenchmarkSyncedPointWrites measures single-row writes through the engine,
+// ebbbench's point-writes workload below gRPC: 8 writers, each write a
+// synced one-entry MutateRows (the server's MutateRow path) of one 100-byte
+// SetCell to a new row, at one client timestamp, into a database whose
+// memtable already holds the rows of a bulk load (ebbbench writes 200,000
+// first). The writes alternate, in slices of 800 with each arm first in
+// every other pair, between looking up that the cell is new (as while point
+// reads come) and not (newCellLookups); one op is one write, and each arm
+// reports its writes a second and the process's CPU per write:
+//
+//	go test -run '^$' -bench SyncedPointWrites -benchtime 16000x -count 3 ./table
+func BenchmarkSyncedPointWrites(b *testing.B) {
+	const (
+		writers   = 8
+		valueSize = 100
+		prefill   = 200000
+		slice     = 800
+		inst      = "projects/p/instances/i"
+	)
+	value := make([]byte, valueSize)
+	for i := range value {
+		value[i] = byte(i * 7)
+	}
+	ts := clock.MillisTruncated(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cell := func(row int) table.RowMutation {
+		x := uint64(row) * 0x9e3779b97f4a7c15
+		x ^= x >> 31
+		return table.RowMutation{Row: fmt.Appendf(nil, "r%016x", x), Mutations: []table.Mutation{
+			{Kind: table.SetCell, Family: "f", Qualifier: []byte("c"), Timestamp: ts, Value: value}}}
+	}
+	eng, err := table.Open(table.Options{Dir: b.TempDir(), FullMemtable: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer eng.Close()
+	if _, err := eng.CreateTable(inst, "t", table.TableSpec{Families: []table.FamilySpec{{Name: "f"}}}); err != nil {
+		b.Fatal(err)
+	}
+	for first := 0; first < prefill; first += 1000 {
+		entries := make([]table.RowMutation, 0, 1000)
+		for i := first; i < min(first+1000, prefill); i++ {
+			entries = append(entries, cell(i))
+		}
+		if _, err := eng.MutateRows(inst, "t", entries); err != nil {
+			b.Fatal(err)
+		}
+	}
+	next := prefill
+	// write makes n writes with lookups on or off and returns their wall
+	// and CPU time.
+	write := func(n int, look bool) (wall, cpu time.Duration) {
+		table.HoldNewCellLookups(eng, look)
+		first := next
+		next += n
+		var i atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, writers)
+		start, cpu0 := time.Now(), processCPU()
+		for range writers {
+			wg.Go(func() {
+				for {
+					k := int(i.Add(1) - 1)
+					if k >= n {
+						return
+					}
+					// MutateRowsFrom, as the server's MutateRow.
+					es, err := eng.MutateRows(inst, "t", []table.RowMutation{cell(first + k)})
+					if err == nil {
+						err = es[0]
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		wall, cpu = time.Since(start), processCPU()-cpu0
+		close(errs)
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+		return wall, cpu
+	}
+	var n [2]int
+	var wall, cpu [2]time.Duration
+	b.ResetTimer()
+	for done, pair := 0, 0; done < b.N; pair++ {
+		for k := range 2 {
+			arm := (k + pair) % 2 // 0: looking, 1: not; each first in turn
+			m := min(slice, b.N-done)
+			if m == 0 {
+				break
+			}
+			w, c := write(m, arm == 0)
+			n[arm] += m
+			wall[arm] += w
+			cpu[arm] += c
+			done += m
+		}
+	}
+	b.StopTimer()
+	for arm, name := range []string{"look", "nolook"} {
+		if n[arm] > 0 {
+			b.ReportMetric(float64(n[arm])/wall[arm].Seconds(), name+"-writes/s")
+			b.ReportMetric(float64(cpu[arm].Microseconds())/float64(n[arm]), name+"-cpu-µs/write")
+		}
+	}
+}
+
 // endWorkers ends a benchmark whose workers have returned: it fails on the
 // first error they sent on errs, then reports b.N units a second and the
 // process's CPU per unit since start and cpu (processCPU's reading then).
