@@ -125,9 +125,6 @@ func appendWrapper[T string | []byte](b []byte, num protowire.Number, v T) []byt
 // add appends the chunk to the response, as its field 1.
 func (w *chunkWriter) add(c *chunk) {
 	size := c.size()
-	if w.buf == nil { // room for a small row at once, not grown from 8 bytes
-		w.buf = make([]byte, 0, max(512, 2+protowire.SizeVarint(uint64(size))+size))
-	}
 	b := protowire.AppendTag(w.buf, responseChunks, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(size))
 	if len(c.rowKey) > 0 {
@@ -177,6 +174,11 @@ func (w *chunkWriter) flush() error {
 // row adds a row's chunks, and sends them once the response is full; the
 // next response reuses the buffer (the codec copies it).
 func (w *chunkWriter) row(r cell.Row) error {
+	if w.buf == nil {
+		// Room for this row at once (a point read's whole response),
+		// not grown from 8 bytes; a scan's buffer grows from there.
+		w.buf = make([]byte, 0, rowChunksSize(r))
+	}
 	w.cells(r)
 	if _, full := w.limit(); len(w.buf) >= full {
 		err := w.stream.SendMsg(&wireMessage{b: w.buf})
@@ -184,6 +186,24 @@ func (w *chunkWriter) row(r cell.Row) error {
 		return err
 	}
 	return nil
+}
+
+// rowChunksSize is room for r's chunks as cells writes them (values split
+// into pieces, a chunk each): their keys, names, labels and values, and 48
+// bytes a chunk for tags, lengths, timestamp, value size and commit (42 at
+// most for keys under 16 KiB). Only a capacity: append grows past it.
+func rowChunksSize(r cell.Row) int {
+	piece := maxChunkValue
+	n := len(r.Key) + 8
+	for i := range r.Cells {
+		c := &r.Cells[i]
+		pieces := max(1, (len(c.Value)+piece-1)/piece)
+		n += len(c.Family) + len(c.Qualifier) + len(c.Value) + pieces*48
+		for _, l := range c.Labels {
+			n += len(l) + 6
+		}
+	}
+	return n
 }
 
 // cells appends a row's chunks: the row key on the first, the family on
@@ -234,23 +254,29 @@ func (w *chunkWriter) cells(r cell.Row) {
 // the server's codec as it is (meteredCodec.Marshal). Unless handOver is
 // set, b stays the caller's: the codec copies it before SendMsg returns.
 // With handOver the caller gives b up to gRPC.
+//
+// A wireMessage is sent once: gRPC keeps the slice marshalWire returns,
+// which is one, until the message is written.
 type wireMessage struct {
 	b        []byte
 	handOver bool
+	one      [1]mem.Buffer // the BufferSlice marshalWire returns
 }
 
 // marshalWire hands gRPC an encoded message: b itself when it is handed
 // over, else a copy, in a buffer from gRPC's pool when it is large enough
 // to be worth pooling (gRPC frees it once written).
 func marshalWire(m *wireMessage) mem.BufferSlice {
-	if m.handOver {
-		return mem.BufferSlice{mem.SliceBuffer(m.b)}
+	switch {
+	case m.handOver:
+		m.one[0] = mem.SliceBuffer(m.b)
+	case mem.IsBelowBufferPoolingThreshold(len(m.b)):
+		m.one[0] = mem.SliceBuffer(append([]byte(nil), m.b...))
+	default:
+		pool := mem.DefaultBufferPool()
+		p := pool.Get(len(m.b))
+		copy(*p, m.b)
+		m.one[0] = mem.NewBuffer(p, pool)
 	}
-	if mem.IsBelowBufferPoolingThreshold(len(m.b)) {
-		return mem.BufferSlice{mem.SliceBuffer(append([]byte(nil), m.b...))}
-	}
-	pool := mem.DefaultBufferPool()
-	p := pool.Get(len(m.b))
-	copy(*p, m.b)
-	return mem.BufferSlice{mem.NewBuffer(p, pool)}
+	return m.one[:]
 }

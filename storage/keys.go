@@ -55,9 +55,22 @@ func readEscaped(b []byte) (out, rest []byte, err error) {
 	if i := bytes.IndexByte(b, 0); i >= 0 && i+1 < len(b) && b[i+1] == 1 {
 		return append(make([]byte, 0, i), b[:i]...), b[i+2:], nil
 	}
+	out, rest, err = appendUnescaped(nil, b)
+	if err == nil && out == nil {
+		out = []byte{}
+	}
+	return out, rest, err
+}
+
+// appendUnescaped is readEscaped appending the string to dst: out is dst
+// with it.
+func appendUnescaped(dst, b []byte) (out, rest []byte, err error) {
+	if i := bytes.IndexByte(b, 0); i >= 0 && i+1 < len(b) && b[i+1] == 1 {
+		return append(dst, b[:i]...), b[i+2:], nil
+	}
 	for i := 0; i < len(b); i++ {
 		if b[i] != 0 {
-			out = append(out, b[i])
+			dst = append(dst, b[i])
 			continue
 		}
 		if i+1 >= len(b) {
@@ -65,13 +78,10 @@ func readEscaped(b []byte) (out, rest []byte, err error) {
 		}
 		switch b[i+1] {
 		case 0xFF:
-			out = append(out, 0)
+			dst = append(dst, 0)
 			i++
 		case 1:
-			if out == nil {
-				out = []byte{}
-			}
-			return out, b[i+2:], nil
+			return dst, b[i+2:], nil
 		default:
 			return nil, nil, ErrCorruptKey
 		}
@@ -257,12 +267,14 @@ func RowPrefixScanStart(tableID uint64, p []byte) []byte {
 
 // DecodeRowKey returns the raw row key of a row prefix (as RowPrefix makes).
 func DecodeRowKey(prefix []byte) ([]byte, error) {
+	// The errors format a copy, so prefix does not escape (a scan keeps it
+	// on its stack).
 	if len(prefix) < 11 || prefix[0] != tagCell {
-		return nil, fmt.Errorf("%w: row prefix %x", ErrCorruptKey, prefix)
+		return nil, fmt.Errorf("%w: row prefix %x", ErrCorruptKey, bytes.Clone(prefix))
 	}
 	row, rest, err := readEscaped(prefix[9:])
 	if err != nil || len(rest) != 0 {
-		return nil, fmt.Errorf("%w: row prefix %x", ErrCorruptKey, prefix)
+		return nil, fmt.Errorf("%w: row prefix %x", ErrCorruptKey, bytes.Clone(prefix))
 	}
 	return row, nil
 }
@@ -275,6 +287,31 @@ func DecodeQualifier(b []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: qualifier %x", ErrCorruptKey, b)
 	}
 	return q, nil
+}
+
+// AppendRowKey is DecodeRowKey appending the row key to dst (its length is
+// at most len(prefix)-11); it returns dst with it. A caller's buffer may
+// then hold the keys of the rows it reads (a point read's row key goes in
+// its value chunk).
+func AppendRowKey(dst, prefix []byte) ([]byte, error) {
+	if len(prefix) < 11 || prefix[0] != tagCell {
+		return nil, fmt.Errorf("%w: row prefix %x", ErrCorruptKey, bytes.Clone(prefix))
+	}
+	out, rest, err := appendUnescaped(dst, prefix[9:])
+	if err != nil || len(rest) != 0 {
+		return nil, fmt.Errorf("%w: row prefix %x", ErrCorruptKey, bytes.Clone(prefix))
+	}
+	return out, nil
+}
+
+// AppendQualifier is DecodeQualifier appending the qualifier to dst (its
+// length is at most len(b)-2); it returns dst with it.
+func AppendQualifier(dst, b []byte) ([]byte, error) {
+	out, rest, err := appendUnescaped(dst, b)
+	if err != nil || len(rest) != 0 {
+		return nil, fmt.Errorf("%w: qualifier %x", ErrCorruptKey, bytes.Clone(b))
+	}
+	return out, nil
 }
 
 // splitCellKey is the comparer's Split: the length of a key's prefix. Only

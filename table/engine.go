@@ -454,8 +454,13 @@ func (e *Engine) Table(instance, name string) (*Meta, error) {
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
+	// catalogKey, built on the stack: its concatenation allocates
+	// once it passes 32 bytes (projects/P/instances/I and a table name
+	// mostly do), and Table runs on every read.
+	var buf [128]byte
+	k := append(append(append(buf[:0], instance...), 0), name...)
 	e.mu.RLock()
-	m, ok := e.tables[catalogKey(instance, name)]
+	m, ok := e.tables[string(k)]
 	e.mu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, name)

@@ -180,6 +180,7 @@ func (e *Engine) readRows(ctx context.Context, instance, table string, req ReadR
 		}
 	}
 	var it *pebble.Iterator
+	var bbuf []byte // where the bounds are written (see interval.bounds)
 	if point && opts == nil {
 		// A point read takes a pooled iterator that sees the latest
 		// state, or opens one, and gives it back (readiter.go).
@@ -188,6 +189,9 @@ func (e *Engine) readRows(ctx context.Context, instance, table string, req ReadR
 			return err
 		}
 		it = pi.it
+		if pi.bounds != nil {
+			bbuf = pi.bounds[:0]
+		}
 		defer e.putIter(pi)
 	} else {
 		if it, err = e.store.NewIter(opts); err != nil {
@@ -209,7 +213,7 @@ func (e *Engine) readRows(ctx context.Context, instance, table string, req ReadR
 	} else if err := g.table(ctx, m.ID); err != nil {
 		return err
 	}
-	s := scanner{e: e, m: m, it: it, now: e.nowMicros(), ctx: ctx, maxRow: req.MaxRowBytes}
+	s := scanner{e: e, m: m, it: it, now: e.nowMicros(), ctx: ctx, maxRow: req.MaxRowBytes, point: point}
 	if s.maxRow <= 0 {
 		s.maxRow = DefaultMaxRowBytes
 	}
@@ -254,7 +258,7 @@ func (e *Engine) readRows(ctx context.Context, instance, table string, req ReadR
 		slices.Reverse(ivs)
 	}
 	for _, iv := range ivs {
-		lo, hi := iv.bounds(m.ID)
+		lo, hi := iv.bounds(bbuf, m.ID)
 		it.SetBounds(lo, hi)
 		if req.Reversed {
 			err = s.scanBackward(emit)
@@ -309,6 +313,11 @@ type scanner struct {
 	// a shared chunk, and a column's versions share one decoded qualifier.
 	arena           []byte
 	lastQEnc, lastQ []byte
+	// point: the read names row keys only (a few rows), so row keys and
+	// qualifiers are carved from the value chunk too. A scan's rows keep
+	// their own (a caller keeping only the keys of many rows must not keep
+	// their values' chunks).
+	point bool
 
 	seekBuf []byte // the key a skip seeks to
 	sought  bool   // skipColumn sought past the column (it held more than its steps)
@@ -357,24 +366,54 @@ func (s *scanner) copyValue(v []byte) []byte {
 	if len(v) == 0 {
 		return []byte{}
 	}
-	if cap(s.arena)-len(s.arena) < len(v) {
-		if len(v) > 2<<10 {
-			return bytes.Clone(v)
-		}
-		// Chunks start small (a point read of a few cells: the first
-		// holds this value and a little more, not four of it) and double.
-		s.arena = make([]byte, 0, min(max(2*cap(s.arena), len(v)+len(v)/4, 256), 8<<10))
+	if !s.reserve(len(v)) {
+		return bytes.Clone(v)
 	}
 	start := len(s.arena)
 	s.arena = append(s.arena, v...)
 	return s.arena[start:len(s.arena):len(s.arena)]
 }
 
+// reserve makes room for n more bytes in the value chunk, starting a new
+// chunk if need be, unless n is over 2 KiB (false: such a piece gets an
+// allocation of its own).
+func (s *scanner) reserve(n int) bool {
+	if cap(s.arena)-len(s.arena) >= n {
+		return true
+	}
+	if n > 2<<10 {
+		return false
+	}
+	// Chunks start small (a point read of a few cells: the first holds
+	// this value and a little more, not four of it) and double.
+	s.arena = make([]byte, 0, min(max(2*cap(s.arena), n+n/4, 256), 8<<10))
+	return true
+}
+
+// carved returns what the chunk gained since start (a piece appended to it
+// within its capacity), capped there, and keeps it in the chunk.
+func (s *scanner) carved(grown []byte, start int) []byte {
+	s.arena = grown
+	return grown[start:len(grown):len(grown)]
+}
+
 // qualifier decodes an escaped qualifier, reusing the previous cell's when
-// the encoding is the same (the versions of one column).
+// the encoding is the same (the versions of one column). A point read
+// keeps both in its value chunk (point).
 func (s *scanner) qualifier(enc []byte) ([]byte, error) {
 	if s.lastQEnc != nil && bytes.Equal(enc, s.lastQEnc) {
 		return s.lastQ, nil
+	}
+	if s.point && s.reserve(2*len(enc)) {
+		start := len(s.arena)
+		a, err := storage.AppendQualifier(s.arena, enc)
+		if err != nil {
+			return nil, err
+		}
+		q := s.carved(a, start)
+		start = len(s.arena)
+		s.lastQEnc, s.lastQ = s.carved(append(s.arena, enc...), start), q
+		return q, nil
 	}
 	q, err := storage.DecodeQualifier(enc)
 	if err != nil {
@@ -417,10 +456,21 @@ func (s *scanner) decodeCell(k []byte, rowLen int) (cell.Cell, bool, error) {
 }
 
 // newRow starts a row of the given row prefix, sized by the last rows read.
+// A point read's row key goes in its value chunk (point).
 func (s *scanner) newRow(prefix []byte) (cell.Row, error) {
-	key, err := storage.DecodeRowKey(prefix)
-	if err != nil {
-		return cell.Row{}, err
+	var key []byte
+	if s.point && s.reserve(len(prefix)) {
+		start := len(s.arena)
+		a, err := storage.AppendRowKey(s.arena, prefix)
+		if err != nil {
+			return cell.Row{}, err
+		}
+		key = s.carved(a, start)
+	} else {
+		var err error
+		if key, err = storage.DecodeRowKey(prefix); err != nil {
+			return cell.Row{}, err
+		}
 	}
 	s.rowBytes, s.rowKey = 0, key
 	return cell.Row{Key: key, Cells: make([]cell.Cell, 0, max(s.e.cellsHint.Load(), 1))}, nil
@@ -643,15 +693,16 @@ func (s *scanner) columnForward(dst []cell.Cell, col []byte, rowLen int, fam *Fa
 // (in Bigtable order) with the cells a reader may see, judged one by one.
 func (s *scanner) scanForward(emit func(cell.Row) error) error {
 	var (
-		row    cell.Row
-		prefix []byte // the row's key prefix
-		col    []byte // the column's key (a cell key without its suffix)
-		fam    *Family
-		rule   gcrule.Rule // the family rule readers obey; None in UntilCollected mode
-		pos    int         // the column's unexpired versions met so far
-		colBuf [64]byte    // most column keys fit, and then col stays on the stack
+		row       cell.Row
+		prefix    []byte // the row's key prefix
+		col       []byte // the column's key (a cell key without its suffix)
+		fam       *Family
+		rule      gcrule.Rule // the family rule readers obey; None in UntilCollected mode
+		pos       int         // the column's unexpired versions met so far
+		colBuf    [64]byte    // most column keys fit, and then col stays on the stack
+		prefixBuf [48]byte    // and most row prefixes
 	)
-	col = colBuf[:0]
+	col, prefix = colBuf[:0], prefixBuf[:0]
 	valid := s.it.First()
 	for valid {
 		k := s.it.Key()
@@ -767,7 +818,9 @@ func (s *scanner) scanForward(emit func(cell.Row) error) error {
 			s.sought = false
 			valid = s.skipColumn(col)
 			if hiddenTail && s.sought {
-				s.e.reportPile(s.m.ID, prefix) // more hidden versions than skipColumn steps over
+				// more hidden versions than skipColumn steps over (a copy:
+				// prefix stays on the stack)
+				s.e.reportPile(s.m.ID, bytes.Clone(prefix))
 			}
 		default:
 			valid = s.it.Next()

@@ -39,12 +39,19 @@ type iterPool struct {
 }
 
 // pooledIter is an iterator and the visible sequence number read just
-// before it was opened.
+// before it was opened. bounds, when pooling, is the iterator's own buffer
+// for the bounds of the reads that use it (SetBounds copies them, so it is
+// only scratch).
 type pooledIter struct {
-	it   *pebble.Iterator
-	seq  uint64
-	born time.Time
+	it     *pebble.Iterator
+	seq    uint64
+	born   time.Time
+	bounds *[pointBoundsLen]byte
 }
+
+// pointBoundsLen is room for both bounds of a point read of a row key of
+// up to 60 bytes without zero bytes (interval.bounds).
+const pointBoundsLen = 2*(9+60+2) + 2 + 4
 
 const (
 	// iterPoolSize is how many iterators the pool keeps: about the reads
@@ -92,7 +99,7 @@ func (e *Engine) pointIter() (pooledIter, error) {
 	if err != nil {
 		return pooledIter{}, err
 	}
-	return pooledIter{it: it, seq: cur, born: born}, nil
+	return pooledIter{it: it, seq: cur, born: born, bounds: new([pointBoundsLen]byte)}, nil
 }
 
 // putIter gives back an iterator pointIter returned. It is kept if it may
