@@ -51,13 +51,17 @@ func newMeteredCodec(sec *security) meteredCodec {
 }
 
 // Marshal encodes a response; a wireMessage (ReadRows' chunks, see
-// chunkWriter) is already encoded, and a MutateRowsResponse of OK statuses
+// chunkWriter) is already encoded, the shared all-OK MutateRowsResponse
+// was encoded when it was built (encodedOK), and any other of OK statuses
 // is written by hand (marshalMutateRowsResponse).
 func (c meteredCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if m, ok := v.(*wireMessage); ok {
 		return marshalWire(m), nil
 	}
 	if r, ok := v.(*btpb.MutateRowsResponse); ok {
+		if b, ok := encodedOK(r); ok {
+			return b, nil
+		}
 		if b, ok := marshalMutateRowsResponse(r); ok {
 			return b, nil
 		}
