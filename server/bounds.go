@@ -51,13 +51,17 @@ func newMeteredCodec(sec *security) meteredCodec {
 }
 
 // Marshal encodes a response; a wireMessage (ReadRows' chunks, see
-// chunkWriter) is already encoded, and a MutateRowsResponse of OK statuses
+// chunkWriter) is already encoded, the shared all-OK MutateRowsResponse
+// was encoded when it was built (encodedOK), and any other of OK statuses
 // is written by hand (marshalMutateRowsResponse).
 func (c meteredCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if m, ok := v.(*wireMessage); ok {
 		return marshalWire(m), nil
 	}
 	if r, ok := v.(*btpb.MutateRowsResponse); ok {
+		if b, ok := encodedOK(r); ok {
+			return b, nil
+		}
 		if b, ok := marshalMutateRowsResponse(r); ok {
 			return b, nil
 		}
@@ -93,8 +97,25 @@ func (c meteredCodec) unmarshal(data mem.BufferSlice, v any) error {
 		}
 	}
 	if req, ok := v.(*btpb.MutateRowsRequest); ok {
-		// A bulk write of SetCells is kept as its bytes (a copy of its
-		// own: the engine writes from it, see mutaterowswire.go).
+		// A bulk write of SetCells is kept as its bytes, which the engine
+		// writes from (mutaterowswire.go). A request that came in one
+		// buffer (a bulk write's usual 100 rows, in one HTTP/2 frame) is
+		// kept in that buffer, held until its call ends
+		// (wireEntries.release); else in a copy of its own.
+		if len(data) == 1 {
+			b := data[0].ReadOnlyData()
+			if w := stashMutateRows(b, req); w != nil {
+				data[0].Ref()
+				w.held = data[0]
+				c.sec.wire.put(req, w)
+				return nil
+			}
+			// decodeMutateRows copies what it keeps.
+			if decodeMutateRows(b, req) {
+				return nil
+			}
+			return c.CodecV2.Unmarshal(data, v)
+		}
 		b := data.Materialize()
 		if w := stashMutateRows(b, req); w != nil {
 			c.sec.wire.put(req, w)

@@ -238,6 +238,7 @@ func (x *clusterData) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtab
 	// codec kept as bytes is decoded here (mutaterowswire.go).
 	if w := x.dataServer.s.sec.wire.take(req); w != nil {
 		w.decodeInto(req)
+		w.release()
 	}
 	ctx := stream.Context()
 	ref, err := tableOf(req.GetTableName(), req.GetAuthorizedViewName())

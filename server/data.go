@@ -289,6 +289,9 @@ const MaxEntriesPerMutateRows = 100000
 func (d *dataServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtable_MutateRowsServer) error {
 	// A bulk write of SetCells the codec kept as bytes (mutaterowswire.go).
 	wire := d.s.sec.wire.take(req)
+	if wire != nil {
+		defer wire.release()
+	}
 	ref, view, err := d.dataTable(req.GetTableName(), req.GetAuthorizedViewName())
 	if err != nil {
 		return toStatus(err)

@@ -133,19 +133,33 @@ func setMutateRowsName(req *btpb.MutateRowsRequest, num protowire.Number, v []by
 
 // field reads the field at the start of b: a length-delimited field's
 // contents are v, a varint's value x; n is the bytes read, negative if b
-// does not start with a whole length-delimited or varint field. Tags and
-// lengths under 128 (nearly all of a bulk write's) are read inline.
+// does not start with a whole length-delimited or varint field. One-byte
+// tags (every field of a bulk write's) are read inline, and so are
+// lengths under 16 KiB (an entry of a 100-byte cell is about 140 bytes
+// long) and one-byte varints; a longer varint (a timestamp) is read
+// after the tag.
 func field(b []byte) (num protowire.Number, typ protowire.Type, v []byte, x uint64, n int) {
-	if len(b) >= 2 && b[0] < 0x80 && b[0]>>3 != 0 && b[1] < 0x80 {
+	if len(b) >= 2 && b[0] < 0x80 && b[0]>>3 != 0 {
 		num, typ = protowire.Number(b[0]>>3), protowire.Type(b[0]&7)
-		switch typ {
-		case protowire.BytesType:
+		switch {
+		case typ == protowire.BytesType && b[1] < 0x80:
 			if l := 2 + int(b[1]); l <= len(b) {
 				return num, typ, b[2:l], 0, l
 			}
 			return 0, 0, nil, 0, -1
-		case protowire.VarintType:
+		case typ == protowire.BytesType && len(b) >= 3 && b[2] < 0x80:
+			if l := 3 + (int(b[1]&0x7f) | int(b[2])<<7); l <= len(b) {
+				return num, typ, b[3:l], 0, l
+			}
+			return 0, 0, nil, 0, -1
+		case typ == protowire.VarintType && b[1] < 0x80:
 			return num, typ, nil, uint64(b[1]), 2
+		case typ == protowire.VarintType:
+			x, m := protowire.ConsumeVarint(b[1:])
+			if m < 0 {
+				return 0, 0, nil, 0, m
+			}
+			return num, typ, nil, x, 1 + m
 		}
 	}
 	num, typ, n = protowire.ConsumeTag(b)

@@ -260,3 +260,68 @@ func setCellMutation(fam string, q, v []byte, ts int64) *btpb.Mutation {
 	return &btpb.Mutation{Mutation: &btpb.Mutation_SetCell_{SetCell: &btpb.Mutation_SetCell{
 		FamilyName: fam, ColumnQualifier: q, Value: v, TimestampMicros: ts}}}
 }
+
+// TestField: field reads what protowire reads — the tag, then a
+// length-delimited field's contents or a varint — or fails where it
+// fails, on random fields: one- and two-byte tags of every wire type,
+// lengths of one to three bytes (non-minimal ones too) up to 20,000,
+// varints of one to ten bytes, and every prefix of each.
+func TestField(t *testing.T) {
+	want := func(b []byte) (num protowire.Number, typ protowire.Type, v []byte, x uint64, n int) {
+		num, typ, n = protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0, 0, nil, 0, -1
+		}
+		switch typ {
+		case protowire.BytesType:
+			v, m := protowire.ConsumeBytes(b[n:])
+			if m < 0 {
+				return 0, 0, nil, 0, -1
+			}
+			return num, typ, v, 0, n + m
+		case protowire.VarintType:
+			x, m := protowire.ConsumeVarint(b[n:])
+			if m < 0 {
+				return 0, 0, nil, 0, -1
+			}
+			return num, typ, nil, x, n + m
+		}
+		return 0, 0, nil, 0, -1
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	for i := range 20000 {
+		var b []byte
+		num := protowire.Number(r.IntN(16))
+		if i%10 == 0 {
+			num = protowire.Number(16 + r.IntN(1000)) // a two-byte tag
+		}
+		typ := []protowire.Type{protowire.VarintType, protowire.BytesType, protowire.BytesType, protowire.Fixed64Type, protowire.StartGroupType}[r.IntN(5)]
+		b = protowire.AppendTag(b, num, typ)
+		switch typ {
+		case protowire.BytesType:
+			l := []int{r.IntN(128), 128 + r.IntN(16384-128), r.IntN(20000)}[r.IntN(3)]
+			b = protowire.AppendVarint(b, uint64(l))
+			if r.IntN(8) == 0 { // the length non-minimal: one more byte
+				b[len(b)-1] |= 0x80
+				b = append(b, 0)
+			}
+			b = append(b, make([]byte, l)...)
+			for j := len(b) - l; j < len(b); j++ {
+				b[j] = byte(r.Uint32())
+			}
+		case protowire.VarintType:
+			b = protowire.AppendVarint(b, r.Uint64()>>r.IntN(64))
+		default:
+			b = append(b, 1, 2, 3, 4, 5, 6, 7, 8)
+		}
+		b = append(b, 0xa, 0x1, 0x2) // another field after it
+		for _, c := range []int{len(b), len(b) - 3, r.IntN(len(b) + 1), 1, 2, 3} {
+			in := b[:min(c, len(b))]
+			gn, gt, gv, gx, gk := field(in)
+			wn, wt, wv, wx, wk := want(in)
+			if (gk < 0) != (wk < 0) || gk >= 0 && (gn != wn || gt != wt || string(gv) != string(wv) || gx != wx || gk != wk) {
+				t.Fatalf("field(%x) = %d %d %x %d %d, protowire reads %d %d %x %d %d", in, gn, gt, gv, gx, gk, wn, wt, wv, wx, wk)
+			}
+		}
+	}
+}

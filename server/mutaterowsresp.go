@@ -1,6 +1,7 @@
 package server
 
 import (
+	"slices"
 	"sync/atomic"
 
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
@@ -13,13 +14,22 @@ import (
 // that response (an Entry and a pointer per entry) and marshalling it
 // through protobuf's generic encoder was about 3% of a bulk write's server
 // CPU. okMutateRowsResponse shares one immutable all-OK response per entry
-// count between calls, and the codec writes any response whose statuses
-// are all OK by hand (marshalMutateRowsResponse), byte for byte what
-// proto.Marshal writes (TestMarshalMutateRowsResponse).
+// count between calls, encoded once, and the codec writes any other
+// response whose statuses are all OK by hand (marshalMutateRowsResponse),
+// byte for byte what proto.Marshal writes (TestMarshalMutateRowsResponse).
 
-// okResponses holds the last all-OK response built: bulk writers send
-// batches of one size, so one is enough to be reused by nearly every call.
-var okResponses atomic.Pointer[btpb.MutateRowsResponse]
+// okResponses holds the last all-OK response built, with its encoding:
+// bulk writers send batches of one size, so one is enough to be reused by
+// nearly every call, and the codec sends its encoding rather than
+// writing the same bytes again for each (encodedOK).
+var okResponses atomic.Pointer[okShared]
+
+// okShared is a shared all-OK response and its encoding; neither is ever
+// changed.
+type okShared struct {
+	r   *btpb.MutateRowsResponse
+	enc []byte
+}
 
 // okStatus is the OK status every shared response's entries point to.
 var okStatus = &rpcstatus.Status{}
@@ -30,8 +40,8 @@ const maxSharedOK = 4096
 // okMutateRowsResponse is a MutateRowsResponse answering n entries with
 // OK, in order. It may be shared with other calls: it must not be changed.
 func okMutateRowsResponse(n int) *btpb.MutateRowsResponse {
-	if r := okResponses.Load(); r != nil && len(r.Entries) == n {
-		return r
+	if s := okResponses.Load(); s != nil && len(s.r.Entries) == n {
+		return s.r
 	}
 	out := make([]btpb.MutateRowsResponse_Entry, n)
 	r := &btpb.MutateRowsResponse{Entries: make([]*btpb.MutateRowsResponse_Entry, n)}
@@ -40,9 +50,19 @@ func okMutateRowsResponse(n int) *btpb.MutateRowsResponse {
 		r.Entries[i] = &out[i]
 	}
 	if n <= maxSharedOK {
-		okResponses.Store(r)
+		enc, _ := appendOKResponse(nil, r)
+		okResponses.Store(&okShared{r: r, enc: enc})
 	}
 	return r
+}
+
+// encodedOK returns r's encoding if r is the shared all-OK response
+// (gRPC only reads what it sends, and a SliceBuffer's Free does nothing).
+func encodedOK(r *btpb.MutateRowsResponse) (mem.BufferSlice, bool) {
+	if s := okResponses.Load(); s != nil && s.r == r {
+		return mem.BufferSlice{mem.SliceBuffer(s.enc)}, true
+	}
+	return nil, false
 }
 
 // MutateRowsResponse's and its Entry's fields
@@ -57,6 +77,15 @@ const (
 // OK with nothing else in it (or absent) and r has no other field set; ok
 // is false otherwise, and r is left to protobuf.
 func marshalMutateRowsResponse(r *btpb.MutateRowsResponse) (mem.BufferSlice, bool) {
+	b, ok := appendOKResponse(nil, r)
+	if !ok {
+		return nil, false
+	}
+	return mem.BufferSlice{mem.SliceBuffer(b)}, true
+}
+
+// appendOKResponse is marshalMutateRowsResponse appending to b.
+func appendOKResponse(b []byte, r *btpb.MutateRowsResponse) ([]byte, bool) {
 	if r.GetRateLimitInfo() != nil || len(r.ProtoReflect().GetUnknown()) > 0 {
 		return nil, false
 	}
@@ -71,7 +100,7 @@ func marshalMutateRowsResponse(r *btpb.MutateRowsResponse) (mem.BufferSlice, boo
 		n := okEntrySize(e)
 		size += 1 + protowire.SizeVarint(uint64(n)) + n
 	}
-	b := make([]byte, 0, size)
+	b = slices.Grow(b, size)
 	for _, e := range r.GetEntries() {
 		b = protowire.AppendTag(b, mutateRowsEntries, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(okEntrySize(e)))
@@ -84,7 +113,7 @@ func marshalMutateRowsResponse(r *btpb.MutateRowsResponse) (mem.BufferSlice, boo
 			b = protowire.AppendVarint(b, 0)
 		}
 	}
-	return mem.BufferSlice{mem.SliceBuffer(b)}, true
+	return b, true
 }
 
 // okEntrySize is the encoded size of an entry whose status is OK or absent.

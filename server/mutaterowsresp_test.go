@@ -83,9 +83,13 @@ func TestMarshalMutateRowsResponse(t *testing.T) {
 }
 
 // TestOKMutateRowsResponse: the shared all-OK response answers every entry
-// in order, is reused for the same count, and is rebuilt for another.
+// in order, is reused for the same count, and is rebuilt for another; the
+// codec sends the encoding kept with it, which is proto.Marshal's, and
+// only for that response (not for another of the same entries, nor one
+// not shared).
 func TestOKMutateRowsResponse(t *testing.T) {
-	for _, n := range []int{1, 100, 100, 3, maxSharedOK + 1, maxSharedOK + 1} {
+	codec := meteredCodec{}
+	for _, n := range []int{1, 100, 100, 3, 200, maxSharedOK + 1, maxSharedOK + 1} {
 		r := okMutateRowsResponse(n)
 		if len(r.GetEntries()) != n {
 			t.Fatalf("%d entries, want %d", len(r.GetEntries()), n)
@@ -94,6 +98,23 @@ func TestOKMutateRowsResponse(t *testing.T) {
 			if e.GetIndex() != int64(i) || e.GetStatus() == nil || e.GetStatus().GetCode() != 0 || e.GetStatus().GetMessage() != "" {
 				t.Fatalf("entry %d: %v", i, e)
 			}
+		}
+		want, err := proto.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := codec.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := got.Materialize(); !bytes.Equal(b, want) {
+			t.Fatalf("%d entries: the codec sent\n%x\nproto.Marshal writes\n%x", n, b, want)
+		}
+		if _, kept := encodedOK(r); kept != (n <= maxSharedOK) {
+			t.Fatalf("%d entries: the kept encoding sent: %v", n, kept)
+		}
+		if _, kept := encodedOK(proto.Clone(r).(*btpb.MutateRowsResponse)); kept {
+			t.Fatalf("%d entries: the kept encoding sent for a copy of the shared response", n)
 		}
 	}
 	if a, b := okMutateRowsResponse(100), okMutateRowsResponse(100); a != b {
@@ -105,8 +126,9 @@ func TestOKMutateRowsResponse(t *testing.T) {
 }
 
 // BenchmarkMutateRowsResponse: answering 100 OK entries, as MutateRows
-// did before (an Entry per entry, marshalled by protobuf) and as it does
-// now (the shared response, written by hand).
+// did before (an Entry per entry, marshalled by protobuf), the shared
+// response written by hand, and what the codec does with the shared
+// response (sends the encoding kept with it).
 func BenchmarkMutateRowsResponse(b *testing.B) {
 	const n = 100
 	b.Run("proto", func(b *testing.B) {
@@ -128,6 +150,15 @@ func BenchmarkMutateRowsResponse(b *testing.B) {
 		for b.Loop() {
 			if _, ok := marshalMutateRowsResponse(okMutateRowsResponse(n)); !ok {
 				b.Fatal("not hand-encoded")
+			}
+		}
+	})
+	b.Run("codec", func(b *testing.B) {
+		b.ReportAllocs()
+		var codec meteredCodec
+		for b.Loop() {
+			if _, err := codec.Marshal(okMutateRowsResponse(n)); err != nil {
+				b.Fatal(err)
 			}
 		}
 	})

@@ -5,6 +5,7 @@ import (
 
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/ebbtable/ebbtable/table"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -19,7 +20,10 @@ import (
 // (table.Engine.MutateRowsFrom). A handler that needs the entries as
 // messages (a forwarded call, an authorized view, cluster mode) decodes
 // them first (wireEntries.decodeInto): the same decoder as before, so
-// such a request is served as it was.
+// such a request is served as it was. The bytes are gRPC's own received
+// buffer when the request came in one (no copy), held until the call is
+// done with them: the handler, or the stream's end for a call refused
+// before its handler took them, releases it (wireEntries.release).
 //
 // A single-row write (MutateRow) of SetCells takes the same way: its request
 // is one entry with the request's names beside it (entryShape), checked by
@@ -110,7 +114,10 @@ func stashMutateRow(b []byte, req *btpb.MutateRowRequest) *wireEntries {
 // MutateRowRequest's one, from its bytes: a table.MutationSource of
 // SetCells.
 type wireEntries struct {
-	b     []byte
+	b []byte
+	// held, if not nil, is gRPC's received buffer b lies in, held by the
+	// codec instead of copying b out of it; release gives it back.
+	held  mem.Buffer
 	n     int // entries
 	shape entryShape
 	rest  []byte // the fields after the current entry
@@ -121,6 +128,19 @@ type wireEntries struct {
 	family string
 	exp    expiry // the call's cell TTL, put in every SetCell
 	once   sync.Once
+}
+
+// release gives back the received buffer the bytes lie in, if the codec
+// held one, once nothing reads them any more: whoever takes w from the
+// stash calls it when its call is done with the bytes (the engine keeps
+// none of them past MutateRowsFrom; the decoders copy what they keep).
+// w reads nothing after.
+func (w *wireEntries) release() {
+	if w.held != nil {
+		w.held.Free()
+		w.held = nil
+	}
+	w.b, w.rest, w.cur = nil, nil, nil
 }
 
 func (w *wireEntries) Len() int { return w.n }
@@ -218,6 +238,9 @@ func nilIfEmpty(b []byte) []byte {
 // would have (decodeMutateRows), once.
 func (w *wireEntries) decodeInto(req *btpb.MutateRowsRequest) {
 	w.once.Do(func() {
+		if w.b == nil {
+			panic("ebbtable: a MutateRows request's bytes decoded after their release")
+		}
 		var full btpb.MutateRowsRequest
 		if !decodeMutateRows(w.b, &full) {
 			panic("ebbtable: a MutateRows request the codec checked does not decode")

@@ -1,10 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 
 	"cloud.google.com/go/bigtable"
@@ -188,12 +190,17 @@ func benchWriteServer(b *testing.B) (*Server, *dataServer) {
 // TestMutateRowsWireRefusedLeavesNothing: a bulk or single-row write the
 // codec kept as bytes but the call refused before its handler ran (a token
 // limited to another instance: PERMISSION_DENIED at the received request)
-// leaves no bytes held; the same token's write to its own instance is
-// served.
+// leaves no bytes held, nor gRPC's buffer they came in (20 refused bulk
+// writes of 2 KiB, each in a pooled buffer: fewer than 10 of the server's
+// buffers outstanding after); the same token's write to its own instance
+// is served.
 func TestMutateRowsWireRefusedLeavesNothing(t *testing.T) {
 	t.Parallel()
 	tokens, _ := securityFiles(t)
-	srv := startSecure(t, SecurityOptions{TokenFile: tokens})
+	pool := &poisonPool{out: map[*[]byte]bool{}}
+	knobs := &testKnobs{}
+	knobs.bufferPool.set(pool)
+	srv := startSecure(t, SecurityOptions{TokenFile: tokens}, func(o *Options) { o.knobs = knobs })
 	raw := btpb.NewBigtableClient(plainConn(t, srv.Addr()))
 	ctx := metadata.AppendToOutgoingContext(context.Background(), bearerMD(tokOther)...)
 	req := &btpb.MutateRowsRequest{TableName: tableName("t"), Entries: []*btpb.MutateRowsRequest_Entry{{RowKey: []byte("r"),
@@ -220,6 +227,20 @@ func TestMutateRowsWireRefusedLeavesNothing(t *testing.T) {
 			t.Fatalf("MutateRow on another instance: %v", err)
 		}
 	}
+	big := proto.Clone(req).(*btpb.MutateRowsRequest)
+	big.Entries[0].Mutations[0].GetSetCell().Value = make([]byte, 2<<10)
+	for range 20 {
+		st, err := raw.MutateRows(ctx, big)
+		for err == nil {
+			_, err = st.Recv()
+		}
+		if status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("MutateRows of 2 KiB on another instance: %v", err)
+		}
+	}
+	if n := pool.outstanding(); n >= 10 {
+		t.Fatalf("%d of the server's buffers outstanding after the calls ended", n)
+	}
 	req.TableName = "projects/" + testProject + "/instances/other/tables/t"
 	one.TableName = req.TableName
 	if err := recv(); status.Code(err) != codes.NotFound {
@@ -229,6 +250,117 @@ func TestMutateRowsWireRefusedLeavesNothing(t *testing.T) {
 		t.Fatalf("MutateRow on its own instance: %v, want NotFound (past authorization)", err)
 	}
 	if n := srv.sec.wire.len(); n != 0 {
+		t.Fatalf("%d requests' bytes still held", n)
+	}
+}
+
+// poisonPool is the server's buffer pool for a test: each buffer put back
+// is overwritten (so a read of a request's bytes after their buffer went
+// back sees 0xEE, not the request) and the buffers handed out and not yet
+// put back are counted.
+type poisonPool struct {
+	dirtyPool
+	mu  sync.Mutex
+	out map[*[]byte]bool
+}
+
+func (p *poisonPool) Get(n int) *[]byte {
+	b := p.dirtyPool.Get(n)
+	p.mu.Lock()
+	p.out[b] = true
+	p.mu.Unlock()
+	return b
+}
+
+func (p *poisonPool) Put(b *[]byte) {
+	p.mu.Lock()
+	delete(p.out, b)
+	p.mu.Unlock()
+	full := (*b)[:cap(*b)]
+	for i := range full {
+		full[i] = 0xEE
+	}
+	p.dirtyPool.Put(b)
+}
+
+func (p *poisonPool) outstanding() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.out)
+}
+
+// TestMutateRowsHeldBuffer: a bulk write that came in one buffer is
+// written from gRPC's own buffer, held until the call ends. 200 bulk
+// writes of 100 rows (each request one HTTP/2 frame), from four writers,
+// through a pool that poisons every buffer put back: every cell reads
+// back as written (no byte was read after its buffer went back), and the
+// buffers held are given back (fewer than 20 outstanding after 250
+// calls), as they are for a call its handler refuses.
+func TestMutateRowsHeldBuffer(t *testing.T) {
+	t.Parallel()
+	pool := &poisonPool{out: map[*[]byte]bool{}}
+	knobs := &testKnobs{}
+	knobs.bufferPool.set(pool)
+	env := newTestEnv(t, func(o *Options) { o.knobs = knobs })
+	tbl := env.createTable(t, "held", map[string]bigtable.GCPolicy{"cf": nil})
+	value := func(row string) []byte { return []byte(strings.Repeat(row, 10)) } // 100 bytes
+	const writers, calls, rows = 4, 50, 100
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for c := range calls {
+				keys := make([]string, rows)
+				muts := make([]*bigtable.Mutation, rows)
+				for i := range rows {
+					keys[i] = fmt.Sprintf("w%dc%02dr%03d", w, c, i)
+					muts[i] = bigtable.NewMutation()
+					muts[i].Set("cf", "q", 1000, value(keys[i]))
+				}
+				rerrs, err := tbl.ApplyBulk(context.Background(), keys, muts)
+				if err == nil && rerrs != nil {
+					err = fmt.Errorf("entry errors: %v", rerrs)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	got := readAll(t, tbl, bigtable.InfiniteRange(""))
+	if len(got) != writers*calls*rows {
+		t.Fatalf("%d rows read back, want %d", len(got), writers*calls*rows)
+	}
+	for _, r := range got {
+		cells := r["cf"]
+		if len(cells) != 1 || cells[0].Column != "cf:q" || cells[0].Timestamp != 1000 || !bytes.Equal(cells[0].Value, value(r.Key())) {
+			t.Fatalf("row %q reads back as %v", r.Key(), cells)
+		}
+	}
+	// A call its handler refuses (no such table) gives its buffer back too.
+	missing := env.client.Open("missing")
+	keys := make([]string, rows)
+	muts := make([]*bigtable.Mutation, rows)
+	for i := range rows {
+		keys[i] = fmt.Sprintf("r%03d", i)
+		muts[i] = bigtable.NewMutation()
+		muts[i].Set("cf", "q", 1000, value(keys[i]))
+	}
+	for range 50 {
+		if _, err := missing.ApplyBulk(context.Background(), keys, muts); status.Code(err) != codes.NotFound {
+			t.Fatalf("ApplyBulk to a missing table: %v", err)
+		}
+	}
+	if n := pool.outstanding(); n >= 20 {
+		t.Fatalf("%d of the server's buffers outstanding after the calls ended", n)
+	}
+	if n := env.srv.sec.wire.len(); n != 0 {
 		t.Fatalf("%d requests' bytes still held", n)
 	}
 }

@@ -542,7 +542,10 @@ func (sec *security) serveStream(srv any, ss grpc.ServerStream, info *grpc.Strea
 	defer func() {
 		sec.inflight.Add(-w.held)
 		if w.bulk != nil {
-			sec.wire.take(w.bulk) // the bytes of a call refused before its handler took them
+			// The bytes of a call refused before its handler took them.
+			if wire := sec.wire.take(w.bulk); wire != nil {
+				wire.release()
+			}
 		}
 	}()
 	return h(srv, w)

@@ -264,7 +264,7 @@ func New(opts Options) (*Server, error) {
 		grpc.NumStreamWorkers(streamWorkers()),
 		// gRPC's buffer pool without clearing what it hands out
 		// (bufpool.go; docs/performance.md, "gRPC serving").
-		experimental.BufferPool(&dirtyPool{}),
+		experimental.BufferPool(s.knobs().bufferPool.or(&dirtyPool{})),
 	)...)
 	btpb.RegisterBigtableServer(s.grpc, s.dataService())
 	adminpb.RegisterBigtableTableAdminServer(s.grpc, s.tableAdminService())

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	tablets "github.com/ebbtable/ebbtable/cluster"
+	"google.golang.org/grpc/mem"
 )
 
 // testKnobs are the hooks and bounds a test changes on its servers
@@ -54,6 +55,9 @@ type testKnobs struct {
 	// takersWait runs when a CreateTable finds no live node to place
 	// tablets on and starts waiting for one (clusteradmin.go).
 	takersWait knob[func(node string)]
+	// bufferPool replaces the gRPC server's buffer pool (dirtyPool); read
+	// when the server is built (server.go).
+	bufferPool knob[mem.BufferPool]
 }
 
 // sqlBatchSize is the sqlBatch knob's value.

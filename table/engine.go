@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"math/bits"
 	"slices"
 	"sort"
 	"sync"
@@ -349,11 +350,33 @@ func (e *Engine) lockStripes(stripes []int, buf *[]int) func() {
 	return e.lockSorted(*buf)
 }
 
-// sortedStripes sorts stripes and drops repeats, in place.
+// sortedStripes sorts stripes and drops repeats, in place. Many (a bulk
+// write's, one a row) are sorted through a set of all the stripes: one
+// pass to mark them, one over the set's 16 words to list them. For 100
+// random stripes that is 0.4-0.65 us against sort.Ints' 4.1-4.9 (its
+// compares mispredicted: BenchmarkSortedStripes).
 func sortedStripes(stripes []int) []int {
-	sort.Ints(stripes)
-	return slices.Compact(stripes)
+	if len(stripes) < sortedStripesBySet {
+		sort.Ints(stripes)
+		return slices.Compact(stripes)
+	}
+	var set [rowLockStripes / 64]uint64 // rowLockStripes is a multiple of 64
+	for _, s := range stripes {
+		set[s/64] |= 1 << (s % 64)
+	}
+	out := stripes[:0]
+	for w, word := range set {
+		for word != 0 {
+			out = append(out, w*64+bits.TrailingZeros64(word))
+			word &= word - 1
+		}
+	}
+	return out
 }
+
+// sortedStripesBySet is the fewest stripes sortedStripes sorts through a
+// set rather than sort.Ints (for 8 the sort was faster, for 16 the set).
+const sortedStripesBySet = 12
 
 // lockSorted locks stripes, sorted and each once, in order.
 func (e *Engine) lockSorted(stripes []int) func() {
@@ -602,11 +625,7 @@ func (e *Engine) stripes(tableID uint64, rows [][]byte) []int {
 	for _, r := range rows {
 		out = append(out, e.stripe(tableID, r))
 	}
-	if len(out) > 1 {
-		slices.Sort(out)
-		out = slices.Compact(out)
-	}
-	return out
+	return sortedStripes(out)
 }
 
 // commit writes a batch durably: the WAL is synced (and group-committed with

@@ -599,7 +599,8 @@ type RowMutation struct {
 }
 
 // MutateRows applies each entry atomically on its own and returns one error
-// (or nil) per entry. The valid entries are committed in one durable batch.
+// (or nil) per entry, read only (see MutateRowsFrom). The valid entries are
+// committed in one durable batch.
 func (e *Engine) MutateRows(instance, table string, entries []RowMutation) ([]error, error) {
 	return e.MutateRowsFrom(instance, table, &rowMutations{entries: entries})
 }

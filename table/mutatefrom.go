@@ -31,7 +31,9 @@ type MutationSource interface {
 // family id included) with its row and row-lock stripe; then, under the
 // rows' locks, the kept mutations go straight into the batch. The row
 // keys, qualifiers and values src returns must stay unchanged until the
-// call returns (change-stream records keep them).
+// call returns (change-stream records keep them). The errors returned,
+// one per entry, must not be written: when none failed, they are a slice
+// of nils shared with other calls.
 func (e *Engine) MutateRowsFrom(instance, table string, src MutationSource) ([]error, error) {
 	if err := e.enter(); err != nil {
 		return nil, err
@@ -42,7 +44,13 @@ func (e *Engine) MutateRowsFrom(instance, table string, src MutationSource) ([]e
 		return nil, err
 	}
 	n := src.Len()
-	errs := make([]error, n)
+	var errs []error // made at the first refused entry
+	refuse := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, n)
+		}
+		errs[i] = err
+	}
 	sc := getMutateScratch()
 	defer putMutateScratch(sc)
 	needsRead := false
@@ -55,21 +63,22 @@ func (e *Engine) MutateRowsFrom(instance, table string, src MutationSource) ([]e
 			return nil, fmt.Errorf("table: a mutation source of %d entries ended after %d", n, i)
 		}
 		if err := prepareEntry(row, k); err != nil {
-			errs[i] = err
+			refuse(i, err)
 			continue
 		}
 		start := len(sc.preps)
-		reads := false
+		reads, refused := false, false
 		for j := 0; src.NextMutation(&mu); j++ {
 			sc.preps = append(sc.preps, prepared{})
 			p := &sc.preps[len(sc.preps)-1]
 			if err := e.prepareOne(p, m, j, &mu, prepNow); err != nil {
-				errs[i] = err
+				refuse(i, err)
+				refused = true
 				break
 			}
 			reads = reads || p.Kind != SetCell
 		}
-		if errs[i] != nil {
+		if refused {
 			clear(sc.preps[start:])
 			sc.preps = sc.preps[:start]
 			continue
@@ -78,6 +87,9 @@ func (e *Engine) MutateRowsFrom(instance, table string, src MutationSource) ([]e
 		sc.ends = append(sc.ends, len(sc.preps))
 		sc.stripes = append(sc.stripes, e.stripe(m.ID, row))
 		needsRead = needsRead || reads
+	}
+	if errs == nil {
+		errs = noErrors(n)
 	}
 	rows := sc.rows
 	if len(rows) == 0 {
@@ -140,6 +152,20 @@ func (e *Engine) MutateRowsFrom(instance, table string, src MutationSource) ([]e
 	}
 	return errs, nil
 }
+
+// noErrors returns n nil errors: MutateRowsFrom's answer when no entry was
+// refused, shared between calls up to len(allNil) entries (a make of a
+// bulk write's 100 was 1.4% of the server's CPU under bulk writes, most of
+// it setting up and clearing a fresh pointer array). Callers only read it.
+func noErrors(n int) []error {
+	if n <= len(allNil) {
+		return allNil[:n:n]
+	}
+	return make([]error, n)
+}
+
+// allNil backs noErrors; it is never written.
+var allNil [1024]error
 
 // mutateScratch is MutateRowsFrom's per-call working memory, pooled: the
 // valid entries' rows, their row-lock stripes, their checked mutations
