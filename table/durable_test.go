@@ -118,6 +118,12 @@ func (r *gateRig) heldWrite(row, val string) <-chan error {
 
 // heldWriteAt is heldWrite at timestamp ts.
 func (r *gateRig) heldWriteAt(row, val string, ts int64) <-chan error {
+	return r.heldWriteBy(row, val, func() error { return r.setAt(row, val, ts) })
+}
+
+// heldWriteBy starts write, whose WAL sync is held, and returns once the
+// write is applied (Pebble shows val in row) and its sync held.
+func (r *gateRig) heldWriteBy(row, val string, write func() error) <-chan error {
 	r.hold.armed.Store(true)
 	// A test that fails while the sync is held must still let it go, or
 	// closing the engine would wait for the write forever.
@@ -128,7 +134,7 @@ func (r *gateRig) heldWriteAt(row, val string, ts int64) <-chan error {
 		}
 	})
 	done := make(chan error, 1)
-	go func() { done <- r.setAt(row, val, ts) }()
+	go func() { done <- write() }()
 	select {
 	case <-r.hold.held:
 	case <-time.After(10 * time.Second):

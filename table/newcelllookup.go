@@ -12,10 +12,11 @@ import (
 // and telling a cell is new costs a Pebble seek for each column its
 // row-lock stripe does not remember (columnNewest), and a write to a new
 // row is always such a column: 10.7% of the server's CPU per single-row
-// write in ebbbench (a seek through a memtable of 200,000 rows), about 5–10
-// µs of 40–60 in process (BenchmarkSyncedPointWrites). So writers look only while point reads come: once a
-// whole period of newCellLookupIdle passes in which no point read started,
-// they stop, and the next point read turns them back on. A point read that
+// write in ebbbench (a seek through a memtable of 200,000 rows), about
+// 5–10 µs of 40–60 in process (BenchmarkSyncedPointWrites). So writers
+// look only while point reads come: once a whole period of
+// newCellLookupIdle passes in which no point read started, they stop, and
+// the next point read turns them back on. A point read that
 // meets a write begun without looking waits for its sync (one group sync
 // at most), as it waits for any write it cannot skip; what it returns is
 // the same. A column a stripe remembers is known new without a seek, and
@@ -53,8 +54,10 @@ func (l *newCellLookups) pointRead() {
 // looking off.
 func (l *newCellLookups) look(now int64) bool {
 	if end := l.end.Load(); now >= end && l.end.CompareAndSwap(end, now+newCellLookupIdle) {
-		// A read between the Swap and the Store turns looking off
-		// with it: the next read turns it on again.
+		// A point read that starts between the Swap and the Store
+		// does not keep looking on (it is off after the Store): the
+		// next one turns it on again. What reads return is the same
+		// either way (see above).
 		if !l.seen.Swap(false) && end != 0 {
 			l.off.Store(true)
 		}

@@ -1,8 +1,13 @@
 package table
 
 import (
+	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/ebbtable/ebbtable/storage"
 )
 
 // TestNewCellLookupsFollowPointReads: writes look up that their cells are
@@ -23,13 +28,19 @@ func TestNewCellLookupsFollowPointReads(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			r := newGateRig(t)
 			r.rows = rows
-			// skippedAt says whether a point read of row, while a write of
-			// a cell at ts is held, answers at once with before (the cell
-			// skipped) rather than waiting for the write's sync. Either way
-			// it then sees the write.
+			m, err := r.eng.Table("i", "t")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// skippedAt says whether a write of a cell of row at ts, held
+			// before its sync, is one of new cells (RowPending), and checks
+			// a point read meanwhile agrees: it answers at once with before
+			// (the cell skipped) if so, else it waits for the sync. Either
+			// way it then sees the write.
 			skippedAt := func(row string, ts int64, before string) bool {
 				t.Helper()
 				write := r.heldWriteAt(row, "new", ts)
+				skip := r.eng.RowPending(m.ID, []byte(row), storage.RowPrefix(m.ID, []byte(row)))
 				point := ReadRequest{Keys: [][]byte{[]byte(row)}}
 				read := make(chan string, 1)
 				go func() {
@@ -39,14 +50,21 @@ func TestNewCellLookupsFollowPointReads(t *testing.T) {
 					}
 					read <- v
 				}()
-				skip := false
-				select {
-				case v := <-read:
-					if v != before {
-						t.Fatalf("point read of %s while a write is held: %q, want %q", row, v, before)
+				if skip {
+					select {
+					case v := <-read:
+						if v != before {
+							t.Fatalf("point read of %s while a write of new cells is held: %q, want %q", row, v, before)
+						}
+					case <-time.After(10 * time.Second):
+						t.Fatalf("point read of %s waited for a write of new cells", row)
 					}
-					skip = true
-				case <-time.After(100 * time.Millisecond):
+				} else {
+					select {
+					case v := <-read:
+						t.Fatalf("point read of %s returned %q while a write it cannot skip was held", row, v)
+					case <-time.After(100 * time.Millisecond):
+					}
 				}
 				r.hold.release <- nil
 				if err := <-write; err != nil {
@@ -99,6 +117,84 @@ func TestNewCellLookupsFollowPointReads(t *testing.T) {
 			// That point read turned looking back on.
 			if !skipped("g") {
 				t.Fatal("after a point read, a write of a new row was not skipped")
+			}
+		})
+	}
+}
+
+// TestNotLookingBatchIsNotNewCells: while writers do not look, a batch of
+// two rows in different row-lock stripes — a new row whose stripe
+// remembers no column, and a new version of a column the other's stripe
+// remembers — is not a batch of new cells (the new row's cell is not known
+// new): a point read of the new row while the batch's sync is held waits
+// for it, and neither row is pending as new cells. Either row first.
+func TestNotLookingBatchIsNotNewCells(t *testing.T) {
+	period := time.Duration(newCellLookupIdle) * time.Microsecond
+	for _, newFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("new row first=%v", newFirst), func(t *testing.T) {
+			r := newGateRig(t)
+			m, err := r.eng.Table("i", "t")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// c's column: remembered by its stripe (a fresh engine's first
+			// write looks), then a period of writes without point reads.
+			if err := r.setAt("c", "v", 1000); err != nil {
+				t.Fatal(err)
+			}
+			r.clock.Advance(period)
+			if err := r.setAt("c", "v", 2000); err != nil {
+				t.Fatal(err)
+			}
+			if !r.eng.lookups.off.Load() {
+				t.Fatal("writers still look after a period without point reads")
+			}
+			sc := r.eng.stripe(m.ID, []byte("c"))
+			row := ""
+			for i := 0; row == "" || r.eng.stripe(m.ID, []byte(row)) == sc; i++ {
+				row = fmt.Sprintf("n%d", i)
+			}
+			if n := len(r.eng.newest[r.eng.stripe(m.ID, []byte(row))].cols); n != 0 {
+				t.Fatalf("the new row's stripe remembers %d columns", n)
+			}
+			set := func(row string) RowMutation {
+				return RowMutation{Row: []byte(row), Mutations: []Mutation{{Kind: SetCell, Family: "cf", Qualifier: []byte("q"), Timestamp: 3000, Value: []byte("new")}}}
+			}
+			batch := []RowMutation{set(row), set("c")}
+			if !newFirst {
+				slices.Reverse(batch)
+			}
+			write := r.heldWriteBy(row, "new", func() error {
+				errs, err := r.eng.MutateRows("i", "t", batch)
+				if err == nil {
+					err = errors.Join(errs...)
+				}
+				return err
+			})
+			for _, k := range []string{row, "c"} {
+				if r.eng.RowPending(m.ID, []byte(k), storage.RowPrefix(m.ID, []byte(k))) {
+					t.Errorf("row %s is pending as new cells in a batch with a cell not known new", k)
+				}
+			}
+			read := make(chan string, 1)
+			go func() {
+				v, err := r.read(ReadRequest{Keys: [][]byte{[]byte(row)}})
+				if err != nil {
+					t.Error(err)
+				}
+				read <- v
+			}()
+			select {
+			case v := <-read:
+				t.Fatalf("point read of the new row returned %q while its batch's sync was held", v)
+			case <-time.After(100 * time.Millisecond):
+			}
+			r.hold.release <- nil
+			if err := <-write; err != nil {
+				t.Fatal(err)
+			}
+			if v := <-read; v != "new" {
+				t.Fatalf("point read of the new row after its batch: %q, want new", v)
 			}
 		})
 	}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/ebbtable/ebbtable/cell"
@@ -101,5 +103,20 @@ func TestPointReadRowInValueChunk(t *testing.T) {
 		if !reflect.DeepEqual(r, want[0]) {
 			t.Fatalf("point read of %q: appending to its key or qualifiers changed the row: %v, want %v", k, r, want[0])
 		}
+	}
+	// Every row in one point read: their keys, qualifiers and values share
+	// chunks, and each row is still the one a range read of it returns.
+	keys := slices.Sorted(maps.Keys(rows))
+	var want []cell.Row
+	for _, k := range keys {
+		want = append(want, read(ReadRequest{Ranges: []RowRange{{Start: []byte(k), End: []byte(k), EndClosed: true}}})...)
+	}
+	var req ReadRequest
+	for _, k := range keys {
+		req.Keys = append(req.Keys, []byte(k))
+	}
+	got := read(req)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("point read of every row: %v, want %v", got, want)
 	}
 }
