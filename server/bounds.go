@@ -36,11 +36,19 @@ type meters struct {
 	m  map[any]meter
 }
 
-// put notes the meter of a decoded request.
+// put notes the meter of a decoded request. A request decoded into
+// again (a second request sent on a call of one, which gRPC refuses after
+// decoding it) adds to its meter: both are counted in flight.
 func (ms *meters) put(req any, m meter) {
 	ms.mu.Lock()
 	if ms.m == nil {
 		ms.m = make(map[any]meter)
+	}
+	if old, ok := ms.m[req]; ok {
+		m.n += old.n
+		if old.err != nil {
+			m.err = old.err
+		}
 	}
 	ms.m[req] = m
 	ms.mu.Unlock()

@@ -44,8 +44,14 @@ func (s *wireStash) put(req any, w *wireEntries) {
 	if s.m == nil {
 		s.m = make(map[any]*wireEntries)
 	}
+	old := s.m[req]
 	s.m[req] = w
 	s.mu.Unlock()
+	if old != nil {
+		// req decoded into again (a second request on a call of one,
+		// which gRPC refuses): nothing reads the first's bytes.
+		old.release()
+	}
 }
 
 // take returns and forgets req's bytes; nil when the codec decoded req

@@ -364,3 +364,67 @@ func TestMutateRowsHeldBuffer(t *testing.T) {
 		t.Fatalf("%d requests' bytes still held", n)
 	}
 }
+
+// TestMutateRowsStreamEndsBadlyReleases: a bulk write whose call fails in
+// gRPC's own read after the codec took its request — the read for the
+// end of the requests of a call that takes one (MutateRows) — counts
+// nothing in flight and holds no bytes nor gRPC buffer after: a client
+// that sends a second request (INTERNAL, cardinality violation), and one
+// that sends its request and goes away without ending its requests. Each
+// held a pooled buffer, a stash entry, a meter and the request's bytes in
+// flight for good (the bytes in flight, at --max-inflight-bytes, refuse
+// every later call).
+func TestMutateRowsStreamEndsBadlyReleases(t *testing.T) {
+	t.Parallel()
+	pool := &poisonPool{out: map[*[]byte]bool{}}
+	knobs := &testKnobs{}
+	knobs.bufferPool.set(pool)
+	env := newTestEnv(t, func(o *Options) { o.knobs = knobs })
+	env.createTable(t, "t", map[string]bigtable.GCPolicy{"cf": nil})
+	conn := plainConn(t, env.srv.Addr())
+	req := &btpb.MutateRowsRequest{TableName: tableName("t"), Entries: []*btpb.MutateRowsRequest_Entry{{RowKey: []byte("r"),
+		Mutations: []*btpb.Mutation{setCellMutation("cf", []byte("q"), make([]byte, 2<<10), 1000)}}}}
+	desc := &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
+	const method = "/google.bigtable.v2.Bigtable/MutateRows"
+	clean := func() (bool, string) {
+		env.srv.sec.meters.mu.Lock()
+		meters := len(env.srv.sec.meters.m)
+		env.srv.sec.meters.mu.Unlock()
+		held, inflight, out := env.srv.sec.wire.len(), env.srv.sec.inflight.Load(), pool.outstanding()
+		return held == 0 && meters == 0 && inflight == 0 && out < 10,
+			fmt.Sprintf("%d requests' bytes held, %d meters, %d bytes in flight, %d of the server's buffers outstanding", held, meters, inflight, out)
+	}
+	for range 20 {
+		st, err := conn.NewStream(context.Background(), desc, method)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := st.SendMsg(req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := st.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		var resp btpb.MutateRowsResponse
+		if err := st.RecvMsg(&resp); status.Code(err) != codes.Internal {
+			t.Fatalf("MutateRows of two requests: %v, want INTERNAL", err)
+		}
+	}
+	eventually(t, "nothing held after 20 calls of two requests", clean)
+	for range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		st, err := conn.NewStream(ctx, desc, method)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SendMsg(req); err != nil {
+			t.Fatal(err)
+		}
+		// The codec took the request; the call waits for its end.
+		waitFor(t, "the request taken", func() bool { return env.srv.sec.wire.len() == 1 })
+		cancel()
+		eventually(t, "nothing held after a call cancelled before its requests ended", clean)
+	}
+}

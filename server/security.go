@@ -570,6 +570,17 @@ type guardedStream struct {
 
 func (g *guardedStream) RecvMsg(m any) error {
 	if err := g.ServerStream.RecvMsg(m); err != nil {
+		// The codec may have taken m (counted its bytes in flight, kept a
+		// bulk write's bytes and gRPC's buffer) before the receive
+		// failed: a call of one request reads once more, for the end of
+		// its requests, which fails when the client sends another or goes
+		// away. The call's end gives them back.
+		if mt, ok := g.sec.meters.take(m); ok {
+			g.held += mt.n
+		}
+		if r, ok := m.(*btpb.MutateRowsRequest); ok {
+			g.bulk = r
+		}
 		return err
 	}
 	n, err := g.sec.admit(m)
