@@ -109,6 +109,33 @@ func (r *gateRig) read(req ReadRequest) (string, error) {
 	return got, err
 }
 
+// readWaitsForRelease checks that a read of req does not answer while
+// write's sync is held (for 100 ms), and that once the sync is released
+// the write succeeds and the read answers want.
+func (r *gateRig) readWaitsForRelease(t *testing.T, req ReadRequest, write <-chan error, want, what string) {
+	t.Helper()
+	read := make(chan string, 1)
+	go func() {
+		v, err := r.read(req)
+		if err != nil {
+			t.Error(err)
+		}
+		read <- v
+	}()
+	select {
+	case v := <-read:
+		t.Fatalf("%s: the read returned %q while the write's sync was held", what, v)
+	case <-time.After(100 * time.Millisecond):
+	}
+	r.hold.release <- nil
+	if err := <-write; err != nil {
+		t.Fatal(err)
+	}
+	if v := <-read; v != want {
+		t.Fatalf("%s: read %q, want %q", what, v, want)
+	}
+}
+
 // heldWrite starts a write of row=val whose WAL sync is held, and returns
 // once the write is applied (visible to Pebble readers) and its sync held.
 // It writes at timestamp 1000 (replacing a cell set there).
@@ -231,26 +258,7 @@ func TestReadWaitsForSync(t *testing.T) {
 			}
 			r := newGateRig(t)
 			write := r.heldWrite("r1", "new")
-			read := make(chan string, 1)
-			go func() {
-				v, err := r.read(req)
-				if err != nil {
-					t.Error(err)
-				}
-				read <- v
-			}()
-			select {
-			case v := <-read:
-				t.Fatalf("the read returned %q while the write's sync was held", v)
-			case <-time.After(100 * time.Millisecond):
-			}
-			r.hold.release <- nil
-			if err := <-write; err != nil {
-				t.Fatal(err)
-			}
-			if v := <-read; v != "new" {
-				t.Fatalf("read %q, want new", v)
-			}
+			r.readWaitsForRelease(t, req, write, "new", "a write in flight")
 		})
 	}
 }
@@ -403,26 +411,7 @@ func TestPointReadSkipsNewCells(t *testing.T) {
 			t.Fatal(err)
 		}
 		write := r.heldWriteAt("r1", "new", 1000)
-		read := make(chan string, 1)
-		go func() {
-			v, err := r.read(point)
-			if err != nil {
-				t.Error(err)
-			}
-			read <- v
-		}()
-		select {
-		case v := <-read:
-			t.Fatalf("the read returned %q while the replacing write's sync was held", v)
-		case <-time.After(100 * time.Millisecond):
-		}
-		r.hold.release <- nil
-		if err := <-write; err != nil {
-			t.Fatal(err)
-		}
-		if v := <-read; v != "new" {
-			t.Fatalf("read %q, want new", v)
-		}
+		r.readWaitsForRelease(t, point, write, "new", "a replacing write")
 	})
 }
 

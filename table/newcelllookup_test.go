@@ -176,26 +176,7 @@ func TestNotLookingBatchIsNotNewCells(t *testing.T) {
 					t.Errorf("row %s is pending as new cells in a batch with a cell not known new", k)
 				}
 			}
-			read := make(chan string, 1)
-			go func() {
-				v, err := r.read(ReadRequest{Keys: [][]byte{[]byte(row)}})
-				if err != nil {
-					t.Error(err)
-				}
-				read <- v
-			}()
-			select {
-			case v := <-read:
-				t.Fatalf("point read of the new row returned %q while its batch's sync was held", v)
-			case <-time.After(100 * time.Millisecond):
-			}
-			r.hold.release <- nil
-			if err := <-write; err != nil {
-				t.Fatal(err)
-			}
-			if v := <-read; v != "new" {
-				t.Fatalf("point read of the new row after its batch: %q, want new", v)
-			}
+			r.readWaitsForRelease(t, ReadRequest{Keys: [][]byte{[]byte(row)}}, write, "new", "a point read of the new row")
 		})
 	}
 }
