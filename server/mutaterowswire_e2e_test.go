@@ -304,8 +304,48 @@ func TestMutateRowsHeldBuffer(t *testing.T) {
 	knobs.bufferPool.set(pool)
 	env := newTestEnv(t, func(o *Options) { o.knobs = knobs })
 	tbl := env.createTable(t, "held", map[string]bigtable.GCPolicy{"cf": nil})
-	value := func(row string) []byte { return []byte(strings.Repeat(row, 10)) } // 100 bytes
 	const writers, calls, rows = 4, 50, 100
+	writeHeldRows(t, tbl, writers, calls, rows)
+	got := readAll(t, tbl, bigtable.InfiniteRange(""))
+	if len(got) != writers*calls*rows {
+		t.Fatalf("%d rows read back, want %d", len(got), writers*calls*rows)
+	}
+	for _, r := range got {
+		cells := r["cf"]
+		if len(cells) != 1 || cells[0].Column != "cf:q" || cells[0].Timestamp != 1000 || !bytes.Equal(cells[0].Value, heldValue(r.Key())) {
+			t.Fatalf("row %q reads back as %v", r.Key(), cells)
+		}
+	}
+	// A call its handler refuses (no such table) gives its buffer back too.
+	missing := env.client.Open("missing")
+	keys := make([]string, rows)
+	muts := make([]*bigtable.Mutation, rows)
+	for i := range rows {
+		keys[i] = fmt.Sprintf("r%03d", i)
+		muts[i] = bigtable.NewMutation()
+		muts[i].Set("cf", "q", 1000, heldValue(keys[i]))
+	}
+	for range 50 {
+		if _, err := missing.ApplyBulk(context.Background(), keys, muts); status.Code(err) != codes.NotFound {
+			t.Fatalf("ApplyBulk to a missing table: %v", err)
+		}
+	}
+	if n := pool.outstanding(); n >= 20 {
+		t.Fatalf("%d of the server's buffers outstanding after the calls ended", n)
+	}
+	if n := env.srv.sec.wire.len(); n != 0 {
+		t.Fatalf("%d requests' bytes still held", n)
+	}
+}
+
+// heldValue is the 100-byte value writeHeldRows writes to row.
+func heldValue(row string) []byte { return []byte(strings.Repeat(row, 10)) }
+
+// writeHeldRows writes calls bulk writes of rows rows (cf:q at 1000, each
+// row's value heldValue) from each of writers writers, and fails t on any
+// error.
+func writeHeldRows(t *testing.T, tbl *bigtable.Table, writers, calls, rows int) {
+	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for w := range writers {
@@ -316,7 +356,7 @@ func TestMutateRowsHeldBuffer(t *testing.T) {
 				for i := range rows {
 					keys[i] = fmt.Sprintf("w%dc%02dr%03d", w, c, i)
 					muts[i] = bigtable.NewMutation()
-					muts[i].Set("cf", "q", 1000, value(keys[i]))
+					muts[i].Set("cf", "q", 1000, heldValue(keys[i]))
 				}
 				rerrs, err := tbl.ApplyBulk(context.Background(), keys, muts)
 				if err == nil && rerrs != nil {
@@ -333,36 +373,6 @@ func TestMutateRowsHeldBuffer(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
-	}
-	got := readAll(t, tbl, bigtable.InfiniteRange(""))
-	if len(got) != writers*calls*rows {
-		t.Fatalf("%d rows read back, want %d", len(got), writers*calls*rows)
-	}
-	for _, r := range got {
-		cells := r["cf"]
-		if len(cells) != 1 || cells[0].Column != "cf:q" || cells[0].Timestamp != 1000 || !bytes.Equal(cells[0].Value, value(r.Key())) {
-			t.Fatalf("row %q reads back as %v", r.Key(), cells)
-		}
-	}
-	// A call its handler refuses (no such table) gives its buffer back too.
-	missing := env.client.Open("missing")
-	keys := make([]string, rows)
-	muts := make([]*bigtable.Mutation, rows)
-	for i := range rows {
-		keys[i] = fmt.Sprintf("r%03d", i)
-		muts[i] = bigtable.NewMutation()
-		muts[i].Set("cf", "q", 1000, value(keys[i]))
-	}
-	for range 50 {
-		if _, err := missing.ApplyBulk(context.Background(), keys, muts); status.Code(err) != codes.NotFound {
-			t.Fatalf("ApplyBulk to a missing table: %v", err)
-		}
-	}
-	if n := pool.outstanding(); n >= 20 {
-		t.Fatalf("%d of the server's buffers outstanding after the calls ended", n)
-	}
-	if n := env.srv.sec.wire.len(); n != 0 {
-		t.Fatalf("%d requests' bytes still held", n)
 	}
 }
 
@@ -380,36 +390,8 @@ func TestMutateRowsHeldBufferChangeStream(t *testing.T) {
 	env := newTestEnv(t, func(o *Options) { o.knobs = knobs })
 	start := env.clock.Now()
 	tbl := env.streamedTable(t, "heldcs", map[string]bigtable.GCPolicy{"cf": nil})
-	value := func(row string) []byte { return []byte(strings.Repeat(row, 10)) } // 100 bytes
 	const writers, calls, rows = 2, 20, 100
-	var wg sync.WaitGroup
-	errs := make(chan error, writers)
-	for w := range writers {
-		wg.Go(func() {
-			for c := range calls {
-				keys := make([]string, rows)
-				muts := make([]*bigtable.Mutation, rows)
-				for i := range rows {
-					keys[i] = fmt.Sprintf("w%dc%02dr%03d", w, c, i)
-					muts[i] = bigtable.NewMutation()
-					muts[i].Set("cf", "q", 1000, value(keys[i]))
-				}
-				rerrs, err := tbl.ApplyBulk(context.Background(), keys, muts)
-				if err == nil && rerrs != nil {
-					err = fmt.Errorf("entry errors: %v", rerrs)
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	writeHeldRows(t, tbl, writers, calls, rows)
 	changes, err := readStream(t, env.raw(t), &btpb.ReadChangeStreamRequest{
 		TableName: tableName("heldcs"), Partition: wholeTable(), EndTime: env.endTime(),
 		StartFrom: &btpb.ReadChangeStreamRequest_StartTime{StartTime: timestamppb.New(start)},
@@ -423,7 +405,7 @@ func TestMutateRowsHeldBufferChangeStream(t *testing.T) {
 		for _, ch := range dc.GetChunks() {
 			set := ch.GetMutation().GetSetCell()
 			if set.GetFamilyName() != "cf" || string(set.GetColumnQualifier()) != "q" || set.GetTimestampMicros() != 1000 ||
-				!bytes.Equal(set.GetValue(), value(row)) || seen[row] {
+				!bytes.Equal(set.GetValue(), heldValue(row)) || seen[row] {
 				t.Fatalf("change of row %q: %v (seen before: %v)", row, ch.GetMutation(), seen[row])
 			}
 			seen[row] = true

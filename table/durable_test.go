@@ -522,26 +522,7 @@ func TestRememberedColumnForgetsRepairedCells(t *testing.T) {
 		t.Fatalf("read %q, %v; want repaired", v, err)
 	}
 	write := r.heldWriteAt("r1", "new", 5000)
-	read := make(chan string, 1)
-	go func() {
-		v, err := r.read(point)
-		if err != nil {
-			t.Error(err)
-		}
-		read <- v
-	}()
-	select {
-	case v := <-read:
-		t.Fatalf("the read returned %q while a write replacing the repaired cell was held", v)
-	case <-time.After(100 * time.Millisecond):
-	}
-	r.hold.release <- nil
-	if err := <-write; err != nil {
-		t.Fatal(err)
-	}
-	if v := <-read; v != "new" {
-		t.Fatalf("read %q, want new", v)
-	}
+	r.readWaitsForRelease(t, point, write, "new", "a write replacing the repaired cell")
 }
 
 // TestSyncWindow: the WAL's next sync waits for the group window only while
