@@ -46,9 +46,12 @@ import (
 // (a read-modify-write answering without writing).
 type durability struct {
 	inflight atomic.Int64 // tickets taken and not given back
-	wild     atomic.Int32 // of those, commits that named no rows
-	stripes  [rowLockStripes]atomic.Int32
-	tables   [tableSlots]atomic.Int32
+	// bulkInflight: of those, bulk commits (sized), which the sync window
+	// waits for.
+	bulkInflight atomic.Int64
+	wild         atomic.Int32 // of those, commits that named no rows
+	stripes      [rowLockStripes]atomic.Int32
+	tables       [tableSlots]atomic.Int32
 	// whole counts commits to a table that name no rows (a range drop, a
 	// batch of the row deletion job): every read of the table waits.
 	whole [tableSlots]atomic.Int32
@@ -68,29 +71,42 @@ type durability struct {
 }
 
 // Group commit. Writers share fsyncs: while one runs, the commits that
-// arrive wait for the next. Under many concurrent writers that still makes
-// one fsync per handful of commits, and each fsync costs more than its
-// syscall: the thread blocked in it holds one of the process's few Ps
-// (GOMAXPROCS) until the runtime notices. So while at least
-// syncWindowWriters synced commits are in flight, the next WAL sync waits
-// until a while after the last one — syncWindowPer for each commit in
-// flight, up to syncWindow — and the commits arriving in between share it:
-// the more writers wait, the more a sync is worth delaying. A lone writer
-// is never held back. Durability is unchanged: a commit is acknowledged
-// only after the sync that covers it.
+// arrive wait for the next, which Pebble starts as soon as the last returns.
+// Bulk commits may also wait a little longer: while at least
+// syncWindowWriters synced commits of bulkCommitBytes or more are in flight,
+// the next WAL sync waits until a while after the last one —
+// syncWindowPer for each such commit in flight, up to syncWindow — and the
+// commits arriving in between share it. Each such commit carries enough
+// work that the wait costs it little, and the fewer syncs save CPU. Small
+// commits (single-row writes, hot rows) never wait: with the WAL's file
+// zeroed ahead (storage/walzero.go) a sync is cheap, and the window cost
+// single-row writes half their throughput and more CPU (wake-ups, the timer,
+// a WAL write per commit while syncs were held) than the syncs it saved
+// (docs/performance.md, "Single-row writes, session 19"). Durability is
+// unchanged: a commit is acknowledged only after the sync that covers it.
 const (
 	syncWindow        = time.Millisecond
 	syncWindowPer     = 40 * time.Microsecond
 	syncWindowWriters = 4
+	bulkCommitBytes   = 4 << 10
 )
 
 // walSyncWait is the WAL's minimum sync interval, asked after each sync
 // (storage.Options.WALMinSyncInterval).
 func (d *durability) walSyncWait() time.Duration {
-	if n := d.inflight.Load(); n >= syncWindowWriters {
+	if n := d.bulkInflight.Load(); n >= syncWindowWriters {
 		return min(syncWindow, time.Duration(n)*syncWindowPer)
 	}
 	return 0
+}
+
+// sized notes the size of t's batch before it is applied: a bulk commit
+// (bulkCommitBytes or more) counts towards the sync window until end.
+func (d *durability) sized(t *commitTicket, batchBytes int) {
+	if batchBytes >= bulkCommitBytes && !t.bulk {
+		t.bulk = true
+		d.bulkInflight.Add(1)
+	}
 }
 
 // tableSlots is how many counters tables hash into (collisions only cost a
@@ -110,6 +126,7 @@ type commitTicket struct {
 	// cellStripes: a cell-only commit's row stripes, each counted once
 	// (its keys are in durability.cells).
 	cellStripes []int
+	bulk        bool // counted in durability.bulkInflight (sized)
 }
 
 // pendingCell is one key a cell-only commit in flight put.
@@ -194,6 +211,9 @@ func (d *durability) end(t commitTicket) {
 		for _, s := range t.stripes {
 			d.stripes[s].Add(-1)
 		}
+	}
+	if t.bulk {
+		d.bulkInflight.Add(-1)
 	}
 	d.inflight.Add(-1)
 	d.mu.Lock()
