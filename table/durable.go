@@ -66,8 +66,11 @@ type durability struct {
 	mu      sync.Mutex
 	pending []uint64      // tickets not given back, ascending
 	cells   []pendingCell // the keys of cell-only commits in flight
-	notify  chan struct{}
-	err     error // the engine's fatal error, once it has one
+	// notify is closed when a ticket is given back or the engine fails;
+	// made by the first waiter after the last close (nil: none waits), so
+	// a commit no read waits on makes and closes no channel.
+	notify chan struct{}
+	err    error // the engine's fatal error, once it has one
 }
 
 // Group commit. Writers share fsyncs: while one runs, the commits that
@@ -114,7 +117,7 @@ func (d *durability) sized(t *commitTicket, batchBytes int) {
 const tableSlots = 64
 
 func newDurability() *durability {
-	return &durability{notify: make(chan struct{})}
+	return &durability{}
 }
 
 // commitTicket is one synced commit in flight.
@@ -192,10 +195,26 @@ func (d *durability) beginCells(tableSlot int, stripes []int, cells []newCell) c
 // end gives a ticket back once its commit is durable (or failed: the engine
 // then fails, and waiters learn it from d.err).
 func (d *durability) end(t commitTicket) {
+	// Forget the ticket (and a cell-only commit's keys) first, under one
+	// lock, then the counters: until they drop, a read may wait for nothing
+	// (a wait that finds the ticket gone returns at once), never the
+	// reverse.
+	d.mu.Lock()
 	if t.cellStripes != nil {
-		d.mu.Lock()
 		d.cells = slices.DeleteFunc(d.cells, func(c pendingCell) bool { return c.n == t.n })
-		d.mu.Unlock()
+	}
+	for i, n := range d.pending {
+		if n == t.n {
+			d.pending = append(d.pending[:i], d.pending[i+1:]...)
+			break
+		}
+	}
+	if d.notify != nil {
+		close(d.notify)
+		d.notify = nil
+	}
+	d.mu.Unlock()
+	if t.cellStripes != nil {
 		for _, s := range t.cellStripes {
 			d.cellStripes[s].Add(-1)
 		}
@@ -216,16 +235,6 @@ func (d *durability) end(t commitTicket) {
 		d.bulkInflight.Add(-1)
 	}
 	d.inflight.Add(-1)
-	d.mu.Lock()
-	for i, n := range d.pending {
-		if n == t.n {
-			d.pending = append(d.pending[:i], d.pending[i+1:]...)
-			break
-		}
-	}
-	close(d.notify)
-	d.notify = make(chan struct{})
-	d.mu.Unlock()
 }
 
 // mark returns the ticket count; call it after opening the snapshot.
@@ -291,6 +300,9 @@ func (d *durability) wait(ctx context.Context, mark uint64) error {
 			d.mu.Unlock()
 			return nil
 		}
+		if d.notify == nil {
+			d.notify = make(chan struct{})
+		}
 		ch := d.notify
 		d.mu.Unlock()
 		select {
@@ -306,8 +318,10 @@ func (d *durability) fail(err error) {
 	d.mu.Lock()
 	if d.err == nil {
 		d.err = err
-		close(d.notify)
-		d.notify = make(chan struct{})
+		if d.notify != nil {
+			close(d.notify)
+			d.notify = nil
+		}
 	}
 	d.mu.Unlock()
 }

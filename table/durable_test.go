@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -595,5 +596,52 @@ func TestSyncWindow(t *testing.T) {
 	}
 	if got := d.walSyncWait(); got != 0 {
 		t.Fatalf("with no commit in flight the next sync waits %v", got)
+	}
+}
+
+// TestDurabilityNotify: a wait blocked on a ticket returns once the ticket
+// is given back (or the engine fails), and a commit that no read waits on
+// makes no notify channel.
+func TestDurabilityNotify(t *testing.T) {
+	d := newDurability()
+	for i := range 3 {
+		d.end(d.begin(0, []int{i}, false))
+	}
+	d.mu.Lock()
+	made := d.notify != nil
+	d.mu.Unlock()
+	if made {
+		t.Fatal("commits that no read waited on made a notify channel")
+	}
+	for _, fail := range []bool{false, true} {
+		tk := d.begin(0, []int{0}, false)
+		done := make(chan error, 1)
+		go func() { done <- d.wait(context.Background(), tk.n) }()
+		for deadline := time.Now().Add(30 * time.Second); ; { // until the wait blocks on the channel
+			d.mu.Lock()
+			waiting := d.notify != nil
+			d.mu.Unlock()
+			if waiting {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("fail %v: the wait made no channel to block on", fail)
+			}
+			runtime.Gosched()
+		}
+		failure := errors.New("planted failure")
+		if fail {
+			d.fail(failure)
+		} else {
+			d.end(tk)
+		}
+		select {
+		case err := <-done:
+			if want := map[bool]error{false: nil, true: failure}[fail]; err != want {
+				t.Fatalf("fail %v: the wait returned %v, want %v", fail, err, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("fail %v: the wait did not return once its ticket was given back", fail)
+		}
 	}
 }
