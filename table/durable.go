@@ -46,9 +46,12 @@ import (
 // (a read-modify-write answering without writing).
 type durability struct {
 	inflight atomic.Int64 // tickets taken and not given back
-	wild     atomic.Int32 // of those, commits that named no rows
-	stripes  [rowLockStripes]atomic.Int32
-	tables   [tableSlots]atomic.Int32
+	// bulkInflight: of those, bulk commits (sized), which the sync window
+	// waits for.
+	bulkInflight atomic.Int64
+	wild         atomic.Int32 // of those, commits that named no rows
+	stripes      [rowLockStripes]atomic.Int32
+	tables       [tableSlots]atomic.Int32
 	// whole counts commits to a table that name no rows (a range drop, a
 	// batch of the row deletion job): every read of the table waits.
 	whole [tableSlots]atomic.Int32
@@ -63,34 +66,50 @@ type durability struct {
 	mu      sync.Mutex
 	pending []uint64      // tickets not given back, ascending
 	cells   []pendingCell // the keys of cell-only commits in flight
-	notify  chan struct{}
-	err     error // the engine's fatal error, once it has one
+	// notify is closed when a ticket is given back or the engine fails;
+	// made by the first waiter after the last close (nil: none waits), so
+	// a commit no read waits on makes and closes no channel.
+	notify chan struct{}
+	err    error // the engine's fatal error, once it has one
 }
 
 // Group commit. Writers share fsyncs: while one runs, the commits that
-// arrive wait for the next. Under many concurrent writers that still makes
-// one fsync per handful of commits, and each fsync costs more than its
-// syscall: the thread blocked in it holds one of the process's few Ps
-// (GOMAXPROCS) until the runtime notices. So while at least
-// syncWindowWriters synced commits are in flight, the next WAL sync waits
-// until a while after the last one — syncWindowPer for each commit in
-// flight, up to syncWindow — and the commits arriving in between share it:
-// the more writers wait, the more a sync is worth delaying. A lone writer
-// is never held back. Durability is unchanged: a commit is acknowledged
-// only after the sync that covers it.
+// arrive wait for the next, which Pebble starts as soon as the last returns.
+// Bulk commits may also wait a little longer: while at least
+// syncWindowWriters synced commits of bulkCommitBytes or more are in flight,
+// the next WAL sync waits until a while after the last one —
+// syncWindowPer for each such commit in flight, up to syncWindow — and the
+// commits arriving in between share it. Each such commit carries enough
+// work that the wait costs it little, and the fewer syncs save CPU. Small
+// commits (single-row writes, hot rows) never wait: with the WAL's file
+// zeroed ahead (storage/walzero.go) a sync is cheap, and the window cost
+// single-row writes half their throughput and more CPU (wake-ups, the timer,
+// a WAL write per commit while syncs were held) than the syncs it saved
+// (docs/performance.md, "Single-row writes, session 19"). Durability is
+// unchanged: a commit is acknowledged only after the sync that covers it.
 const (
 	syncWindow        = time.Millisecond
 	syncWindowPer     = 40 * time.Microsecond
 	syncWindowWriters = 4
+	bulkCommitBytes   = 4 << 10
 )
 
 // walSyncWait is the WAL's minimum sync interval, asked after each sync
 // (storage.Options.WALMinSyncInterval).
 func (d *durability) walSyncWait() time.Duration {
-	if n := d.inflight.Load(); n >= syncWindowWriters {
+	if n := d.bulkInflight.Load(); n >= syncWindowWriters {
 		return min(syncWindow, time.Duration(n)*syncWindowPer)
 	}
 	return 0
+}
+
+// sized notes the size of t's batch before it is applied: a bulk commit
+// (bulkCommitBytes or more) counts towards the sync window until end.
+func (d *durability) sized(t *commitTicket, batchBytes int) {
+	if batchBytes >= bulkCommitBytes && !t.bulk {
+		t.bulk = true
+		d.bulkInflight.Add(1)
+	}
 }
 
 // tableSlots is how many counters tables hash into (collisions only cost a
@@ -98,7 +117,7 @@ func (d *durability) walSyncWait() time.Duration {
 const tableSlots = 64
 
 func newDurability() *durability {
-	return &durability{notify: make(chan struct{})}
+	return &durability{}
 }
 
 // commitTicket is one synced commit in flight.
@@ -110,6 +129,7 @@ type commitTicket struct {
 	// cellStripes: a cell-only commit's row stripes, each counted once
 	// (its keys are in durability.cells).
 	cellStripes []int
+	bulk        bool // counted in durability.bulkInflight (sized)
 }
 
 // pendingCell is one key a cell-only commit in flight put.
@@ -175,10 +195,26 @@ func (d *durability) beginCells(tableSlot int, stripes []int, cells []newCell) c
 // end gives a ticket back once its commit is durable (or failed: the engine
 // then fails, and waiters learn it from d.err).
 func (d *durability) end(t commitTicket) {
+	// Forget the ticket (and a cell-only commit's keys) first, under one
+	// lock, then the counters: until they drop, a read may wait for nothing
+	// (a wait that finds the ticket gone returns at once), never the
+	// reverse.
+	d.mu.Lock()
 	if t.cellStripes != nil {
-		d.mu.Lock()
 		d.cells = slices.DeleteFunc(d.cells, func(c pendingCell) bool { return c.n == t.n })
-		d.mu.Unlock()
+	}
+	for i, n := range d.pending {
+		if n == t.n {
+			d.pending = append(d.pending[:i], d.pending[i+1:]...)
+			break
+		}
+	}
+	if d.notify != nil {
+		close(d.notify)
+		d.notify = nil
+	}
+	d.mu.Unlock()
+	if t.cellStripes != nil {
 		for _, s := range t.cellStripes {
 			d.cellStripes[s].Add(-1)
 		}
@@ -195,17 +231,10 @@ func (d *durability) end(t commitTicket) {
 			d.stripes[s].Add(-1)
 		}
 	}
-	d.inflight.Add(-1)
-	d.mu.Lock()
-	for i, n := range d.pending {
-		if n == t.n {
-			d.pending = append(d.pending[:i], d.pending[i+1:]...)
-			break
-		}
+	if t.bulk {
+		d.bulkInflight.Add(-1)
 	}
-	close(d.notify)
-	d.notify = make(chan struct{})
-	d.mu.Unlock()
+	d.inflight.Add(-1)
 }
 
 // mark returns the ticket count; call it after opening the snapshot.
@@ -271,6 +300,9 @@ func (d *durability) wait(ctx context.Context, mark uint64) error {
 			d.mu.Unlock()
 			return nil
 		}
+		if d.notify == nil {
+			d.notify = make(chan struct{})
+		}
 		ch := d.notify
 		d.mu.Unlock()
 		select {
@@ -286,8 +318,10 @@ func (d *durability) fail(err error) {
 	d.mu.Lock()
 	if d.err == nil {
 		d.err = err
-		close(d.notify)
-		d.notify = make(chan struct{})
+		if d.notify != nil {
+			close(d.notify)
+			d.notify = nil
+		}
 	}
 	d.mu.Unlock()
 }

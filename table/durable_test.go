@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -525,30 +526,122 @@ func TestRememberedColumnForgetsRepairedCells(t *testing.T) {
 	r.readWaitsForRelease(t, point, write, "new", "a write replacing the repaired cell")
 }
 
+// TestSyncWindowCountsBulkCommits: a commit through the engine counts
+// towards the sync window while its sync is awaited when its batch is bulk
+// (bulkCommitBytes or more), not when it is a small single-row write.
+func TestSyncWindowCountsBulkCommits(t *testing.T) {
+	r := newGateRig(t)
+	var seen atomic.Int64
+	r.eng.afterSync = func() { seen.Store(r.eng.dur.bulkInflight.Load()) }
+	if err := r.set("small", "v"); err != nil {
+		t.Fatal(err)
+	}
+	if got := seen.Load(); got != 0 {
+		t.Fatalf("a small write awaiting its sync counts %d bulk commits in flight, want 0", got)
+	}
+	if err := r.set("big", strings.Repeat("v", bulkCommitBytes)); err != nil {
+		t.Fatal(err)
+	}
+	if got := seen.Load(); got != 1 {
+		t.Fatalf("a bulk write awaiting its sync counts %d bulk commits in flight, want 1", got)
+	}
+	if got := r.eng.dur.bulkInflight.Load(); got != 0 {
+		t.Fatalf("%d bulk commits in flight after the writes returned, want 0", got)
+	}
+}
+
 // TestSyncWindow: the WAL's next sync waits for the group window only while
-// several synced commits are in flight; a lone writer never waits.
+// several bulk commits are in flight; a lone writer never waits, nor do any
+// number of small commits (single-row writes).
 func TestSyncWindow(t *testing.T) {
 	d := newDurability()
 	var ts []commitTicket
+	for i := range 100 {
+		tk := d.begin(0, []int{i}, false)
+		d.sized(&tk, bulkCommitBytes-1)
+		ts = append(ts, tk)
+	}
+	if got := d.walSyncWait(); got != 0 {
+		t.Fatalf("with %d small commits in flight the next sync waits %v, want 0", len(ts), got)
+	}
+	var bulk []commitTicket
 	for i := range syncWindowWriters {
 		if got := d.walSyncWait(); got != 0 {
-			t.Fatalf("with %d commits in flight the next sync waits %v, want 0", i, got)
+			t.Fatalf("with %d bulk commits in flight the next sync waits %v, want 0", i, got)
 		}
-		ts = append(ts, d.begin(0, []int{i}, false))
+		tk := d.begin(0, []int{i}, false)
+		d.sized(&tk, bulkCommitBytes)
+		d.sized(&tk, bulkCommitBytes) // counted once
+		bulk = append(bulk, tk)
 	}
-	if got, want := d.walSyncWait(), time.Duration(len(ts))*syncWindowPer; got != want {
-		t.Fatalf("with %d commits in flight the next sync waits %v, want %v", len(ts), got, want)
+	if got, want := d.walSyncWait(), time.Duration(len(bulk))*syncWindowPer; got != want {
+		t.Fatalf("with %d bulk commits in flight the next sync waits %v, want %v", len(bulk), got, want)
 	}
 	for i := range 100 {
-		ts = append(ts, d.begin(0, []int{i}, false))
+		tk := d.begin(0, []int{i}, false)
+		d.sized(&tk, 1<<20)
+		bulk = append(bulk, tk)
 	}
 	if got := d.walSyncWait(); got != syncWindow {
-		t.Fatalf("with %d commits in flight the next sync waits %v, want the cap %v", len(ts), got, syncWindow)
+		t.Fatalf("with %d bulk commits in flight the next sync waits %v, want the cap %v", len(bulk), got, syncWindow)
+	}
+	for _, tk := range bulk {
+		d.end(tk)
+	}
+	if got := d.walSyncWait(); got != 0 {
+		t.Fatalf("with only small commits in flight the next sync waits %v", got)
 	}
 	for _, tk := range ts {
 		d.end(tk)
 	}
 	if got := d.walSyncWait(); got != 0 {
 		t.Fatalf("with no commit in flight the next sync waits %v", got)
+	}
+}
+
+// TestDurabilityNotify: a wait blocked on a ticket returns once the ticket
+// is given back (or the engine fails), and a commit that no read waits on
+// makes no notify channel.
+func TestDurabilityNotify(t *testing.T) {
+	d := newDurability()
+	for i := range 3 {
+		d.end(d.begin(0, []int{i}, false))
+	}
+	d.mu.Lock()
+	made := d.notify != nil
+	d.mu.Unlock()
+	if made {
+		t.Fatal("commits that no read waited on made a notify channel")
+	}
+	for _, fail := range []bool{false, true} {
+		tk := d.begin(0, []int{0}, false)
+		done := make(chan error, 1)
+		go func() { done <- d.wait(context.Background(), tk.n) }()
+		for deadline := time.Now().Add(30 * time.Second); ; { // until the wait blocks on the channel
+			d.mu.Lock()
+			waiting := d.notify != nil
+			d.mu.Unlock()
+			if waiting {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("fail %v: the wait made no channel to block on", fail)
+			}
+			runtime.Gosched()
+		}
+		failure := errors.New("planted failure")
+		if fail {
+			d.fail(failure)
+		} else {
+			d.end(tk)
+		}
+		select {
+		case err := <-done:
+			if want := map[bool]error{false: nil, true: failure}[fail]; err != want {
+				t.Fatalf("fail %v: the wait returned %v, want %v", fail, err, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("fail %v: the wait did not return once its ticket was given back", fail)
+		}
 	}
 }

@@ -701,6 +701,7 @@ func (e *Engine) applySyncedTicket(b *pebble.Batch, t commitTicket) (wait func()
 			err = e.recoverFatal(p)
 		}
 	}()
+	e.dur.sized(&t, b.Len())
 	if err := e.Err(); err != nil {
 		e.dur.end(t)
 		return nil, err
