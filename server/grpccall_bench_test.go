@@ -45,13 +45,17 @@ func BenchmarkGRPCCall(b *testing.B) {
 			}
 		}
 	})
+	tables := 0
 	b.Run("mutaterow", func(b *testing.B) {
 		// A single-row write of one SetCell to a new row (ebbbench's
 		// point-writes), each synced: what ebbtable adds per MutateRow.
-		if _, err := srv.Engine().CreateTable(inst, "w", table.TableSpec{Families: []table.FamilySpec{{Name: "f"}}}); err != nil {
+		// -count runs this again on the same server: a table each time.
+		tables++
+		name := fmt.Sprintf("w%d", tables)
+		if _, err := srv.Engine().CreateTable(inst, name, table.TableSpec{Families: []table.FamilySpec{{Name: "f"}}}); err != nil {
 			b.Fatal(err)
 		}
-		req := &btpb.MutateRowRequest{TableName: inst + "/tables/w", Mutations: []*btpb.Mutation{{Mutation: &btpb.Mutation_SetCell_{
+		req := &btpb.MutateRowRequest{TableName: inst + "/tables/" + name, Mutations: []*btpb.Mutation{{Mutation: &btpb.Mutation_SetCell_{
 			SetCell: &btpb.Mutation_SetCell{FamilyName: "f", ColumnQualifier: []byte("c"), TimestampMicros: 1_000_000, Value: make([]byte, 100)}}}}}
 		// No point reads come, so after a second of writes the writes no
 		// longer look up that their cells are new (table.newCellLookups),
