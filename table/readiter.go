@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbtable/ebbtable/cell"
 )
 
 // iterPool keeps the Pebble iterators of a few finished point reads for
@@ -39,14 +40,45 @@ type iterPool struct {
 }
 
 // pooledIter is an iterator and the visible sequence number read just
-// before it was opened. bounds, when pooling, is the iterator's own buffer
-// for the bounds of the reads that use it (SetBounds copies them, so it is
-// only scratch).
+// before it was opened. scratch, when pooling, is memory the reads that
+// use the iterator reuse, one read at a time.
 type pooledIter struct {
-	it     *pebble.Iterator
-	seq    uint64
-	born   time.Time
-	bounds *[pointBoundsLen]byte
+	it      *pebble.Iterator
+	seq     uint64
+	born    time.Time
+	scratch *pointScratch
+}
+
+// pointScratch is what a pooled iterator's point reads reuse: the buffer
+// for their bounds (SetBounds copies them), and for a transient read
+// (ReadRequest.Transient) the value chunk its row's key, qualifiers and
+// values are carved from and its first row's cells. A transient read's
+// caller keeps nothing of its rows once the read has returned, so the next
+// read may write over them; any other read carves its own.
+type pointScratch struct {
+	bounds [pointBoundsLen]byte
+	arena  []byte
+	cells  []cell.Cell
+}
+
+// Bounds on what a scratch keeps of a read's chunk and cells: a read of a
+// large row leaves nothing large behind in the pool.
+const (
+	scratchArenaMax = 2 << 10
+	scratchCellsMax = 16
+)
+
+// keep takes back, for the next read, the value chunk a transient read's
+// scanner carved from last (unless it grew past scratchArenaMax), and
+// makes room for as many cells as the rows read lately hold
+// (Engine.cellsHint), up to scratchCellsMax.
+func (ps *pointScratch) keep(s *scanner) {
+	if c := cap(s.arena); c > 0 && c <= scratchArenaMax {
+		ps.arena = s.arena[:0]
+	}
+	if n := min(max(int(s.e.cellsHint.Load()), 1), scratchCellsMax); cap(ps.cells) < n {
+		ps.cells = make([]cell.Cell, 0, n)
+	}
 }
 
 // pointBoundsLen is room for both bounds of a point read of a row key of
@@ -99,7 +131,7 @@ func (e *Engine) pointIter() (pooledIter, error) {
 	if err != nil {
 		return pooledIter{}, err
 	}
-	return pooledIter{it: it, seq: cur, born: born, bounds: new([pointBoundsLen]byte)}, nil
+	return pooledIter{it: it, seq: cur, born: born, scratch: new(pointScratch)}, nil
 }
 
 // putIter gives back an iterator pointIter returned. It is kept if it may
