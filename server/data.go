@@ -93,7 +93,9 @@ func (d *dataServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_Re
 		}, stream.Send); handled {
 		return err
 	}
-	rr := table.ReadRequest{Limit: req.GetRowsLimit(), Reversed: req.GetReversed(), MaxRowBytes: d.s.sec.opts.MaxRowBytes}
+	// Transient: the chunk writer copies each row into its response, and
+	// nothing else keeps one.
+	rr := table.ReadRequest{Limit: req.GetRowsLimit(), Reversed: req.GetReversed(), MaxRowBytes: d.s.sec.opts.MaxRowBytes, Transient: true}
 	if rr.Limit < 0 {
 		return status.Error(codes.InvalidArgument, "ebbtable: rows_limit must not be negative")
 	}

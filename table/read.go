@@ -52,6 +52,12 @@ type ReadRequest struct {
 	// IgnoreRowPolicy returns rows the table's row deletion policy has
 	// expired (the row deletion job reads them so).
 	IgnoreRowPolicy bool
+	// Transient says the caller keeps nothing of the rows it is handed
+	// once ReadRows has returned (it copies what it needs, as the server's
+	// response encoding does): a point read may then carve its first row
+	// from memory the next point read reuses (pointScratch). Rows stay
+	// intact until ReadRows returns, whatever this says.
+	Transient bool
 	// MaxRowBytes bounds the memory the cells one row selects hold
 	// (values, qualifiers and cellBytes a cell) before the filter program
 	// runs; a row past it fails the read with ErrRowTooLarge. 0 means
@@ -180,7 +186,8 @@ func (e *Engine) readRows(ctx context.Context, instance, table string, req ReadR
 		}
 	}
 	var it *pebble.Iterator
-	var bbuf []byte // where the bounds are written (see interval.bounds)
+	var bbuf []byte           // where the bounds are written (see interval.bounds)
+	var scratch *pointScratch // the pooled iterator's, for a transient read
 	if point && opts == nil {
 		// A point read takes a pooled iterator that sees the latest
 		// state, or opens one, and gives it back (readiter.go).
@@ -189,8 +196,11 @@ func (e *Engine) readRows(ctx context.Context, instance, table string, req ReadR
 			return err
 		}
 		it = pi.it
-		if pi.bounds != nil {
-			bbuf = pi.bounds[:0]
+		if pi.scratch != nil {
+			bbuf = pi.scratch.bounds[:0]
+			if req.Transient {
+				scratch = pi.scratch
+			}
 		}
 		defer e.putIter(pi)
 	} else {
@@ -214,6 +224,10 @@ func (e *Engine) readRows(ctx context.Context, instance, table string, req ReadR
 		return err
 	}
 	s := scanner{e: e, m: m, it: it, now: e.nowMicros(), ctx: ctx, maxRow: req.MaxRowBytes, point: point}
+	if scratch != nil {
+		s.arena, s.cells = scratch.arena[:0], scratch.cells[:0]
+		defer scratch.keep(&s)
+	}
 	if s.maxRow <= 0 {
 		s.maxRow = DefaultMaxRowBytes
 	}
@@ -313,6 +327,9 @@ type scanner struct {
 	// a shared chunk, and a column's versions share one decoded qualifier.
 	arena           []byte
 	lastQEnc, lastQ []byte
+	// cells, when not nil, is room for the first row's cells
+	// (pointScratch); newRow takes it once.
+	cells []cell.Cell
 	// point: the read names row keys only (a few rows), so row keys and
 	// qualifiers are carved from the value chunk too. A scan's rows keep
 	// their own (a caller keeping only the keys of many rows must not keep
@@ -473,6 +490,11 @@ func (s *scanner) newRow(prefix []byte) (cell.Row, error) {
 		}
 	}
 	s.rowBytes, s.rowKey = 0, key
+	if s.cells != nil {
+		cells := s.cells
+		s.cells = nil // the next row's cells are its own
+		return cell.Row{Key: key, Cells: cells}, nil
+	}
 	return cell.Row{Key: key, Cells: make([]cell.Cell, 0, max(s.e.cellsHint.Load(), 1))}, nil
 }
 

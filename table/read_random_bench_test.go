@@ -21,14 +21,16 @@ import (
 //	go test -run '^$' -bench PointReadRandom -benchmem ./table
 //
 // cpu-µs/op is the process's CPU time a read (Pebble's background work
-// included).
+// included). memtable-transient reads as the server does
+// (ReadRequest.Transient: the rows are carved from the pooled iterator's
+// scratch).
 func BenchmarkPointReadRandom(b *testing.B) {
-	for _, flushed := range []bool{false, true} {
-		name := "memtable"
-		if flushed {
-			name = "flushed"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, c := range []struct {
+		name               string
+		flushed, transient bool
+	}{{"memtable", false, false}, {"memtable-transient", false, true}, {"flushed", true, false}} {
+		flushed := c.flushed
+		b.Run(c.name, func(b *testing.B) {
 			clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 			eng, err := table.Open(table.Options{Dir: b.TempDir(), Clock: clk})
 			if err != nil {
@@ -69,7 +71,7 @@ func BenchmarkPointReadRandom(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				n := 0
 				k := keys[order[i%len(order)]]
-				err := eng.ReadRows(context.Background(), inst, "t", table.ReadRequest{Keys: [][]byte{k}}, func(r cell.Row) error {
+				err := eng.ReadRows(context.Background(), inst, "t", table.ReadRequest{Keys: [][]byte{k}, Transient: c.transient}, func(r cell.Row) error {
 					n += len(r.Cells)
 					return nil
 				})

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/ebbtable/ebbtable/cell"
 )
 
 // iterPool keeps the Pebble iterators of a few finished point reads for
@@ -27,7 +28,8 @@ import (
 //
 // A pooled iterator pins the read state it was opened on (memtables, and
 // files a compaction has replaced), so one is kept at most iterMaxAge, and
-// a timer closes what idles in the pool past that.
+// a timer, set while the pool holds iterators, closes what idles there
+// past that (within twice iterMaxAge).
 type iterPool struct {
 	seq *atomic.Uint64 // Pebble's visible sequence number; nil: no pooling
 
@@ -35,18 +37,50 @@ type iterPool struct {
 	its    [iterPoolSize]pooledIter
 	n      int
 	timer  *time.Timer // armed while the pool holds iterators
+	armed  bool        // timer is set to go off (it re-arms itself while iterators remain)
 	closed bool
 }
 
 // pooledIter is an iterator and the visible sequence number read just
-// before it was opened. bounds, when pooling, is the iterator's own buffer
-// for the bounds of the reads that use it (SetBounds copies them, so it is
-// only scratch).
+// before it was opened. scratch, when pooling, is memory the reads that
+// use the iterator reuse, one read at a time.
 type pooledIter struct {
-	it     *pebble.Iterator
-	seq    uint64
-	born   time.Time
-	bounds *[pointBoundsLen]byte
+	it      *pebble.Iterator
+	seq     uint64
+	born    time.Time
+	scratch *pointScratch
+}
+
+// pointScratch is what a pooled iterator's point reads reuse: the buffer
+// for their bounds (SetBounds copies them), and for a transient read
+// (ReadRequest.Transient) the value chunk its row's key, qualifiers and
+// values are carved from and its first row's cells. A transient read's
+// caller keeps nothing of its rows once the read has returned, so the next
+// read may write over them; any other read carves its own.
+type pointScratch struct {
+	bounds [pointBoundsLen]byte
+	arena  []byte
+	cells  []cell.Cell
+}
+
+// Bounds on what a scratch keeps of a read's chunk and cells: a read of a
+// large row leaves nothing large behind in the pool.
+const (
+	scratchArenaMax = 2 << 10
+	scratchCellsMax = 16
+)
+
+// keep takes back, for the next read, the value chunk a transient read's
+// scanner carved from last (unless it grew past scratchArenaMax), and
+// makes room for as many cells as the rows read lately hold
+// (Engine.cellsHint), up to scratchCellsMax.
+func (ps *pointScratch) keep(s *scanner) {
+	if c := cap(s.arena); c > 0 && c <= scratchArenaMax {
+		ps.arena = s.arena[:0]
+	}
+	if n := min(max(int(s.e.cellsHint.Load()), 1), scratchCellsMax); cap(ps.cells) < n {
+		ps.cells = make([]cell.Cell, 0, n)
+	}
 }
 
 // pointBoundsLen is room for both bounds of a point read of a row key of
@@ -99,7 +133,7 @@ func (e *Engine) pointIter() (pooledIter, error) {
 	if err != nil {
 		return pooledIter{}, err
 	}
-	return pooledIter{it: it, seq: cur, born: born, bounds: new([pointBoundsLen]byte)}, nil
+	return pooledIter{it: it, seq: cur, born: born, scratch: new(pointScratch)}, nil
 }
 
 // putIter gives back an iterator pointIter returned. It is kept if it may
@@ -119,8 +153,13 @@ func (e *Engine) putIter(pi pooledIter) error {
 	p.n++
 	if p.timer == nil {
 		p.timer = time.AfterFunc(iterMaxAge, e.expireIters)
-	} else if p.n == 1 {
+		p.armed = true
+	} else if !p.armed {
+		// Armed once while the pool holds iterators (dropIters re-arms
+		// it), not on every put into an empty pool: Reset takes the
+		// timer's lock, about 0.1 µs of a point read.
 		p.timer.Reset(iterMaxAge)
+		p.armed = true
 	}
 	p.mu.Unlock()
 	return nil
@@ -153,8 +192,10 @@ func (e *Engine) dropIters(all bool) {
 		p.its[i] = pooledIter{}
 	}
 	p.n = keep
+	p.armed = false
 	if p.n > 0 && !p.closed {
 		p.timer.Reset(iterMaxAge)
+		p.armed = true
 	}
 	// Closed under the lock: the timer's call runs outside any read, and
 	// closeIters must not return (and the database close) while it is

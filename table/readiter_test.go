@@ -184,7 +184,8 @@ func TestPooledPointReadsSeeAcknowledgedWrites(t *testing.T) {
 
 // TestIterPoolClosesIdleIterators: iterators left in the pool past
 // iterMaxAge are closed by expireIters, and Settle closes them all (they
-// would hold tables a compaction replaced).
+// would hold tables a compaction replaced). An emptied pool's timer is
+// set again when an iterator next comes back.
 func TestIterPoolClosesIdleIterators(t *testing.T) {
 	e := openPlain(t)
 	if err := e.ReadRows(context.Background(), testInst, "t", ReadRequest{Keys: [][]byte{[]byte("x")}}, func(cell.Row) error { return nil }); err != nil {
@@ -204,6 +205,19 @@ func TestIterPoolClosesIdleIterators(t *testing.T) {
 	p.mu.Unlock()
 	if n != 0 {
 		t.Fatalf("pool holds %d iterators past their age, want 0", n)
+	}
+	// The timer is set again once the emptied pool holds one more.
+	if p.armed {
+		t.Fatal("the pool's timer is marked set after the pool emptied")
+	}
+	if err := e.ReadRows(context.Background(), testInst, "t", ReadRequest{Keys: [][]byte{[]byte("x")}}, func(cell.Row) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	n, armed := p.n, p.armed
+	p.mu.Unlock()
+	if n != 1 || !armed {
+		t.Fatalf("pool holds %d iterators, its timer set: %v; want 1, set (else nothing closes them)", n, armed)
 	}
 }
 

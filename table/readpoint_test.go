@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"testing"
@@ -118,5 +119,112 @@ func TestPointReadRowInValueChunk(t *testing.T) {
 	got := read(req)
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("point read of every row: %v, want %v", got, want)
+	}
+}
+
+// TestTransientPointReads: point reads that declare their rows transient
+// (ReadRequest.Transient) carve them from memory the pooled iterator keeps
+// for the next read (pointScratch). Each such read returns the rows a range
+// read returns, every row of a read of several keys intact until the read
+// returns (rows of one, one cell, twenty cells, a value past what the
+// scratch keeps, in random orders and back to back), and the rows a read
+// without Transient returned (every tenth) are never written over by the
+// reads after it. A transient read allocates less than one that keeps its rows
+// (else the scratch served nothing).
+func TestTransientPointReads(t *testing.T) {
+	e := openPlain(t)
+	shapes := map[string]struct{ cells, size int }{
+		"a": {1, 10}, "b": {3, 40}, "c": {20, 8}, "d": {1, 3000}, "e": {2, 100}, "f\x00g": {1, 1},
+	}
+	for k, sh := range shapes {
+		var ms []Mutation
+		for i := range sh.cells {
+			ms = append(ms, Mutation{Kind: SetCell, Family: "cf", Qualifier: fmt.Appendf(nil, "q%02d", i), Timestamp: 1000,
+				Value: bytes.Repeat([]byte{k[0], byte('0' + i%10)}, (sh.size+1)/2)})
+		}
+		if err := e.MutateRow(testInst, "t", []byte(k), ms); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(req ReadRequest) []cell.Row {
+		t.Helper()
+		var got []cell.Row
+		if err := e.ReadRows(context.Background(), testInst, "t", req, func(r cell.Row) error {
+			got = append(got, r)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	keys := slices.Sorted(maps.Keys(shapes))
+	want := map[string]cell.Row{}
+	for _, k := range keys {
+		rs := read(ReadRequest{Ranges: []RowRange{{Start: []byte(k), End: []byte(k), EndClosed: true}}})
+		if len(rs) != 1 || len(rs[0].Cells) != shapes[k].cells {
+			t.Fatalf("range read of %q: %v", k, rs)
+		}
+		want[k] = rs[0]
+	}
+	// Every tenth read keeps its rows (no Transient); they are checked
+	// once all the transient reads after them are done.
+	type keptRead struct {
+		keys [][]byte
+		rows []cell.Row
+	}
+	var kept []keptRead
+	rng := rand.New(rand.NewPCG(3, 4))
+	pooled := 0
+	for i := range 300 {
+		var req ReadRequest
+		req.Transient = i%10 != 5
+		for _, j := range rng.Perm(len(keys))[:1+rng.IntN(3)] {
+			req.Keys = append(req.Keys, []byte(keys[j]))
+		}
+		req.Reversed = rng.IntN(4) == 0
+		got := read(req) // not copied: intact until the read returned
+		sorted := slices.Clone(req.Keys)
+		slices.SortFunc(sorted, bytes.Compare)
+		if req.Reversed {
+			slices.Reverse(sorted)
+		}
+		if len(got) != len(sorted) {
+			t.Fatalf("read %d: point read of %q: %d rows, want %d", i, req.Keys, len(got), len(sorted))
+		}
+		for n, k := range sorted {
+			if !reflect.DeepEqual(got[n], want[string(k)]) {
+				t.Fatalf("read %d: point read of %q (transient %v): row %d is %v, want %v", i, req.Keys, req.Transient, n, got[n], want[string(k)])
+			}
+		}
+		if !req.Transient {
+			kept = append(kept, keptRead{sorted, got})
+		}
+		e.iters.mu.Lock()
+		pooled += e.iters.n
+		e.iters.mu.Unlock()
+	}
+	if pooled == 0 {
+		t.Fatal("no point read left its iterator in the pool: nothing was read from a scratch")
+	}
+	for _, kr := range kept {
+		for n, k := range kr.keys {
+			if !reflect.DeepEqual(kr.rows[n], want[string(k)]) {
+				t.Fatalf("a row a point read without Transient returned changed under the reads after it: %v, want %v", kr.rows[n], want[string(k)])
+			}
+		}
+	}
+	allocs := func(transient bool) float64 {
+		return testing.AllocsPerRun(200, func() {
+			n := 0
+			if err := e.ReadRows(context.Background(), testInst, "t", ReadRequest{Keys: [][]byte{[]byte("b")}, Transient: transient}, func(r cell.Row) error {
+				n += len(r.Cells)
+				return nil
+			}); err != nil || n != 3 {
+				t.Fatalf("read %d cells: %v", n, err)
+			}
+		})
+	}
+	if tr, kp := allocs(true), allocs(false); tr >= kp {
+		t.Fatalf("a transient point read allocates %.1f times, one that keeps its row %.1f: the scratch served nothing", tr, kp)
 	}
 }
