@@ -641,6 +641,20 @@ func (sec *security) acquire(n int64) error {
 	}
 }
 
+// tryAcquire counts n more bytes in flight when that stays within the
+// bound, and reports whether it did; refusing counts no refusal.
+func (sec *security) tryAcquire(n int64) bool {
+	for {
+		cur := sec.inflight.Load()
+		if cur+n > sec.opts.MaxInflightBytes {
+			return false
+		}
+		if sec.inflight.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
 // ---- HTTP ----
 
 // httpHandler puts the tokens in front of the whole HTTP mux (metrics,
