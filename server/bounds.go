@@ -21,6 +21,7 @@ import (
 type meteredCodec struct {
 	encoding.CodecV2
 	sec *security
+	ok  *okResponses // the server's shared all-OK MutateRows response (nil: none)
 }
 
 // meter is what the codec noted about one decoded request.
@@ -56,19 +57,19 @@ func (ms *meters) put(req any, m meter) {
 }
 
 func newMeteredCodec(sec *security) meteredCodec {
-	return meteredCodec{CodecV2: encoding.GetCodecV2(grpcproto.Name), sec: sec}
+	return meteredCodec{CodecV2: encoding.GetCodecV2(grpcproto.Name), sec: sec, ok: &sec.okResps}
 }
 
 // Marshal encodes a response; a wireMessage (ReadRows' chunks, see
 // chunkWriter) is already encoded, the shared all-OK MutateRowsResponse
-// was encoded when it was built (encodedOK), and any other of OK statuses
+// was encoded when it was built (okResponses.encoded), and any other of OK statuses
 // is written by hand (marshalMutateRowsResponse).
 func (c meteredCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if m, ok := v.(*wireMessage); ok {
 		return marshalWire(m), nil
 	}
 	if r, ok := v.(*btpb.MutateRowsResponse); ok {
-		if b, ok := encodedOK(r); ok {
+		if b, ok := c.ok.encoded(r); ok {
 			return b, nil
 		}
 		if b, ok := marshalMutateRowsResponse(r); ok {

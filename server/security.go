@@ -112,7 +112,8 @@ type security struct {
 
 	inflight atomic.Int64
 	meters   meters
-	wire     wireStash // bulk writes' request bytes (mutaterowswire.go)
+	wire     wireStash   // bulk writes' request bytes (mutaterowswire.go)
+	okResps  okResponses // the shared all-OK MutateRows response (mutaterowsresp.go)
 	streams  atomic.Int64
 	refused  *prometheus.CounterVec
 	denied   *prometheus.CounterVec
