@@ -10,6 +10,8 @@ import (
 	"cloud.google.com/go/bigtable"
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
 	"github.com/ebbtable/ebbtable/internal/testkit"
+	"github.com/ebbtable/ebbtable/server/clusterpb"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 )
@@ -152,5 +154,75 @@ func TestMutateRowsHeldBufferMaterializedView(t *testing.T) {
 			first = fmt.Sprintf("%q", got[i])
 		}
 		t.Fatalf("the view has %d keys, want %d; the first that differs (at %d): %s, want %q", len(got), len(want), i, first, want[min(i, len(want)-1)])
+	}
+}
+
+// TestMutateRowsHeldBufferCluster: bulk writes in cluster mode, through a
+// pool that poisons every buffer put back on both nodes, each call's rows
+// split between a tablet the node called owns and one the other node owns
+// (forwarded to it): cluster mode decodes the request and gives gRPC's
+// buffer back before it groups and forwards the entries, so every cell,
+// local or forwarded, reads back as written only if the decoding copied
+// what it keeps. 20 calls of 100 rows.
+func TestMutateRowsHeldBufferCluster(t *testing.T) {
+	t.Parallel()
+	pool := &poisonPool{out: map[*[]byte]bool{}}
+	sc := startScaleClusterTuned(t, 0, func(o *Options) { o.knobs.bufferPool.set(pool) }, "n1", "n2")
+	ctx := context.Background()
+	n1 := sc.nodes["n1"]
+	if err := n1.admin.CreateTableFromConf(ctx, &bigtable.TableConf{TableID: "held", SplitKeys: []string{"r050"},
+		ColumnFamilies: map[string]bigtable.Family{"cf": {}}}); err != nil {
+		t.Fatal(err)
+	}
+	name := "projects/" + testProject + "/instances/" + testInstance + "/tables/held"
+	tabs, err := n1.ops.ListTablets(ctx, &clusterpb.ListTabletsRequest{Table: name})
+	if err != nil || len(tabs.Tablets) != 2 {
+		t.Fatalf("tablets: %v %v", tabs, err)
+	}
+	// The first tablet on n1, the second on n2.
+	for i, to := range []string{"n1", "n2"} {
+		if tb := tabs.Tablets[i]; tb.Owner != to {
+			if _, err := n1.ops.MoveTablet(ctx, &clusterpb.MoveTabletRequest{Table: name, Tablet: tb.Id, To: to}); err != nil {
+				t.Fatalf("move tablet %d to %s: %v", i, to, err)
+			}
+		}
+	}
+	const calls, rows = 20, 100
+	before := testutil.ToFloat64(n1.srv.cluster.forwarded.WithLabelValues("MutateRows"))
+	tbl := n1.client.Open("held")
+	key := func(c, i int) string { return fmt.Sprintf("r%03dc%02d", i, c) }
+	for c := range calls {
+		keys := make([]string, rows)
+		muts := make([]*bigtable.Mutation, rows)
+		for i := range rows {
+			keys[i] = key(c, i)
+			muts[i] = bigtable.NewMutation()
+			muts[i].Set("cf", "q", 1000, heldValue(keys[i]))
+		}
+		if errs, err := tbl.ApplyBulk(ctx, keys, muts); err != nil || errs != nil {
+			t.Fatalf("call %d: %v %v", c, errs, err)
+		}
+	}
+	if n := testutil.ToFloat64(n1.srv.cluster.forwarded.WithLabelValues("MutateRows")) - before; n != calls {
+		t.Fatalf("n1 forwarded %v pieces to n2, want one a call (%d)", n, calls)
+	}
+	forwarded := 0
+	got := map[string]bool{}
+	if err := tbl.ReadRows(ctx, bigtable.InfiniteRange(""), func(r bigtable.Row) bool {
+		cells := r["cf"]
+		if len(cells) != 1 || cells[0].Column != "cf:q" || cells[0].Timestamp != 1000 || !bytes.Equal(cells[0].Value, heldValue(r.Key())) {
+			t.Errorf("row %q reads back as %v", r.Key(), cells)
+			return false
+		}
+		got[r.Key()] = true
+		if r.Key() >= "r050" {
+			forwarded++
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != calls*rows || forwarded != calls*rows/2 {
+		t.Fatalf("%d rows read back (%d of them n2's), want %d (%d)", len(got), forwarded, calls*rows, calls*rows/2)
 	}
 }
