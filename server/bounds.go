@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"sync"
 
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
@@ -20,6 +21,7 @@ import (
 type meteredCodec struct {
 	encoding.CodecV2
 	sec *security
+	ok  *okResponses // the server's shared all-OK MutateRows response (nil: none)
 }
 
 // meter is what the codec noted about one decoded request.
@@ -55,19 +57,19 @@ func (ms *meters) put(req any, m meter) {
 }
 
 func newMeteredCodec(sec *security) meteredCodec {
-	return meteredCodec{CodecV2: encoding.GetCodecV2(grpcproto.Name), sec: sec}
+	return meteredCodec{CodecV2: encoding.GetCodecV2(grpcproto.Name), sec: sec, ok: &sec.okResps}
 }
 
 // Marshal encodes a response; a wireMessage (ReadRows' chunks, see
 // chunkWriter) is already encoded, the shared all-OK MutateRowsResponse
-// was encoded when it was built (encodedOK), and any other of OK statuses
+// was encoded when it was built (okResponses.encoded), and any other of OK statuses
 // is written by hand (marshalMutateRowsResponse).
 func (c meteredCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if m, ok := v.(*wireMessage); ok {
 		return marshalWire(m), nil
 	}
 	if r, ok := v.(*btpb.MutateRowsResponse); ok {
-		if b, ok := encodedOK(r); ok {
+		if b, ok := c.ok.encoded(r); ok {
 			return b, nil
 		}
 		if b, ok := marshalMutateRowsResponse(r); ok {
@@ -83,25 +85,27 @@ func (c meteredCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		c.sec.meters.put(v, meter{err: err})
 		return nil
 	}
-	if err := c.unmarshal(data, v); err != nil {
+	held, err := c.unmarshal(data, v)
+	if err != nil {
 		c.sec.inflight.Add(-n)
 		return err
 	}
-	c.sec.meters.put(v, meter{n: n})
+	c.sec.meters.put(v, meter{n: n + held})
 	return nil
 }
 
 // unmarshal decodes a MutateRows or ReadRows request by hand when it can
 // (decodeMutateRows, decodeReadRows), or keeps a bulk or single-row write's
 // bytes for the handler (stashMutateRows, stashMutateRow), anything else
-// through protobuf.
-func (c meteredCodec) unmarshal(data mem.BufferSlice, v any) error {
+// through protobuf. held is what it counted in flight beyond the request's
+// length: the rest of gRPC's buffer a kept request holds (holdMutateRows).
+func (c meteredCodec) unmarshal(data mem.BufferSlice, v any) (held int64, err error) {
 	if req, ok := v.(*btpb.ReadRowsRequest); ok {
 		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 		done := decodeReadRows(buf.ReadOnlyData(), req)
 		buf.Free()
 		if done {
-			return nil
+			return 0, nil
 		}
 	}
 	if req, ok := v.(*btpb.MutateRowsRequest); ok {
@@ -113,24 +117,23 @@ func (c meteredCodec) unmarshal(data mem.BufferSlice, v any) error {
 		if len(data) == 1 {
 			b := data[0].ReadOnlyData()
 			if w := stashMutateRows(b, req); w != nil {
-				data[0].Ref()
-				w.held = data[0]
+				held := c.holdMutateRows(data[0], w)
 				c.sec.wire.put(req, w)
-				return nil
+				return held, nil
 			}
 			// decodeMutateRows copies what it keeps.
 			if decodeMutateRows(b, req) {
-				return nil
+				return 0, nil
 			}
-			return c.CodecV2.Unmarshal(data, v)
+			return 0, c.CodecV2.Unmarshal(data, v)
 		}
 		b := data.Materialize()
 		if w := stashMutateRows(b, req); w != nil {
 			c.sec.wire.put(req, w)
-			return nil
+			return 0, nil
 		}
 		if decodeMutateRows(b, req) {
-			return nil
+			return 0, nil
 		}
 	}
 	if req, ok := v.(*btpb.MutateRowRequest); ok {
@@ -138,14 +141,34 @@ func (c meteredCodec) unmarshal(data mem.BufferSlice, v any) error {
 		b := data.Materialize()
 		if w := stashMutateRow(b, req); w != nil {
 			c.sec.wire.put(req, w)
-			return nil
+			return 0, nil
 		}
 		// Declined (a delete, an idempotency token, bytes protobuf must
 		// judge): protobuf decodes the copy already made, as the codec
 		// would, rather than a second one.
-		return proto.Unmarshal(b, req)
+		return 0, proto.Unmarshal(b, req)
 	}
-	return c.CodecV2.Unmarshal(data, v)
+	return 0, c.CodecV2.Unmarshal(data, v)
+}
+
+// holdMutateRows keeps w's bytes in buf, gRPC's received buffer they lie
+// in, until the call ends (wireEntries.release), and returns the bytes it
+// counted in flight beyond them: a held request keeps the whole buffer
+// (a pooled one of 16 KiB for a 13.5 KB request), so what lies past the
+// request in it (its capacity; the few bytes before it, the message's
+// gRPC header, are not seen) is counted too, and given back with the rest
+// of the request's bytes when the call ends. When the bound cannot take
+// those, the request is copied out of buf instead, and buf goes back now.
+func (c meteredCodec) holdMutateRows(buf mem.Buffer, w *wireEntries) int64 {
+	b := buf.ReadOnlyData()
+	extra := int64(cap(b) - len(b))
+	if extra > 0 && !c.sec.tryAcquire(extra) {
+		w.b = bytes.Clone(b)
+		return 0
+	}
+	buf.Ref()
+	w.held = buf
+	return extra
 }
 
 // take returns and forgets what the codec noted about req; ok is false

@@ -350,7 +350,7 @@ func (d *dataServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigtabl
 	if err != nil {
 		return toStatus(err)
 	}
-	return sendMutateRows(stream, len(entries), errs, convErrs)
+	return d.sendMutateRows(stream, len(entries), errs, convErrs)
 }
 
 // mutateRowsWire is MutateRows for a request the codec kept as bytes: its
@@ -368,15 +368,15 @@ func (d *dataServer) mutateRowsWire(ref tableRef, w *wireEntries, stream btpb.Bi
 	if err != nil {
 		return toStatus(err)
 	}
-	return sendMutateRows(stream, w.n, errs, nil)
+	return d.sendMutateRows(stream, w.n, errs, nil)
 }
 
 // sendMutateRows answers a MutateRows of n entries: convErrs (nil: none)
 // has the entries that failed conversion, errs the engine's answers for
 // the others, in order.
-func sendMutateRows(stream btpb.Bigtable_MutateRowsServer, n int, errs, convErrs []error) error {
+func (d *dataServer) sendMutateRows(stream btpb.Bigtable_MutateRowsServer, n int, errs, convErrs []error) error {
 	if !slices.ContainsFunc(errs, func(err error) bool { return err != nil }) && !slices.ContainsFunc(convErrs, func(err error) bool { return err != nil }) {
-		return stream.Send(okMutateRowsResponse(n))
+		return stream.Send(d.s.sec.okResps.response(n))
 	}
 	resp := &btpb.MutateRowsResponse{Entries: make([]*btpb.MutateRowsResponse_Entry, n)}
 	// One allocation for the entries, and one OK status they share (the

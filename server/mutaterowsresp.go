@@ -13,7 +13,7 @@ import (
 // A bulk write's answer is nearly always one OK status per entry. Building
 // that response (an Entry and a pointer per entry) and marshalling it
 // through protobuf's generic encoder was about 3% of a bulk write's server
-// CPU. okMutateRowsResponse shares one immutable all-OK response per entry
+// CPU. okResponses.response shares one immutable all-OK response per entry
 // count between calls, encoded once, and the codec writes any other
 // response whose statuses are all OK by hand (marshalMutateRowsResponse),
 // byte for byte what proto.Marshal writes (TestMarshalMutateRowsResponse).
@@ -21,8 +21,12 @@ import (
 // okResponses holds the last all-OK response built, with its encoding:
 // bulk writers send batches of one size, so one is enough to be reused by
 // nearly every call, and the codec sends its encoding rather than
-// writing the same bytes again for each (encodedOK).
-var okResponses atomic.Pointer[okShared]
+// writing the same bytes again for each (encoded). Each server has its
+// own (security.okResps), shared by its handlers and its codec; a nil one
+// shares nothing.
+type okResponses struct {
+	last atomic.Pointer[okShared]
+}
 
 // okShared is a shared all-OK response and its encoding; neither is ever
 // changed.
@@ -37,29 +41,41 @@ var okStatus = &rpcstatus.Status{}
 // maxSharedOK bounds the entries of a response kept in okResponses.
 const maxSharedOK = 4096
 
-// okMutateRowsResponse is a MutateRowsResponse answering n entries with
-// OK, in order. It may be shared with other calls: it must not be changed.
-func okMutateRowsResponse(n int) *btpb.MutateRowsResponse {
-	if s := okResponses.Load(); s != nil && len(s.r.Entries) == n {
+// response is a MutateRowsResponse answering n entries with OK, in order.
+// It may be shared with other calls: it must not be changed.
+func (o *okResponses) response(n int) *btpb.MutateRowsResponse {
+	if o == nil {
+		return buildOK(n)
+	}
+	if s := o.last.Load(); s != nil && len(s.r.Entries) == n {
 		return s.r
 	}
+	r := buildOK(n)
+	if n <= maxSharedOK {
+		enc, _ := appendOKResponse(nil, r)
+		o.last.Store(&okShared{r: r, enc: enc})
+	}
+	return r
+}
+
+// buildOK builds a MutateRowsResponse answering n entries with OK.
+func buildOK(n int) *btpb.MutateRowsResponse {
 	out := make([]btpb.MutateRowsResponse_Entry, n)
 	r := &btpb.MutateRowsResponse{Entries: make([]*btpb.MutateRowsResponse_Entry, n)}
 	for i := range out {
 		out[i].Index, out[i].Status = int64(i), okStatus
 		r.Entries[i] = &out[i]
 	}
-	if n <= maxSharedOK {
-		enc, _ := appendOKResponse(nil, r)
-		okResponses.Store(&okShared{r: r, enc: enc})
-	}
 	return r
 }
 
-// encodedOK returns r's encoding if r is the shared all-OK response
-// (gRPC only reads what it sends, and a SliceBuffer's Free does nothing).
-func encodedOK(r *btpb.MutateRowsResponse) (mem.BufferSlice, bool) {
-	if s := okResponses.Load(); s != nil && s.r == r {
+// encoded returns r's encoding if r is the shared all-OK response (gRPC
+// only reads what it sends, and a SliceBuffer's Free does nothing).
+func (o *okResponses) encoded(r *btpb.MutateRowsResponse) (mem.BufferSlice, bool) {
+	if o == nil {
+		return nil, false
+	}
+	if s := o.last.Load(); s != nil && s.r == r {
 		return mem.BufferSlice{mem.SliceBuffer(s.enc)}, true
 	}
 	return nil, false

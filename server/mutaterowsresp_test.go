@@ -86,11 +86,16 @@ func TestMarshalMutateRowsResponse(t *testing.T) {
 // in order, is reused for the same count, and is rebuilt for another; the
 // codec sends the encoding kept with it, which is proto.Marshal's, and
 // only for that response (not for another of the same entries, nor one
-// not shared).
+// not shared). Each server's responses are its own: another's, built for
+// another count in between, neither replaces its response nor is sent
+// with its encoding. (The test's own okResponses, no package variable:
+// it runs in parallel with servers answering bulk writes.)
 func TestOKMutateRowsResponse(t *testing.T) {
-	codec := meteredCodec{}
+	t.Parallel()
+	var ok, other okResponses
+	codec := meteredCodec{ok: &ok}
 	for _, n := range []int{1, 100, 100, 3, 200, maxSharedOK + 1, maxSharedOK + 1} {
-		r := okMutateRowsResponse(n)
+		r := ok.response(n)
 		if len(r.GetEntries()) != n {
 			t.Fatalf("%d entries, want %d", len(r.GetEntries()), n)
 		}
@@ -99,6 +104,8 @@ func TestOKMutateRowsResponse(t *testing.T) {
 				t.Fatalf("entry %d: %v", i, e)
 			}
 		}
+		// Another server answers another count meanwhile.
+		o := other.response(n + 1)
 		want, err := proto.Marshal(r)
 		if err != nil {
 			t.Fatal(err)
@@ -110,18 +117,31 @@ func TestOKMutateRowsResponse(t *testing.T) {
 		if b := got.Materialize(); !bytes.Equal(b, want) {
 			t.Fatalf("%d entries: the codec sent\n%x\nproto.Marshal writes\n%x", n, b, want)
 		}
-		if _, kept := encodedOK(r); kept != (n <= maxSharedOK) {
+		if _, kept := ok.encoded(r); kept != (n <= maxSharedOK) {
 			t.Fatalf("%d entries: the kept encoding sent: %v", n, kept)
 		}
-		if _, kept := encodedOK(proto.Clone(r).(*btpb.MutateRowsResponse)); kept {
+		if _, kept := ok.encoded(proto.Clone(r).(*btpb.MutateRowsResponse)); kept {
 			t.Fatalf("%d entries: the kept encoding sent for a copy of the shared response", n)
 		}
+		if _, kept := ok.encoded(o); kept {
+			t.Fatalf("%d entries: another server's response sent with this one's encoding", n)
+		}
+		if n <= maxSharedOK && ok.response(n) != r {
+			t.Fatalf("%d entries: the shared response was rebuilt after another server's of %d", n, n+1)
+		}
 	}
-	if a, b := okMutateRowsResponse(100), okMutateRowsResponse(100); a != b {
+	if a, b := ok.response(100), ok.response(100); a != b {
 		t.Error("the all-OK response of 100 entries was built twice")
 	}
-	if okMutateRowsResponse(maxSharedOK+1) == okMutateRowsResponse(maxSharedOK+1) {
+	if ok.response(maxSharedOK+1) == ok.response(maxSharedOK+1) {
 		t.Error("an all-OK response above maxSharedOK was shared")
+	}
+	var none *okResponses // a codec without a server's: nothing shared
+	if r := none.response(5); len(r.GetEntries()) != 5 || none.response(5) == r {
+		t.Error("a nil okResponses shared its response")
+	}
+	if _, kept := none.encoded(ok.response(100)); kept {
+		t.Error("a nil okResponses sent a kept encoding")
 	}
 }
 
@@ -131,6 +151,7 @@ func TestOKMutateRowsResponse(t *testing.T) {
 // response (sends the encoding kept with it).
 func BenchmarkMutateRowsResponse(b *testing.B) {
 	const n = 100
+	var shared okResponses
 	b.Run("proto", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -148,16 +169,16 @@ func BenchmarkMutateRowsResponse(b *testing.B) {
 	b.Run("hand", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, ok := marshalMutateRowsResponse(okMutateRowsResponse(n)); !ok {
+			if _, ok := marshalMutateRowsResponse(shared.response(n)); !ok {
 				b.Fatal("not hand-encoded")
 			}
 		}
 	})
 	b.Run("codec", func(b *testing.B) {
 		b.ReportAllocs()
-		var codec meteredCodec
+		codec := meteredCodec{ok: &shared}
 		for b.Loop() {
-			if _, err := codec.Marshal(okMutateRowsResponse(n)); err != nil {
+			if _, err := codec.Marshal(shared.response(n)); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -112,7 +112,8 @@ type security struct {
 
 	inflight atomic.Int64
 	meters   meters
-	wire     wireStash // bulk writes' request bytes (mutaterowswire.go)
+	wire     wireStash   // bulk writes' request bytes (mutaterowswire.go)
+	okResps  okResponses // the shared all-OK MutateRows response (mutaterowsresp.go)
 	streams  atomic.Int64
 	refused  *prometheus.CounterVec
 	denied   *prometheus.CounterVec
@@ -637,6 +638,20 @@ func (sec *security) acquire(n int64) error {
 		}
 		if sec.inflight.CompareAndSwap(cur, cur+n) {
 			return nil
+		}
+	}
+}
+
+// tryAcquire counts n more bytes in flight when that stays within the
+// bound, and reports whether it did; refusing counts no refusal.
+func (sec *security) tryAcquire(n int64) bool {
+	for {
+		cur := sec.inflight.Load()
+		if cur+n > sec.opts.MaxInflightBytes {
+			return false
+		}
+		if sec.inflight.CompareAndSwap(cur, cur+n) {
+			return true
 		}
 	}
 }
