@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,14 +138,26 @@ func TestRunReport(t *testing.T) {
 		Config:    Config{Rows: 200, BatchSize: 50, Workers: 2, Scans: 2, Reads: 50, PointWrites: 20},
 		DataDir:   t.TempDir(),
 		InProcess: true,
+		Rounds:    2,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The ceiling serves no point writes: 3 targets × 3 workloads, and
-	// ebbtable and the emulator for the fourth.
-	if len(rep.Results) != 11 || len(rep.Comparisons) != 4 {
-		t.Fatalf("got %d results and %d comparisons, want 11 and 4", len(rep.Results), len(rep.Comparisons))
+	// The ceiling serves no point writes: per round 3 targets × 3
+	// workloads, and ebbtable and the emulator for the fourth.
+	if len(rep.Results) != 22 || len(rep.Comparisons) != 4 {
+		t.Fatalf("got %d results and %d comparisons, want 22 and 4", len(rep.Results), len(rep.Comparisons))
+	}
+	// The second round starts one target later: ebbtable, the ceiling,
+	// then the emulator.
+	var order []string
+	for _, r := range rep.Results {
+		if r.Round == 2 && (len(order) == 0 || order[len(order)-1] != r.Target) {
+			order = append(order, r.Target)
+		}
+	}
+	if want := []string{TargetEbbtable, TargetCeiling, TargetEmulator}; !slices.Equal(order, want) {
+		t.Errorf("round 2 ran %v, want %v", order, want)
 	}
 	for _, c := range rep.Comparisons {
 		if c.Workload == WorkloadPointWrites {
@@ -184,6 +197,39 @@ func TestRunReport(t *testing.T) {
 
 	if _, err := Run(context.Background(), Options{Targets: []string{"nope"}, InProcess: true}); err == nil {
 		t.Fatal("unknown target accepted")
+	}
+}
+
+// TestRoundOrder: over as many rounds as there are targets, every target
+// runs once in every position, and the caller's list is left as it was.
+func TestRoundOrder(t *testing.T) {
+	targets := []string{"a", "b", "c", "d"}
+	for n := 1; n <= len(targets); n++ {
+		ts := targets[:n]
+		seen := map[string]map[int]bool{}
+		for round := 1; round <= n; round++ {
+			order := roundOrder(ts, round)
+			if len(order) != n {
+				t.Fatalf("%d targets, round %d: %v", n, round, order)
+			}
+			for pos, x := range order {
+				if seen[x] == nil {
+					seen[x] = map[int]bool{}
+				}
+				seen[x][pos] = true
+			}
+		}
+		for _, x := range ts {
+			if len(seen[x]) != n {
+				t.Errorf("%d targets: %q ran in positions %v, want each of %d once", n, x, seen[x], n)
+			}
+		}
+		if got := roundOrder(ts, 1); !slices.Equal(got, ts) {
+			t.Errorf("round 1 ran %v, want the given order %v", got, ts)
+		}
+	}
+	if !slices.Equal(targets, []string{"a", "b", "c", "d"}) {
+		t.Errorf("roundOrder changed its argument: %v", targets)
 	}
 }
 

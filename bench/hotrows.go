@@ -168,7 +168,7 @@ func RunHotRows(ctx context.Context, o HotRowsOptions) ([]Result, error) {
 	}
 	var out []Result
 	for round := 1; round <= max(o.Rounds, 1); round++ {
-		for _, t := range targets {
+		for _, t := range roundOrder(targets, round) {
 			res, err := runHotTarget(ctx, o, t, round == 1 && t == TargetEbbtable && o.CPUProfile != "")
 			if err != nil {
 				return out, fmt.Errorf("%s: %w", t, err)

@@ -48,8 +48,9 @@ const (
 // Options configures Run.
 type Options struct {
 	Config
-	// Targets to run, in order, each round; nil means emulator, ebbtable,
-	// then the ceiling (and raw Pebble with RawPebble).
+	// Targets to run, in this order in the first round and rotated by one
+	// each later round (roundOrder); nil means emulator, ebbtable, then the
+	// ceiling (and raw Pebble with RawPebble).
 	Targets []string
 	// RawPebble adds TargetPebble and TargetCeilingPebble to the default
 	// targets (writes only): raw Pebble's synced-batch throughput on the
@@ -161,7 +162,9 @@ type Comparison struct {
 // Run runs each target in turn, Rounds times, runs the workloads against
 // it through the official client, shuts it down, and returns the report.
 // Only one target runs at a time, so none competes with another's
-// background work; alternating them spreads the machine's drift over all.
+// background work; alternating them spreads the machine's drift over all,
+// and each round starts one target later (roundOrder), so no target always
+// runs first or always follows the same one.
 func Run(ctx context.Context, opts Options) (*Report, error) {
 	cfg := opts.Config.withDefaults()
 	targets := opts.Targets
@@ -199,7 +202,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 	}
 	for round := 1; round <= rounds; round++ {
-		for _, t := range targets {
+		for _, t := range roundOrder(targets, round) {
 			res, err := runTarget(ctx, t, round, cfg, opts, progress)
 			rep.Results = append(rep.Results, res...)
 			if err != nil {
@@ -613,4 +616,20 @@ func fmtDur(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%.3gµs", float64(d)/float64(time.Microsecond))
 	}
+}
+
+// roundOrder is the order targets run in during round (from 1): the list
+// rotated left by round-1, so over as many rounds as there are targets each
+// runs once in every position. Runs measured back to back are not
+// independent: the one before leaves the page cache, dirty pages still
+// being written back and the machine's load to the next (in session 19 the
+// second of two runs of one binary measured 0.85-0.99 of the first in six
+// pairs of six), and a fixed order would charge all of that to the same
+// targets every round.
+func roundOrder(targets []string, round int) []string {
+	if len(targets) == 0 {
+		return nil
+	}
+	k := (round - 1) % len(targets)
+	return append(slices.Clone(targets[k:]), targets[:k]...)
 }
