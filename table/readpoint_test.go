@@ -75,17 +75,7 @@ func TestPointReadRowInValueChunk(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	read := func(req ReadRequest) []cell.Row {
-		t.Helper()
-		var got []cell.Row
-		if err := e.ReadRows(context.Background(), testInst, "t", req, func(r cell.Row) error {
-			got = append(got, r)
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	read := func(req ReadRequest) []cell.Row { return readRowsOf(t, e, req) }
 	for k := range rows {
 		want := read(ReadRequest{Ranges: []RowRange{{Start: []byte(k), End: []byte(k), EndClosed: true}}})
 		got := read(ReadRequest{Keys: [][]byte{[]byte(k)}})
@@ -146,17 +136,7 @@ func TestTransientPointReads(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	read := func(req ReadRequest) []cell.Row {
-		t.Helper()
-		var got []cell.Row
-		if err := e.ReadRows(context.Background(), testInst, "t", req, func(r cell.Row) error {
-			got = append(got, r)
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	read := func(req ReadRequest) []cell.Row { return readRowsOf(t, e, req) }
 	keys := slices.Sorted(maps.Keys(shapes))
 	want := map[string]cell.Row{}
 	for _, k := range keys {
@@ -227,4 +207,17 @@ func TestTransientPointReads(t *testing.T) {
 	if tr, kp := allocs(true), allocs(false); tr >= kp {
 		t.Fatalf("a transient point read allocates %.1f times, one that keeps its row %.1f: the scratch served nothing", tr, kp)
 	}
+}
+
+// readRowsOf is every row req reads from table "t", as the callback got it.
+func readRowsOf(t *testing.T, e *Engine, req ReadRequest) []cell.Row {
+	t.Helper()
+	var got []cell.Row
+	if err := e.ReadRows(context.Background(), testInst, "t", req, func(r cell.Row) error {
+		got = append(got, r)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
