@@ -64,7 +64,9 @@ type pointScratch struct {
 }
 
 // Bounds on what a scratch keeps of a read's chunk and cells: a read of a
-// large row leaves nothing large behind in the pool.
+// large row leaves nothing large behind in the pool (keep also clears the
+// cells' slots, which would point at the last read's values past the
+// chunk's 2 KiB and its labels).
 const (
 	scratchArenaMax = 2 << 10
 	scratchCellsMax = 16
@@ -78,6 +80,7 @@ func (ps *pointScratch) keep(s *scanner) {
 	if c := cap(s.arena); c > 0 && c <= scratchArenaMax {
 		ps.arena = s.arena[:0]
 	}
+	clear(ps.cells[:cap(ps.cells)])
 	if n := min(max(int(s.e.cellsHint.Load()), 1), scratchCellsMax); cap(ps.cells) < n {
 		ps.cells = make([]cell.Cell, 0, n)
 	}
