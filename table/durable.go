@@ -81,10 +81,12 @@ type durability struct {
 // syncWindowPer for each such commit in flight, up to syncWindow — and the
 // commits arriving in between share it. Each such commit carries enough
 // work that the wait costs it little, and the fewer syncs save CPU. Small
-// commits (single-row writes, hot rows) never wait: with the WAL's file
-// zeroed ahead (storage/walzero.go) a sync is cheap, and the window cost
-// single-row writes half their throughput and more CPU (wake-ups, the timer,
-// a WAL write per commit while syncs were held) than the syncs it saved
+// commits (single-row writes, hot rows) never open the window (their syncs
+// run back to back; they share a window only while bulk commits hold one
+// open, as all commits share the WAL): with the WAL's file zeroed ahead
+// (storage/walzero.go) a sync is cheap, and the window cost single-row
+// writes half their throughput and more CPU (wake-ups, the timer, a WAL
+// write per commit while syncs were held) than the syncs it saved
 // (docs/performance.md, "Single-row writes, session 19"). Durability is
 // unchanged: a commit is acknowledged only after the sync that covers it.
 const (

@@ -645,3 +645,66 @@ func TestDurabilityNotify(t *testing.T) {
 		}
 	}
 }
+
+// TestDurabilityWakesLateWaiters: waits that begin while their ticket is
+// being given back — before end, during it, or after — all return, none
+// before end began, none blocked on a channel no one closes: a wait that
+// slips in while end runs must either find the ticket gone or block on the
+// channel end closes. Each round takes a ticket, which the waiters start
+// waiting for at once, and gives it back after 0 to 7 yields, so that over
+// many rounds some waits land inside end; a round ends when every waiter
+// has seen its ticket given back. Under -race, an access to notify outside
+// the lock is also reported.
+func TestDurabilityWakesLateWaiters(t *testing.T) {
+	const rounds, waiters = 40000, 4
+	d := newDurability()
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		current atomic.Uint64 // the round's ticket
+		ending  atomic.Uint64 // the last ticket end began for
+		done    = make(chan error, waiters)
+	)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for range waiters {
+		wg.Go(func() {
+			var last uint64
+			for ctx.Err() == nil {
+				n := current.Load()
+				if n == last {
+					runtime.Gosched()
+					continue
+				}
+				err := d.wait(ctx, n)
+				if err == nil && ending.Load() < n {
+					err = fmt.Errorf("the wait for ticket %d returned before it was given back", n)
+				}
+				if err != nil && ctx.Err() != nil {
+					return
+				}
+				last = n
+				done <- err
+			}
+		})
+	}
+	for round := range rounds {
+		tk := d.begin(0, []int{0}, false)
+		current.Store(tk.n)
+		for range round % 8 { // end at different points of the waits
+			runtime.Gosched()
+		}
+		ending.Store(tk.n)
+		d.end(tk)
+		deadline := time.After(10 * time.Second)
+		for range waiters {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+			case <-deadline:
+				t.Fatalf("round %d: a wait did not return once its ticket was given back", round)
+			}
+		}
+	}
+}
