@@ -200,6 +200,20 @@ func TestRunReport(t *testing.T) {
 	}
 }
 
+// TestServerCPUVerdict: ebbtable's server CPU per operation at most the
+// emulator's is met, above it missed, and without both figures no verdict.
+func TestServerCPUVerdict(t *testing.T) {
+	for _, c := range []struct {
+		eb, em float64
+		want   string
+	}{{4.4, 11.9, "ok"}, {60, 60, "ok"}, {93.8, 63.1, "MISS"}, {0, 63.1, "-"}, {4.4, 0, "-"}} {
+		m := map[string]float64{TargetEbbtable: c.eb, TargetEmulator: c.em, TargetCeiling: 1}
+		if got := serverCPUVerdict(m); got != c.want {
+			t.Errorf("ebbtable %.1f, emulator %.1f µs: %q, want %q", c.eb, c.em, got, c.want)
+		}
+	}
+}
+
 // TestRoundOrder: over as many rounds as there are targets, every target
 // runs once in every position, and the caller's list is left as it was.
 func TestRoundOrder(t *testing.T) {

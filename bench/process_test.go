@@ -104,6 +104,15 @@ func TestEbbtableAsAProcess(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", w, tbl.String())
 		}
 	}
+	// Each workload's server CPU comes with the verdict on ebbtable's
+	// against the emulator's.
+	for _, c := range rep.Comparisons {
+		v := serverCPUVerdict(c.ServerCPU)
+		want := fmt.Sprintf("%.1f / %.1f / %.1f %s", c.ServerCPU[TargetEbbtable], c.ServerCPU[TargetEmulator], c.ServerCPU[TargetCeiling], v)
+		if v == "-" || !strings.Contains(tbl.String(), want) {
+			t.Errorf("%s: table lacks %q:\n%s", c.Workload, want, tbl.String())
+		}
+	}
 	for _, w := range []string{WorkloadWrites, WorkloadScans, WorkloadPointReads} {
 		// A pprof profile is a gzipped protocol buffer.
 		b, err := os.ReadFile(prefix + "." + w)

@@ -523,7 +523,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		return "-"
 	}
 	if len(r.Comparisons) > 0 {
-		cpuHead := "server cpu µs/row eb/em/ceil\tclient cpu µs/row eb/em/ceil"
+		cpuHead := "server cpu µs/row eb/em/ceil (goal eb<=em)\tclient cpu µs/row eb/em/ceil"
 		if r.Mode == ModeInProcess {
 			cpuHead = "process cpu µs/row eb/em/ceil"
 		}
@@ -550,7 +550,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			if r.Mode == ModeInProcess {
 				cpus = clients
 			} else {
-				cpus += "\t" + clients
+				cpus += " " + serverCPUVerdict(cmp.ServerCPU) + "\t" + clients
 			}
 			fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.2fx (%.2f-%.2f)\t%s %s\t%s\t%s\t%s / %s\t%s\t\n",
 				cmp.Workload, cmp.EbbtableRowsPerSec, cmp.EmulatorRowsPerSec, cmp.Ratio, cmp.RatioMin, cmp.RatioMax,
@@ -632,4 +632,19 @@ func roundOrder(targets []string, round int) []string {
 	}
 	k := (round - 1) % len(targets)
 	return append(slices.Clone(targets[k:]), targets[:k]...)
+}
+
+// serverCPUVerdict judges issue 23's last target for one workload: the
+// ebbtable server's CPU per operation no higher than the emulator's (the
+// medians over the rounds), for every workload; "-" when either is
+// missing.
+func serverCPUVerdict(m map[string]float64) string {
+	eb, em := m[TargetEbbtable], m[TargetEmulator]
+	switch {
+	case eb <= 0 || em <= 0:
+		return "-"
+	case eb <= em:
+		return "ok"
+	}
+	return "MISS"
 }
