@@ -38,16 +38,7 @@ func BenchmarkSyncedWrites(b *testing.B) {
 		valueSize = 100
 		inst      = "projects/p/instances/i"
 	)
-	value := make([]byte, valueSize)
-	for i := range value {
-		value[i] = byte(i * 7)
-	}
-	ts := clock.MillisTruncated(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	key := func(dst []byte, i int) []byte {
-		x := uint64(i) * 0x9e3779b97f4a7c15
-		x ^= x >> 31
-		return fmt.Appendf(dst, "r%016x", x)
-	}
+	value, ts := benchValue(valueSize), benchTS
 	// run splits b.N rows into batches taken by writers goroutines.
 	run := func(b *testing.B, write func(first, n int) error) {
 		batches := (b.N + batchRows - 1) / batchRows
@@ -87,7 +78,7 @@ func BenchmarkSyncedWrites(b *testing.B) {
 		run(b, func(first, n int) error {
 			entries := make([]table.RowMutation, n)
 			for i := range entries {
-				entries[i] = table.RowMutation{Row: key(nil, first+i), Mutations: []table.Mutation{
+				entries[i] = table.RowMutation{Row: benchRowKey(nil, first+i), Mutations: []table.Mutation{
 					{Kind: table.SetCell, Family: "f", Qualifier: []byte("c"), Timestamp: ts, Value: value}}}
 			}
 			errs, err := eng.MutateRows(inst, "t", entries)
@@ -115,7 +106,7 @@ func BenchmarkSyncedWrites(b *testing.B) {
 			defer batch.Close()
 			var row []byte
 			for i := range n {
-				row = key(row[:0], first+i)
+				row = benchRowKey(row[:0], first+i)
 				if err := batch.Set(storage.CellKey(1, row, 1, []byte("c"), ts), enc, nil); err != nil {
 					return err
 				}
@@ -144,15 +135,9 @@ func BenchmarkSyncedPointWrites(b *testing.B) {
 		slice     = 800
 		inst      = "projects/p/instances/i"
 	)
-	value := make([]byte, valueSize)
-	for i := range value {
-		value[i] = byte(i * 7)
-	}
-	ts := clock.MillisTruncated(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	value, ts := benchValue(valueSize), benchTS
 	cell := func(row int) table.RowMutation {
-		x := uint64(row) * 0x9e3779b97f4a7c15
-		x ^= x >> 31
-		return table.RowMutation{Row: fmt.Appendf(nil, "r%016x", x), Mutations: []table.Mutation{
+		return table.RowMutation{Row: benchRowKey(nil, row), Mutations: []table.Mutation{
 			{Kind: table.SetCell, Family: "f", Qualifier: []byte("c"), Timestamp: ts, Value: value}}}
 	}
 	eng, err := table.Open(table.Options{Dir: b.TempDir(), FullMemtable: true})
@@ -247,4 +232,22 @@ func endWorkers(b *testing.B, errs chan error, start time.Time, cpu time.Duratio
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), unit+"s/s")
 	b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-µs/"+unit)
+}
+
+// The write benchmarks' cells: row keys spread by a multiplicative hash of
+// the row's number, one client timestamp, and a value of a fixed pattern.
+var benchTS = clock.MillisTruncated(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+
+func benchRowKey(dst []byte, i int) []byte {
+	x := uint64(i) * 0x9e3779b97f4a7c15
+	x ^= x >> 31
+	return fmt.Appendf(dst, "r%016x", x)
+}
+
+func benchValue(n int) []byte {
+	v := make([]byte, n)
+	for i := range v {
+		v[i] = byte(i * 7)
+	}
+	return v
 }
