@@ -67,14 +67,7 @@ func BenchmarkSyncedWrites(b *testing.B) {
 	}
 
 	b.Run("engine", func(b *testing.B) {
-		eng, err := table.Open(table.Options{Dir: b.TempDir(), FullMemtable: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer eng.Close()
-		if _, err := eng.CreateTable(inst, "t", table.TableSpec{Families: []table.FamilySpec{{Name: "f"}}}); err != nil {
-			b.Fatal(err)
-		}
+		eng := openBenchEngine(b, inst)
 		run(b, func(first, n int) error {
 			entries := make([]table.RowMutation, n)
 			for i := range entries {
@@ -140,14 +133,7 @@ func BenchmarkSyncedPointWrites(b *testing.B) {
 		return table.RowMutation{Row: benchRowKey(nil, row), Mutations: []table.Mutation{
 			{Kind: table.SetCell, Family: "f", Qualifier: []byte("c"), Timestamp: ts, Value: value}}}
 	}
-	eng, err := table.Open(table.Options{Dir: b.TempDir(), FullMemtable: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer eng.Close()
-	if _, err := eng.CreateTable(inst, "t", table.TableSpec{Families: []table.FamilySpec{{Name: "f"}}}); err != nil {
-		b.Fatal(err)
-	}
+	eng := openBenchEngine(b, inst)
 	for first := 0; first < prefill; first += 1000 {
 		entries := make([]table.RowMutation, 0, 1000)
 		for i := first; i < min(first+1000, prefill); i++ {
@@ -250,4 +236,18 @@ func benchValue(n int) []byte {
 		v[i] = byte(i * 7)
 	}
 	return v
+}
+
+// openBenchEngine opens an engine with one full-size memtable, as serve
+// does, holding table "t" of family "f" in inst; it closes with b.
+func openBenchEngine(b *testing.B, inst string) *table.Engine {
+	eng, err := table.Open(table.Options{Dir: b.TempDir(), FullMemtable: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { eng.Close() })
+	if _, err := eng.CreateTable(inst, "t", table.TableSpec{Families: []table.FamilySpec{{Name: "f"}}}); err != nil {
+		b.Fatal(err)
+	}
+	return eng
 }
