@@ -24,8 +24,15 @@ import (
 
 // newCellLookupIdle is how long a period is, in microseconds (a write's
 // now): writers go on looking for one to two periods after the last point
-// read started.
-const newCellLookupIdle = int64(time.Second / time.Microsecond)
+// read started. Short, so writes stop paying for lookups soon after reads
+// stop: with a period of a second, the single-row writes ebbbench runs
+// for two seconds right after its point reads looked for most of them,
+// 7.5 µs of server CPU a write (a seek through a memtable of 200,000 rows)
+// against none at 100 ms (docs/performance.md, "Single-row writes after
+// point reads"). Point reads at ten a second or more keep writers looking;
+// sparser ones may wait for a write in flight on their row (one group
+// sync) instead of skipping it, and return the same.
+const newCellLookupIdle = int64(100 * time.Millisecond / time.Microsecond)
 
 // newCellLookups tells writers whether to look (see above). A point read
 // calls pointRead, a write look; both only load in the steady state.

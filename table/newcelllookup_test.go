@@ -171,3 +171,42 @@ func TestNotLookingBatchIsNotNewCells(t *testing.T) {
 		})
 	}
 }
+
+// TestNewCellLookupsStopSoonAfterReads: writers stop looking within a
+// quarter of a second of writes after the last point read, not a second or
+// two (a pure write workload that follows reads pays the lookups' seeks
+// only that long), and a point read every tenth of a second keeps them
+// looking.
+func TestNewCellLookupsStopSoonAfterReads(t *testing.T) {
+	r := newGateRig(t)
+	step := 50 * time.Millisecond
+	point := ReadRequest{Keys: [][]byte{[]byte("a")}}
+	if err := r.set("a", "v"); err != nil {
+		t.Fatal(err)
+	}
+	// Reads every 100 ms among writes every 50 ms: writers keep looking.
+	for i := range 40 {
+		if i%2 == 0 {
+			if _, err := r.read(point); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.clock.Advance(step)
+		if err := r.set(fmt.Sprintf("w%02d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+		if r.eng.lookups.off.Load() {
+			t.Fatalf("writers stopped looking %v into reads every 100 ms", time.Duration(i+1)*step)
+		}
+	}
+	// Writes only: looking stops within 250 ms.
+	for i := range 5 {
+		r.clock.Advance(step)
+		if err := r.set(fmt.Sprintf("x%02d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !r.eng.lookups.off.Load() {
+		t.Fatal("writers still look 250 ms after the last point read")
+	}
+}
