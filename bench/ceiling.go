@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -75,7 +76,13 @@ func newCeilingWith(db *storage.DB, wal *groupLog) *grpc.Server {
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(256 << 20), grpc.MaxSendMsgSize(256 << 20)}
 	floor := wal != nil || db != nil
 	if floor {
-		opts = append(opts, grpc.ForceServerCodecV2(floorCodec{encoding.GetCodecV2(grpcproto.Name)}))
+		// Streams on long-lived workers, as ebbtable's serve runs them
+		// (server.streamWorkers): a goroutine per call grew its stack on
+		// every single-row write, a ninth to an eighth of the durable
+		// floors' server CPU per write (docs/performance.md, "Single-row
+		// writes: floors").
+		opts = append(opts, grpc.ForceServerCodecV2(floorCodec{encoding.GetCodecV2(grpcproto.Name)}),
+			grpc.NumStreamWorkers(uint32(max(128, 16*runtime.GOMAXPROCS(0)))))
 	}
 	srv := grpc.NewServer(opts...)
 	if floor {
