@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -56,18 +57,14 @@ func TestKeys(t *testing.T) {
 	}
 }
 
-// TestWorkloads runs every workload on both targets with a few hundred rows
-// and checks the counts, and that the point writes wrote their rows (the
-// ceiling serves no single-row writes).
+// TestWorkloads runs every workload on each target with a few hundred rows
+// and checks the counts, and that the point writes wrote their rows.
 func TestWorkloads(t *testing.T) {
 	for _, target := range targets {
 		t.Run(target, func(t *testing.T) {
 			t.Parallel()
-			cfg := Config{Table: "t", Rows: 300, BatchSize: 40, Workers: 4, Scans: 3, Reads: 200, Seed: 3}
+			cfg := Config{Table: "t", Rows: 300, BatchSize: 40, Workers: 4, Scans: 3, Reads: 200, PointWrites: 100, Seed: 3}
 			e := start(t, target)
-			if target != TargetCeiling {
-				cfg.PointWrites = 100
-			}
 			res, err := Workloads(context.Background(), target, e.Client, e.Admin, cfg, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -79,29 +76,23 @@ func TestWorkloads(t *testing.T) {
 				{WorkloadWrites, 8, 300}, // ceil(300/40) batches
 				{WorkloadScans, 3, 900},
 				{WorkloadPointReads, 200, 200},
+				{WorkloadPointWrites, 100, 100},
 			}
-			if cfg.PointWrites > 0 {
-				want = append(want, struct {
-					workload  string
-					ops, rows int64
-				}{WorkloadPointWrites, 100, 100})
-				// Every row of both write workloads is there, each with
-				// its value (a scan of 400 rows; point reads of rows
-				// 300..399).
-				all := cfg
-				all.Rows, all.Scans = 400, 1
-				if _, err := Scans(context.Background(), e.Client, all); err != nil {
-					t.Fatal("scan after the point writes:", err)
+			// Every row of both write workloads is there, each with its
+			// value (a scan of 400 rows; point reads of rows 300..399).
+			all := cfg
+			all.Rows, all.Scans = 400, 1
+			if _, err := Scans(context.Background(), e.Client, all); err != nil {
+				t.Fatal("scan after the point writes:", err)
+			}
+			pool := newValuePool(cfg.withDefaults())
+			for i := 300; i < 400; i++ {
+				row, err := e.Client.Open(cfg.Table).ReadRow(context.Background(), cfg.Key(i))
+				if err != nil {
+					t.Fatal(err)
 				}
-				pool := newValuePool(cfg.withDefaults())
-				for i := 300; i < 400; i++ {
-					row, err := e.Client.Open(cfg.Table).ReadRow(context.Background(), cfg.Key(i))
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := checkRow(row, cfg.Key(i), cfg.withDefaults(), pool.value(i)); err != nil {
-						t.Fatal("after the point writes:", err)
-					}
+				if err := checkRow(row, cfg.Key(i), cfg.withDefaults(), pool.value(i)); err != nil {
+					t.Fatal("after the point writes:", err)
 				}
 			}
 			if len(res) != len(want) {
@@ -143,10 +134,9 @@ func TestRunReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The ceiling serves no point writes: per round 3 targets × 3
-	// workloads, and ebbtable and the emulator for the fourth.
-	if len(rep.Results) != 22 || len(rep.Comparisons) != 4 {
-		t.Fatalf("got %d results and %d comparisons, want 22 and 4", len(rep.Results), len(rep.Comparisons))
+	// Per round 3 targets × 4 workloads.
+	if len(rep.Results) != 24 || len(rep.Comparisons) != 4 {
+		t.Fatalf("got %d results and %d comparisons, want 24 and 4", len(rep.Results), len(rep.Comparisons))
 	}
 	// The second round starts one target later: ebbtable, the ceiling,
 	// then the emulator.
@@ -165,6 +155,9 @@ func TestRunReport(t *testing.T) {
 			if c.Goal != 0 || c.Met != nil {
 				t.Errorf("%s: goal %v, met %v; want no goal and no verdict", c.Workload, c.Goal, c.Met)
 			}
+			if c.CeilingRatio <= 0 || c.RowsPerSec[TargetCeiling] <= 0 {
+				t.Errorf("%s: no ceiling: %+v", c.Workload, c)
+			}
 			continue
 		}
 		if c.CeilingRatio <= 0 {
@@ -178,7 +171,8 @@ func TestRunReport(t *testing.T) {
 	if err := rep.WriteTable(&tbl); err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{WorkloadWrites, WorkloadScans, WorkloadPointReads, "ratio", "ceiling"} {
+	for _, w := range []string{WorkloadWrites, WorkloadScans, WorkloadPointReads, "ratio", "ceiling",
+		"point-writes floors, server / client cpu µs per write / writes per s: ebbtable - / ", "; ceiling (a Go map) - / "} {
 		if !strings.Contains(tbl.String(), w) {
 			t.Errorf("table lacks %q:\n%s", w, tbl.String())
 		}
@@ -350,7 +344,7 @@ func TestHotRows(t *testing.T) {
 func TestRawPebble(t *testing.T) {
 	t.Parallel()
 	rep, err := Run(context.Background(), Options{
-		Config:    Config{Rows: 300, BatchSize: 50, Workers: 2},
+		Config:    Config{Rows: 300, BatchSize: 50, Workers: 2, PointWrites: 40},
 		DataDir:   t.TempDir(),
 		InProcess: true,
 		RawPebble: true,
@@ -358,17 +352,22 @@ func TestRawPebble(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pb *Result
+	var pb, pbPoint *Result
 	for i, r := range rep.Results {
-		if r.Target == TargetPebble {
+		if r.Target == TargetPebble && r.Workload == WorkloadWrites {
 			pb = &rep.Results[i]
 		}
+		if r.Target == TargetPebble && r.Workload == WorkloadPointWrites {
+			pbPoint = &rep.Results[i]
+		}
 	}
-	if len(rep.Results) != 6 || pb == nil || pb.Workload != WorkloadWrites || pb.Rows != 300 || pb.Ops != 6 || pb.RowsPerSec <= 0 {
-		t.Fatalf("results %+v: want six, one a raw Pebble write of 300 rows in 6 batches", rep.Results)
+	// Six targets, each writes and point writes.
+	if len(rep.Results) != 12 || pb == nil || pb.Rows != 300 || pb.Ops != 6 || pb.RowsPerSec <= 0 ||
+		pbPoint == nil || pbPoint.Rows != 40 || pbPoint.Ops != 40 || pbPoint.RowsPerSec <= 0 || pbPoint.ServerCPUMicrosPerRow <= 0 {
+		t.Fatalf("results %+v: want twelve, one a raw Pebble write of 300 rows in 6 batches, one of 40 single-row commits", rep.Results)
 	}
-	if len(rep.Comparisons) != 1 {
-		t.Fatalf("got %d comparisons, want 1", len(rep.Comparisons))
+	if len(rep.Comparisons) != 2 {
+		t.Fatalf("got %d comparisons, want 2", len(rep.Comparisons))
 	}
 	c := rep.Comparisons[0]
 	if c.PebbleRowsPerSec != pb.RowsPerSec || c.EbbtableOfPebble <= 0 || c.CeilingOfPebble <= 0 ||
@@ -381,7 +380,7 @@ func TestRawPebble(t *testing.T) {
 	for _, target := range []string{TargetEbbtable, TargetEmulator, TargetCeiling, TargetCeilingPebble, TargetCeilingWAL} {
 		var r Result
 		for _, x := range rep.Results {
-			if x.Target == target {
+			if x.Target == target && x.Workload == WorkloadWrites {
 				r = x
 			}
 		}
@@ -395,26 +394,47 @@ func TestRawPebble(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(tbl.String(), "raw pebble") || !strings.Contains(tbl.String(), "group-committed log") ||
-		!strings.Contains(tbl.String(), "steady under load): ebbtable") {
-		t.Errorf("table lacks raw Pebble's line:\n%s", tbl.String())
+		!strings.Contains(tbl.String(), "steady under load): ebbtable") || strings.Count(tbl.String(), "raw pebble (synced batches") != 1 {
+		t.Errorf("table lacks raw Pebble's line, or has it twice:\n%s", tbl.String())
+	}
+	// The point-writes line gives every floor's throughput (in process, only
+	// raw Pebble has a server CPU apart from the client's).
+	pw := rep.Comparisons[1]
+	for _, target := range []string{TargetCeiling, TargetCeilingWAL, TargetCeilingPebble} {
+		want := fmt.Sprintf("; %s (", target)
+		if pw.Workload != WorkloadPointWrites || pw.RowsPerSec[target] <= 0 || !strings.Contains(tbl.String(), want) {
+			t.Errorf("%s: no point writes in %+v, or the table lacks %q:\n%s", target, pw, want, tbl.String())
+		}
+	}
+	if want := fmt.Sprintf("pebble (raw: one-cell synced commits in this process, no gRPC) %.1f / - / ", pbPoint.ServerCPUMicrosPerRow); !strings.Contains(tbl.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, tbl.String())
 	}
 }
 
 // writeThroughCeiling starts a ceiling target that keeps its writes in a
-// test directory, writes cfg's rows through it, closes it and returns the
-// directory.
+// test directory, writes cfg's rows through it (and its point writes, one
+// MutateRow each), closes it and returns the directory.
 func writeThroughCeiling(t *testing.T, cfg Config, start func(context.Context, string) (*Endpoint, error)) string {
 	t.Helper()
+	// The client retries a refused write (Internal) until its deadline:
+	// a minute, not the test binary's ten.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	dir := t.TempDir()
-	e, err := start(context.Background(), dir)
+	e, err := start(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := Setup(context.Background(), e.Admin, cfg); err != nil {
+	if err := Setup(ctx, e.Admin, cfg); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Writes(context.Background(), e.Client, cfg); err != nil {
+	if _, err := Writes(ctx, e.Client, cfg); err != nil {
 		t.Fatal(err)
+	}
+	if cfg.PointWrites > 0 {
+		if _, err := PointWrites(ctx, e.Client, cfg); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
@@ -423,11 +443,12 @@ func writeThroughCeiling(t *testing.T, cfg Config, start func(context.Context, s
 }
 
 // TestCeilingPebbleWrites checks the ceiling-pebble target commits every
-// written cell to its Pebble database under ebbtable's key and value
-// encoding, and raw Pebble's value encoding is storage.EncodeValue's.
+// cell written, by MutateRows and by MutateRow, to its Pebble database
+// under ebbtable's key and value encoding, and raw Pebble's value encoding
+// is storage.EncodeValue's.
 func TestCeilingPebbleWrites(t *testing.T) {
 	t.Parallel()
-	cfg := Config{Table: "t", Rows: 250, BatchSize: 40, Workers: 3, Seed: 5}
+	cfg := Config{Table: "t", Rows: 250, BatchSize: 40, Workers: 3, PointWrites: 30, Seed: 5}
 	dir := writeThroughCeiling(t, cfg, StartCeilingPebble)
 	db, err := storage.Open(storage.Options{Dir: dir})
 	if err != nil {
@@ -441,7 +462,7 @@ func TestCeilingPebbleWrites(t *testing.T) {
 	defer it.Close()
 	pool := newValuePool(cfg.withDefaults())
 	want := map[string][]byte{}
-	for i := range cfg.Rows {
+	for i := range cfg.Rows + cfg.PointWrites {
 		want[cfg.Key(i)] = pool.value(i)
 	}
 	n := 0
@@ -456,8 +477,8 @@ func TestCeilingPebbleWrites(t *testing.T) {
 		}
 		n++
 	}
-	if n != cfg.Rows {
-		t.Fatalf("%d cells in Pebble, want %d", n, cfg.Rows)
+	if n != cfg.Rows+cfg.PointWrites {
+		t.Fatalf("%d cells in Pebble, want %d", n, cfg.Rows+cfg.PointWrites)
 	}
 	if v := []byte("value"); !bytes.Equal(storage.EncodeValue(v, 0), append([]byte{0}, v...)) {
 		t.Fatal("storage.EncodeValue(v, 0) is no longer a zero byte and v: fix writePebble and rawPebbleWrites")

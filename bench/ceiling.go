@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -31,8 +32,8 @@ import (
 const TargetCeiling = "ceiling"
 
 // TargetCeilingPebble is the ceiling with raw Pebble behind it: each
-// MutateRows call's SetCells, read from the request's bytes without
-// decoding it into messages (floorCodec), go into one Pebble batch
+// MutateRows or MutateRow call's SetCells, read from the request's bytes
+// without decoding it into messages (floorCodec), go into one Pebble batch
 // (the cells encoded as ebbtable encodes them, in a database storage.Open
 // opened with ebbtable's options) committed with pebble.Sync before the
 // call is acknowledged. It does what any durable Pebble-backed server must
@@ -75,7 +76,13 @@ func newCeilingWith(db *storage.DB, wal *groupLog) *grpc.Server {
 	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(256 << 20), grpc.MaxSendMsgSize(256 << 20)}
 	floor := wal != nil || db != nil
 	if floor {
-		opts = append(opts, grpc.ForceServerCodecV2(floorCodec{encoding.GetCodecV2(grpcproto.Name)}))
+		// Streams on long-lived workers, as ebbtable's serve runs them
+		// (server.streamWorkers): a goroutine per call grew its stack on
+		// every single-row write, a ninth to an eighth of the durable
+		// floors' server CPU per write (docs/performance.md, "Single-row
+		// writes: floors").
+		opts = append(opts, grpc.ForceServerCodecV2(floorCodec{encoding.GetCodecV2(grpcproto.Name)}),
+			grpc.NumStreamWorkers(uint32(max(128, 16*runtime.GOMAXPROCS(0)))))
 	}
 	srv := grpc.NewServer(opts...)
 	if floor {
@@ -213,11 +220,7 @@ func (s *ceilingServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigt
 	resp := &btpb.MutateRowsResponse{Entries: make([]*btpb.MutateRowsResponse_Entry, len(req.GetEntries()))}
 	s.mu.Lock()
 	for i, e := range req.GetEntries() {
-		for _, m := range e.GetMutations() {
-			if sc := m.GetSetCell(); sc != nil {
-				s.rows[string(e.GetRowKey())] = ceilingCell{sc.GetFamilyName(), sc.GetColumnQualifier(), sc.GetTimestampMicros(), sc.GetValue()}
-			}
-		}
+		s.setLocked(e.GetRowKey(), e.GetMutations())
 		resp.Entries[i] = &btpb.MutateRowsResponse_Entry{Index: int64(i), Status: &rpcstatus.Status{}}
 	}
 	s.sorted = nil
@@ -225,25 +228,43 @@ func (s *ceilingServer) MutateRows(req *btpb.MutateRowsRequest, stream btpb.Bigt
 	return stream.Send(resp)
 }
 
-// writePebbleWire commits the SetCells of a MutateRows request's bytes to
-// s.db in one synced batch, each cell under the key ebbtable would give it
-// (table and family ids fixed: the workloads write one table of one
-// family), read from the bytes without decoding the request into
-// messages. It returns the number of entries.
-func (s *ceilingServer) writePebbleWire(req []byte) (int, error) {
+// MutateRow is MutateRows for one row: its SetCells go to the map.
+func (s *ceilingServer) MutateRow(_ context.Context, req *btpb.MutateRowRequest) (*btpb.MutateRowResponse, error) {
+	s.mu.Lock()
+	s.setLocked(req.GetRowKey(), req.GetMutations())
+	s.sorted = nil
+	s.mu.Unlock()
+	return &btpb.MutateRowResponse{}, nil
+}
+
+// setLocked keeps row's last SetCell of muts (other mutations are
+// ignored). s.mu is held.
+func (s *ceilingServer) setLocked(row []byte, muts []*btpb.Mutation) {
+	for _, m := range muts {
+		if sc := m.GetSetCell(); sc != nil {
+			s.rows[string(row)] = ceilingCell{sc.GetFamilyName(), sc.GetColumnQualifier(), sc.GetTimestampMicros(), sc.GetValue()}
+		}
+	}
+}
+
+// writePebbleWire commits the SetCells cells yields to s.db in one synced
+// batch, each cell under the key ebbtable would give it (table and family
+// ids fixed: the workloads write one table of one family). cells reads
+// them from a request's bytes without decoding it into messages
+// (forEachSetCell, rowSetCells); if it fails, nothing is committed.
+func (s *ceilingServer) writePebbleWire(cells func(setCellFunc) error) error {
 	const tableID, familyID = 1, 1
 	b := s.db.NewBatch()
 	defer b.Close()
 	var key, val []byte
-	n, err := forEachSetCell(req, func(row, qual []byte, ts int64, value []byte) error {
+	if err := cells(func(row, qual []byte, ts int64, value []byte) error {
 		key = storage.AppendCellKey(key[:0], tableID, row, familyID, qual, ts)
 		val = append(append(val[:0], 0), value...) // storage.EncodeValue(value, 0)
 		return b.Set(key, val, nil)
-	})
-	if err != nil {
-		return 0, err
+	}); err != nil {
+		return err
 	}
-	return n, storage.CommitSynced(b)
+	return storage.CommitSynced(b)
 }
 
 func (s *ceilingServer) ReadRows(req *btpb.ReadRowsRequest, stream btpb.Bigtable_ReadRowsServer) error {

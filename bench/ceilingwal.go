@@ -22,11 +22,13 @@ import (
 )
 
 // TargetCeilingWAL is the ceiling with the least any durable server must
-// do per acknowledged write: it takes each MutateRows call's bytes as they
-// came off the wire, undecoded (floorCodec: only the entries are counted,
-// by their tags, to answer each), appends them length-prefixed to one log
-// file, and acknowledges the call once an fdatasync covering them has
-// returned, with a response encoded by hand. Concurrent calls share
+// do per acknowledged write: it takes each MutateRows or MutateRow call's
+// bytes as they came off the wire, undecoded (floorCodec: only the
+// MutateRows entries are counted, by their tags, to answer each; a
+// MutateRow's top-level fields are only walked, to refuse malformed
+// bytes), appends them to one log file as a record (appendRecord), and
+// acknowledges the call once an fdatasync covering them has returned,
+// with a response encoded by hand. Concurrent calls share
 // fsyncs (group commit: whichever call finds no sync running writes and
 // syncs everything appended so far, the others wait for it). The file is
 // zero-filled ahead of the writes (walPrealloc) and synced before the
@@ -138,10 +140,17 @@ func fdatasync(f *os.File) error {
 
 func (l *groupLog) Close() error { return l.f.Close() }
 
-// appendRecord appends one MutateRows call's request bytes to dst,
-// uvarint-length-prefixed.
-func appendRecord(dst, req []byte) []byte {
-	return append(binary.AppendUvarint(dst, uint64(len(req))), req...)
+// Kinds of ceiling-wal record: which request's bytes it holds. The log's
+// zeros written ahead read as no record.
+const (
+	recMutateRows = 1 // a MutateRowsRequest
+	recMutateRow  = 2 // a MutateRowRequest
+)
+
+// appendRecord appends one call's request bytes to dst as a record: its
+// kind, then the bytes uvarint-length-prefixed.
+func appendRecord(dst []byte, kind byte, req []byte) []byte {
+	return append(binary.AppendUvarint(append(dst, kind), uint64(len(req))), req...)
 }
 
 // rawMsg is a message's bytes, neither decoded nor encoded (floorCodec).
@@ -167,9 +176,10 @@ func (c floorCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return c.CodecV2.Unmarshal(data, v)
 }
 
-// floorService is the Bigtable data service with MutateRows served from
-// the request's bytes (floorMutateRows); every other method as generated.
-// The ceiling-wal and ceiling-pebble servers use it.
+// floorService is the Bigtable data service with MutateRows and MutateRow
+// served from the request's bytes (floorMutateRows, floorMutateRow); every
+// other method as generated. The ceiling-wal and ceiling-pebble servers
+// use it.
 func floorService() *grpc.ServiceDesc {
 	desc := btpb.Bigtable_ServiceDesc
 	desc.Streams = slices.Clone(desc.Streams)
@@ -177,6 +187,15 @@ func floorService() *grpc.ServiceDesc {
 		if desc.Streams[i].StreamName == "MutateRows" {
 			desc.Streams[i].Handler = func(srv any, stream grpc.ServerStream) error {
 				return srv.(*ceilingServer).floorMutateRows(stream)
+			}
+		}
+	}
+	desc.Methods = slices.Clone(desc.Methods)
+	for i := range desc.Methods {
+		if desc.Methods[i].MethodName == "MutateRow" {
+			// The ceilings' servers have no interceptors.
+			desc.Methods[i].Handler = func(srv any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+				return srv.(*ceilingServer).floorMutateRow(dec)
 			}
 		}
 	}
@@ -195,14 +214,38 @@ func (s *ceilingServer) floorMutateRows(stream grpc.ServerStream) error {
 	var n int
 	var err error
 	if s.db != nil {
-		n, err = s.writePebbleWire(req.b)
+		err = s.writePebbleWire(func(f setCellFunc) (err error) {
+			n, err = forEachSetCell(req.b, f)
+			return err
+		})
 	} else if n, err = countEntries(req.b); err == nil {
-		err = s.wal.append(func(b []byte) []byte { return appendRecord(b, req.b) })
+		err = s.wal.append(func(b []byte) []byte { return appendRecord(b, recMutateRows, req.b) })
 	}
 	if err != nil {
 		return status.Errorf(codes.Internal, "ceiling: %v", err)
 	}
 	return stream.SendMsg(&rawMsg{b: okEntries(n)})
+}
+
+// floorMutateRow is floorMutateRows for one row (a MutateRowRequest's
+// bytes: row_key = 2, mutations = 3): ceiling-pebble commits its cells in
+// one synced batch, ceiling-wal appends the bytes to its log; the answer
+// is an empty MutateRowResponse.
+func (s *ceilingServer) floorMutateRow(dec func(any) error) (any, error) {
+	var req rawMsg
+	if err := dec(&req); err != nil {
+		return nil, err
+	}
+	var err error
+	if s.db != nil {
+		err = s.writePebbleWire(func(f setCellFunc) error { return rowSetCells(req.b, 2, 3, f) })
+	} else if err = eachField(req.b, func(protowire.Number, protowire.Type, []byte) error { return nil }); err == nil {
+		err = s.wal.append(func(b []byte) []byte { return appendRecord(b, recMutateRow, req.b) })
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "ceiling: %v", err)
+	}
+	return &rawMsg{}, nil
 }
 
 // countEntries counts a MutateRowsRequest's entries (field 2) from its
@@ -257,60 +300,71 @@ func StartCeilingWAL(ctx context.Context, dir string) (*Endpoint, error) {
 	return e, nil
 }
 
+// setCellFunc takes one SetCell read from a request's bytes; the slices
+// alias the request.
+type setCellFunc func(row, qual []byte, ts int64, value []byte) error
+
 // forEachSetCell calls f with each SetCell of a MutateRowsRequest's bytes
-// (MutateRowsRequest.entries = 2; Entry.row_key = 1, mutations = 2;
-// Mutation.set_cell = 1; SetCell.column_qualifier = 2, timestamp_micros =
-// 3, value = 4), reading the bytes without decoding them into messages,
-// and returns the number of entries. Other mutations are skipped (the
-// workloads write SetCells only). The slices f gets alias req.
-func forEachSetCell(req []byte, f func(row, qual []byte, ts int64, value []byte) error) (int, error) {
+// (MutateRowsRequest.entries = 2; Entry.row_key = 1, mutations = 2),
+// reading the bytes without decoding them into messages (rowSetCells),
+// and returns the number of entries.
+func forEachSetCell(req []byte, f setCellFunc) (int, error) {
 	n := 0
 	err := eachField(req, func(num protowire.Number, typ protowire.Type, entry []byte) error {
 		if num != 2 || typ != protowire.BytesType {
 			return nil
 		}
 		n++
-		var row []byte
-		if err := eachField(entry, func(num protowire.Number, typ protowire.Type, v []byte) error {
-			if num == 1 && typ == protowire.BytesType {
-				row = v
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		return eachField(entry, func(num protowire.Number, typ protowire.Type, mut []byte) error {
-			if num != 2 || typ != protowire.BytesType {
-				return nil
-			}
-			return eachField(mut, func(num protowire.Number, typ protowire.Type, sc []byte) error {
-				if num != 1 || typ != protowire.BytesType {
-					return nil
-				}
-				var qual, value []byte
-				var ts int64
-				if err := eachField(sc, func(num protowire.Number, typ protowire.Type, v []byte) error {
-					switch {
-					case num == 2 && typ == protowire.BytesType:
-						qual = v
-					case num == 4 && typ == protowire.BytesType:
-						value = v
-					case num == 3 && typ == protowire.VarintType:
-						x, k := protowire.ConsumeVarint(v)
-						if k < 0 {
-							return protowire.ParseError(k)
-						}
-						ts = int64(x)
-					}
-					return nil
-				}); err != nil {
-					return err
-				}
-				return f(row, qual, ts, value)
-			})
-		})
+		return rowSetCells(entry, 1, 2, f)
 	})
 	return n, err
+}
+
+// rowSetCells calls f with each SetCell of one row's message bytes: a
+// MutateRowsRequest.Entry (row key field 1, mutations 2) or a
+// MutateRowRequest (2, 3). (Mutation.set_cell = 1; SetCell.column_qualifier
+// = 2, timestamp_micros = 3, value = 4.) Other mutations are skipped (the
+// workloads write SetCells only).
+func rowSetCells(msg []byte, rowField, mutField protowire.Number, f setCellFunc) error {
+	var row []byte
+	if err := eachField(msg, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if num == rowField && typ == protowire.BytesType {
+			row = v
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return eachField(msg, func(num protowire.Number, typ protowire.Type, mut []byte) error {
+		if num != mutField || typ != protowire.BytesType {
+			return nil
+		}
+		return eachField(mut, func(num protowire.Number, typ protowire.Type, sc []byte) error {
+			if num != 1 || typ != protowire.BytesType {
+				return nil
+			}
+			var qual, value []byte
+			var ts int64
+			if err := eachField(sc, func(num protowire.Number, typ protowire.Type, v []byte) error {
+				switch {
+				case num == 2 && typ == protowire.BytesType:
+					qual = v
+				case num == 4 && typ == protowire.BytesType:
+					value = v
+				case num == 3 && typ == protowire.VarintType:
+					x, k := protowire.ConsumeVarint(v)
+					if k < 0 {
+						return protowire.ParseError(k)
+					}
+					ts = int64(x)
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+			return f(row, qual, ts, value)
+		})
+	})
 }
 
 // eachField calls f with each field of a message's bytes: its number, its

@@ -11,6 +11,9 @@ import (
 	"testing"
 
 	btpb "cloud.google.com/go/bigtable/apiv2/bigtablepb"
+	"github.com/ebbtable/ebbtable/storage"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -19,14 +22,15 @@ import (
 func init() { walPrealloc = 1 << 20 }
 
 // TestCeilingWALWrites checks the ceiling-wal target appends every
-// MutateRows call's request to its log, undecoded: the records decode to
-// requests that hold every written cell once, with its row, qualifier and
-// value, and nothing else follows them but the zeros written ahead. (The
+// MutateRows and MutateRow call's request to its log, undecoded: the
+// records decode to requests of their kind that hold every written cell
+// once, with its row, qualifier and value, one MutateRow per point write,
+// and nothing else follows them but the zeros written ahead. (The
 // client's ApplyBulk checks each row's answer: a miscounted response
 // fails Writes.)
 func TestCeilingWALWrites(t *testing.T) {
 	t.Parallel()
-	cfg := Config{Table: "t", Rows: 250, BatchSize: 40, Workers: 3, Seed: 5}
+	cfg := Config{Table: "t", Rows: 250, BatchSize: 40, Workers: 3, PointWrites: 30, Seed: 5}
 	dir := writeThroughCeiling(t, cfg, StartCeilingWAL)
 	data, err := os.ReadFile(filepath.Join(dir, "log"))
 	if err != nil {
@@ -37,32 +41,114 @@ func TestCeilingWALWrites(t *testing.T) {
 	}
 	pool := newValuePool(cfg.withDefaults())
 	want := map[string][]byte{}
-	for i := range cfg.Rows {
+	for i := range cfg.Rows + cfg.PointWrites {
 		want[cfg.Key(i)] = pool.value(i)
 	}
 	seen := map[string]bool{}
-	for calls := 0; len(seen) < cfg.Rows; calls++ {
-		n, k := binary.Uvarint(data)
-		if k <= 0 || n == 0 || uint64(len(data)-k) < n {
-			t.Fatalf("log ends after %d calls, %d of %d cells", calls, len(seen), cfg.Rows)
+	check := func(row string, muts []*btpb.Mutation) {
+		t.Helper()
+		sc := muts[0].GetSetCell()
+		if len(muts) != 1 || sc.GetColumnQualifier() == nil || string(sc.GetColumnQualifier()) != "c" ||
+			!bytes.Equal(sc.GetValue(), want[row]) || seen[row] {
+			t.Fatalf("row %q: %v (seen before: %v), want value %x", row, muts, seen[row], want[row])
 		}
-		var req btpb.MutateRowsRequest
-		if err := proto.Unmarshal(data[k:k+int(n)], &req); err != nil {
-			t.Fatalf("record %d: %v", calls, err)
+		seen[row] = true
+	}
+	single := 0
+	for calls := 0; len(seen) < cfg.Rows+cfg.PointWrites; calls++ {
+		if len(data) == 0 {
+			t.Fatalf("log ends after %d calls", calls)
 		}
-		data = data[k+int(n):]
-		for _, e := range req.GetEntries() {
-			row := string(e.GetRowKey())
-			sc := e.GetMutations()[0].GetSetCell()
-			if len(e.GetMutations()) != 1 || sc.GetColumnQualifier() == nil || string(sc.GetColumnQualifier()) != "c" ||
-				!bytes.Equal(sc.GetValue(), want[row]) || seen[row] {
-				t.Fatalf("entry %q: %v (seen before: %v), want value %x", row, e.GetMutations(), seen[row], want[row])
+		kind := data[0]
+		n, k := binary.Uvarint(data[1:])
+		if k <= 0 || n == 0 || uint64(len(data)-1-k) < n {
+			t.Fatalf("log ends after %d calls, %d of %d cells", calls, len(seen), cfg.Rows+cfg.PointWrites)
+		}
+		rec := data[1+k : 1+k+int(n)]
+		data = data[1+k+int(n):]
+		switch kind {
+		case recMutateRows:
+			var req btpb.MutateRowsRequest
+			if err := proto.Unmarshal(rec, &req); err != nil {
+				t.Fatalf("record %d: %v", calls, err)
 			}
-			seen[row] = true
+			for _, e := range req.GetEntries() {
+				check(string(e.GetRowKey()), e.GetMutations())
+			}
+		case recMutateRow:
+			var req btpb.MutateRowRequest
+			if err := proto.Unmarshal(rec, &req); err != nil {
+				t.Fatalf("record %d: %v", calls, err)
+			}
+			check(string(req.GetRowKey()), req.GetMutations())
+			single++
+		default:
+			t.Fatalf("record %d: kind %d", calls, kind)
 		}
+	}
+	if single != cfg.PointWrites {
+		t.Fatalf("%d MutateRow records, want %d", single, cfg.PointWrites)
 	}
 	if len(bytes.Trim(data, "\x00")) != 0 {
 		t.Fatal("the log holds more than the written calls")
+	}
+}
+
+// TestFloorMutateRowRefusesBadBytes: a MutateRow whose bytes do not parse
+// gets Internal from ceiling-wal and ceiling-pebble, as a MutateRows does,
+// and nothing is written: the log stays zeros, Pebble holds no cell.
+func TestFloorMutateRowRefusesBadBytes(t *testing.T) {
+	t.Parallel()
+	good, err := proto.Marshal(&btpb.MutateRowRequest{TableName: "t", RowKey: []byte("r"), Mutations: []*btpb.Mutation{
+		{Mutation: &btpb.Mutation_SetCell_{SetCell: &btpb.Mutation_SetCell{FamilyName: "f", ColumnQualifier: []byte("c"), Value: []byte("v")}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := good[:len(good)-1]
+	dec := func(b []byte) func(any) error {
+		return func(v any) error { v.(*rawMsg).b = b; return nil }
+	}
+	dir := t.TempDir()
+	l, err := openGroupLog(filepath.Join(dir, "wal"), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	db, err := storage.Open(storage.Options{Dir: filepath.Join(dir, "pebble")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	cells := func() int {
+		it, err := db.NewIter(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer it.Close()
+		n := 0
+		for it.First(); it.Valid(); it.Next() {
+			if _, err := storage.DecodeCellKey(it.Key()); err == nil {
+				n++
+			}
+		}
+		return n
+	}
+	for _, s := range []*ceilingServer{{wal: l}, {db: db}} {
+		if _, err := s.floorMutateRow(dec(bad)); status.Code(err) != codes.Internal {
+			t.Fatalf("a truncated MutateRow: %v, want Internal", err)
+		}
+		if l.appends != 0 || cells() != 0 {
+			t.Fatalf("a refused MutateRow wrote: %d appends, %d cells", l.appends, cells())
+		}
+	}
+	// The same request whole is written, once by each.
+	for _, s := range []*ceilingServer{{wal: l}, {db: db}} {
+		if resp, err := s.floorMutateRow(dec(good)); err != nil || len(resp.(*rawMsg).b) != 0 {
+			t.Fatalf("MutateRow: %v, %v; want an empty response", resp, err)
+		}
+	}
+	if l.appends != 1 || cells() != 1 {
+		t.Fatalf("a MutateRow wrote %d appends, %d cells; want 1 and 1", l.appends, cells())
 	}
 }
 
@@ -95,6 +181,23 @@ func TestFloorCodecAnswers(t *testing.T) {
 	}
 	if _, err := forEachSetCell(b[:len(b)-1], func([]byte, []byte, int64, []byte) error { return nil }); err == nil {
 		t.Fatal("forEachSetCell took a truncated request")
+	}
+	// A MutateRowRequest: its row key and mutations are fields 2 and 3.
+	one := &btpb.MutateRowRequest{TableName: req.TableName, RowKey: []byte("row"), Mutations: req.Entries[2].Mutations, AppProfileId: "a"}
+	ob, err := proto.Marshal(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cells = nil
+	err = rowSetCells(ob, 2, 3, func(row, qual []byte, ts int64, value []byte) error {
+		cells = append(cells, fmt.Sprintf("%s/%s/%d/%s", row, qual, ts, value))
+		return nil
+	})
+	if want := "[row/q2/-998/v2]"; err != nil || fmt.Sprint(cells) != want {
+		t.Fatalf("rowSetCells = %v, %v; want %s", err, cells, want)
+	}
+	if err := rowSetCells(ob[:len(ob)-1], 2, 3, func([]byte, []byte, int64, []byte) error { return nil }); err == nil {
+		t.Fatal("rowSetCells took a truncated request")
 	}
 	if n, err := countEntries(b); n != 7 || err != nil {
 		t.Fatalf("countEntries = %d, %v; want 7", n, err)

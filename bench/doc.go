@@ -8,6 +8,7 @@
 //   - Writes: ApplyBulk in batches (default 100 rows of one ~100-byte cell).
 //   - Scans: full-table ReadRows, counting rows.
 //   - PointReads: ReadRow on random existing keys.
+//   - PointWrites: Apply (MutateRow) of one SetCell to new rows.
 //
 // Keys and values are derived from a seed, so two runs with the same Config
 // write and read the same data. Each workload runs with Config.Workers

@@ -62,7 +62,7 @@ func TestEbbtableAsAProcess(t *testing.T) {
 	prefix := filepath.Join(t.TempDir(), "prof")
 	var progress bytes.Buffer
 	rep, err := Run(context.Background(), Options{
-		Config:     Config{Rows: 300, BatchSize: 50, Workers: 2, Scans: 2, Reads: 60},
+		Config:     Config{Rows: 300, BatchSize: 50, Workers: 2, Scans: 2, Reads: 60, PointWrites: 40},
 		Rounds:     2,
 		CPUProfile: prefix,
 		Progress:   &progress,
@@ -74,8 +74,8 @@ func TestEbbtableAsAProcess(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
 	}
-	if rep.Mode != ModeProcess || len(rep.Results) != 2*3*3 || len(rep.Comparisons) != 3 {
-		t.Fatalf("mode %s, %d results, %d comparisons; want process, 18 and 3", rep.Mode, len(rep.Results), len(rep.Comparisons))
+	if rep.Mode != ModeProcess || len(rep.Results) != 2*3*4 || len(rep.Comparisons) != 4 {
+		t.Fatalf("mode %s, %d results, %d comparisons; want process, 24 and 4", rep.Mode, len(rep.Results), len(rep.Comparisons))
 	}
 	for _, r := range rep.Results {
 		if r.Round < 1 || r.Round > 2 || r.RowsPerSec <= 0 {
@@ -113,7 +113,16 @@ func TestEbbtableAsAProcess(t *testing.T) {
 			t.Errorf("%s: table lacks %q:\n%s", c.Workload, want, tbl.String())
 		}
 	}
-	for _, w := range []string{WorkloadWrites, WorkloadScans, WorkloadPointReads} {
+	// The point writes' floors: the ceiling's server and client CPU per
+	// write beside ebbtable's and the emulator's.
+	pw := rep.Comparisons[3]
+	for _, target := range []string{TargetEbbtable, TargetEmulator, TargetCeiling} {
+		want := fmt.Sprintf(" %.1f / %.1f / %.0f", pw.ServerCPU[target], pw.ClientCPU[target], pw.RowsPerSec[target])
+		if pw.Workload != WorkloadPointWrites || !strings.Contains(tbl.String(), "point-writes floors") || !strings.Contains(tbl.String(), want) {
+			t.Errorf("%s: the point-writes floors lack %q:\n%s", target, want, tbl.String())
+		}
+	}
+	for _, w := range []string{WorkloadWrites, WorkloadScans, WorkloadPointReads, WorkloadPointWrites} {
 		// A pprof profile is a gzipped protocol buffer.
 		b, err := os.ReadFile(prefix + "." + w)
 		if err != nil {

@@ -29,7 +29,13 @@
 // (bench.TargetCeilingWAL, its own process: the least any durable server
 // does per write behind this client). The writes line is then followed by
 // ebbtable's, the ceiling's, ceiling-pebble's and ceiling-wal's throughput
-// as shares of raw Pebble's in the same round. The ceiling processes run
+// as shares of raw Pebble's in the same round. With --point-writes N all
+// of them take the single-row writes too (the ceilings serve MutateRow as
+// they serve MutateRows; raw Pebble commits each of the N cells alone, with
+// pebble.Sync, from --workers goroutines), and a "point-writes floors"
+// line gives each target's server and client CPU per write and writes a
+// second beside ebbtable's and the emulator's: the least a durable server
+// pays per single-row write, against the CPU target. The ceiling processes run
 // at ebbtable serve's Go GC percent. With --raw-pebble this process re-executes itself with glibc's
 // huge-page tunable (internal/hugepages), as ebbtable's serve does, so raw
 // Pebble's memtable is on the same pages as serve's; its children inherit
@@ -37,7 +43,8 @@
 //
 // --cpuprofile PREFIX writes the ebbtable server's CPU profile under each
 // workload of the first round to PREFIX.writes, PREFIX.scans and
-// PREFIX.point-reads (go tool pprof PREFIX.writes).
+// PREFIX.point-reads (and PREFIX.point-writes; go tool pprof
+// PREFIX.writes).
 //
 // With --hot-rows DURATION it runs only the hot-row workload instead
 // (bench.HotRows: 50 clients, half ReadRow and half 1 KiB SetCell on 100
@@ -94,14 +101,14 @@ func main() {
 	hot := flag.Duration("hot-rows", 0, "run only the hot-row workload, for this long")
 	slice := flag.Duration("hot-slice", 0, "with --hot-rows: also report the CPU per operation of each consecutive `INTERVAL` of the run")
 	flag.IntVar(&opts.Rounds, "rounds", 3, "run the targets in turn this many times; ratios are the median over rounds, with their range")
-	flag.BoolVar(&opts.RawPebble, "raw-pebble", false, "also run, each round, the ceiling committing its writes to Pebble (ceiling-pebble), the ceiling appending them to a group-committed log (ceiling-wal) and raw Pebble itself: synced batches of the writes workload's cells into a Pebble opened with ebbtable's options, in this process, no gRPC (the servers' write throughput is given as shares of raw Pebble's)")
+	flag.BoolVar(&opts.RawPebble, "raw-pebble", false, "also run, each round, the ceiling committing its writes to Pebble (ceiling-pebble), the ceiling appending them to a group-committed log (ceiling-wal) and raw Pebble itself: synced batches of the writes workload's cells into a Pebble opened with ebbtable's options, in this process, no gRPC (the servers' write throughput is given as shares of raw Pebble's); with --point-writes, their single-row writes too (raw Pebble: one cell per synced commit)")
 	flag.BoolVar(&opts.InProcess, "in-process", false, "run the servers inside this process instead of one process each")
 	flag.StringVar(&opts.Binaries.Ebbtable, "ebbtable-bin", "", "ebbtable binary to run (default: built from this module at start)")
 	flag.StringVar(&opts.Binaries.Emulator, "emulator-bin", "", "emulator binary to run (default: built from cloud.google.com/go/bigtable/cmd/emulator at start)")
 	serveCeiling := flag.Bool("serve-ceiling", false, "only serve the ceiling target on --addr (the process mode starts this)")
 	ceilingAddr := flag.String("addr", "127.0.0.1:0", "with --serve-ceiling: the address to listen on")
-	ceilingWAL := flag.String("ceiling-wal", "", "with --serve-ceiling: append each MutateRows call's request bytes, undecoded, to a log file in `DIR` and acknowledge it once a group-committed fdatasync covers them (the ceiling-wal target)")
-	ceilingPebble := flag.String("ceiling-pebble", "", "with --serve-ceiling: commit each MutateRows call's cells to a Pebble database in `DIR` with a synced batch before acknowledging it (the ceiling-pebble target)")
+	ceilingWAL := flag.String("ceiling-wal", "", "with --serve-ceiling: append each MutateRows and MutateRow call's request bytes, undecoded, to a log file in `DIR` and acknowledge it once a group-committed fdatasync covers them (the ceiling-wal target)")
+	ceilingPebble := flag.String("ceiling-pebble", "", "with --serve-ceiling: commit each MutateRows and MutateRow call's cells to a Pebble database in `DIR` with a synced batch before acknowledging it (the ceiling-pebble target)")
 	flag.Parse()
 	if opts.RawPebble {
 		// Raw Pebble (here) and ceiling-pebble (a child) on huge pages,
