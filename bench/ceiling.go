@@ -73,16 +73,17 @@ func newCeiling(db *storage.DB) *grpc.Server { return newCeilingWith(db, nil) }
 // newCeilingWith is newCeiling writing to wal if it is not nil.
 func newCeilingWith(db *storage.DB, wal *groupLog) *grpc.Server {
 	cs := &ceilingServer{db: db, wal: wal, tables: map[string]bool{}, rows: map[string]ceilingCell{}}
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(256 << 20), grpc.MaxSendMsgSize(256 << 20)}
+	// Streams on long-lived workers, as ebbtable's serve runs them
+	// (server.streamWorkers): a goroutine per call grew its stack on every
+	// call, a ninth to an eighth of the durable floors' server CPU per
+	// single-row write and a sixth of the plain ceiling's (docs/
+	// performance.md, "Single-row writes: floors"), and 5.6 µs of the plain
+	// ceiling's point read. A bound must not pay what ebbtable does not.
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(256 << 20), grpc.MaxSendMsgSize(256 << 20),
+		grpc.NumStreamWorkers(uint32(max(128, 16*runtime.GOMAXPROCS(0))))}
 	floor := wal != nil || db != nil
 	if floor {
-		// Streams on long-lived workers, as ebbtable's serve runs them
-		// (server.streamWorkers): a goroutine per call grew its stack on
-		// every single-row write, a ninth to an eighth of the durable
-		// floors' server CPU per write (docs/performance.md, "Single-row
-		// writes: floors").
-		opts = append(opts, grpc.ForceServerCodecV2(floorCodec{encoding.GetCodecV2(grpcproto.Name)}),
-			grpc.NumStreamWorkers(uint32(max(128, 16*runtime.GOMAXPROCS(0)))))
+		opts = append(opts, grpc.ForceServerCodecV2(floorCodec{encoding.GetCodecV2(grpcproto.Name)}))
 	}
 	srv := grpc.NewServer(opts...)
 	if floor {
