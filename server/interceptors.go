@@ -29,14 +29,17 @@ func (s *Server) unaryInterceptor() grpc.UnaryServerInterceptor {
 			if r := recover(); r != nil {
 				err = panicked(log, info.FullMethod, r)
 			}
+			if r, ok := req.(*btpb.MutateRowRequest); ok && err != nil {
+				// The bytes the codec kept, if the call ended before its
+				// handler took them (mutaterowswire.go). The handler
+				// takes them first thing, so only a call that failed
+				// (or panicked) may have left them: a served one skips
+				// the stash's lock.
+				sec.wire.take(r)
+			}
 		}()
 		n, tooMuch := sec.admit(req)
 		defer sec.inflight.Add(-n)
-		if r, ok := req.(*btpb.MutateRowRequest); ok {
-			// The bytes the codec kept, if the call ends before its
-			// handler took them (mutaterowswire.go).
-			defer sec.wire.take(r)
-		}
 		if err := s.joinRefusal(info.FullMethod); err != nil {
 			return nil, err
 		}

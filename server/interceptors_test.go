@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // TestJoinRefusalReleasesRequest: a unary call refused while this cluster
@@ -52,13 +53,26 @@ func TestJoinRefusalReleasesRequest(t *testing.T) {
 
 // TestInterceptorsRecoverPanics: a handler's panic, unary or streaming,
 // answers INTERNAL naming the method instead of crashing the process, and
-// the request's bytes are no longer counted in flight.
+// the request's bytes are no longer counted in flight nor, a single-row
+// write's kept by the codec, held.
 func TestInterceptorsRecoverPanics(t *testing.T) {
 	t.Parallel()
 	env := newTestEnv(t)
 	const method = "/google.bigtable.v2.Bigtable/MutateRow"
-	req := &btpb.MutateRowRequest{TableName: "projects/" + testProject + "/instances/" + testInstance + "/tables/t", RowKey: []byte("r")}
-	_, err := env.srv.unaryInterceptor()(context.Background(), req, &grpc.UnaryServerInfo{FullMethod: method},
+	req := &btpb.MutateRowRequest{TableName: "projects/" + testProject + "/instances/" + testInstance + "/tables/t", RowKey: []byte("r"),
+		Mutations: []*btpb.Mutation{setCellMutation("cf", []byte("q"), []byte("v"), 1000)}}
+	// The request's bytes kept by the codec, which the panicking handler
+	// never took: the call's end drops them.
+	b, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := stashMutateRow(b, &btpb.MutateRowRequest{})
+	if w == nil {
+		t.Fatal("the request would not be kept as bytes")
+	}
+	env.srv.sec.wire.put(req, w)
+	_, err = env.srv.unaryInterceptor()(context.Background(), req, &grpc.UnaryServerInfo{FullMethod: method},
 		func(context.Context, any) (any, error) { panic("boom") })
 	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), method) {
 		t.Errorf("unary handler panicked: %v, want INTERNAL naming %s", err, method)
@@ -71,6 +85,9 @@ func TestInterceptorsRecoverPanics(t *testing.T) {
 	}
 	if n := env.srv.sec.inflight.Load(); n != 0 {
 		t.Errorf("%d request bytes still counted in flight", n)
+	}
+	if n := env.srv.sec.wire.len(); n != 0 {
+		t.Errorf("%d requests' bytes still held after the handler panicked", n)
 	}
 }
 
