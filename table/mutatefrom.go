@@ -55,7 +55,7 @@ func (e *Engine) MutateRowsFrom(instance, table string, src MutationSource) ([]e
 	defer putMutateScratch(sc)
 	needsRead := false
 	prepNow := clock.MillisTruncated(e.clock.Now())
-	var mu Mutation
+	mu := &sc.mu // src's method would move a local one to the heap
 	src.Rewind()
 	for i := 0; i < n; i++ {
 		row, k, ok := src.NextEntry()
@@ -68,10 +68,10 @@ func (e *Engine) MutateRowsFrom(instance, table string, src MutationSource) ([]e
 		}
 		start := len(sc.preps)
 		reads, refused := false, false
-		for j := 0; src.NextMutation(&mu); j++ {
+		for j := 0; src.NextMutation(mu); j++ {
 			sc.preps = append(sc.preps, prepared{})
 			p := &sc.preps[len(sc.preps)-1]
-			if err := e.prepareOne(p, m, j, &mu, prepNow); err != nil {
+			if err := e.prepareOne(p, m, j, mu, prepNow); err != nil {
 				refuse(i, err)
 				refused = true
 				break
@@ -177,6 +177,7 @@ type mutateScratch struct {
 	ends    []int
 	preps   []prepared
 	locked  []int
+	mu      Mutation // the mutation src fills
 	// lost: a commit that failed may still hold locked; sc is not pooled.
 	lost bool
 }
@@ -193,6 +194,7 @@ func putMutateScratch(sc *mutateScratch) {
 	}
 	clear(sc.rows)
 	clear(sc.preps)
+	sc.mu = Mutation{}
 	sc.rows, sc.stripes, sc.ends, sc.preps, sc.locked = sc.rows[:0], sc.stripes[:0], sc.ends[:0], sc.preps[:0], sc.locked[:0]
 	mutateScratchPool.Put(sc)
 }
