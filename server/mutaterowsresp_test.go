@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -107,17 +108,7 @@ func TestOKMutateRowsResponse(t *testing.T) {
 		}
 		// Another server answers another count meanwhile.
 		o := other.response(n + 1)
-		want, err := proto.Marshal(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := codec.Marshal(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if b := got.Materialize(); !bytes.Equal(b, want) {
-			t.Fatalf("%d entries: the codec sent\n%x\nproto.Marshal writes\n%x", n, b, want)
-		}
+		codecSendsProto(t, codec, r, fmt.Sprintf("%d entries", n))
 		if _, kept := ok.encoded(r); kept != (n <= maxSharedOK) {
 			t.Fatalf("%d entries: the kept encoding sent: %v", n, kept)
 		}
@@ -155,17 +146,24 @@ func TestMarshalMutateRowResponse(t *testing.T) {
 	withUnknown := &btpb.MutateRowResponse{}
 	withUnknown.ProtoReflect().SetUnknown([]byte{0x08, 0x01, 0x12, 0x01, 'x'})
 	for _, r := range []*btpb.MutateRowResponse{{}, withUnknown} {
-		want, err := proto.Marshal(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := codec.Marshal(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if b := got.Materialize(); !bytes.Equal(b, want) {
-			t.Fatalf("%v: the codec sent %x, proto.Marshal writes %x", r, b, want)
-		}
+		codecSendsProto(t, codec, r, fmt.Sprint(r))
+	}
+}
+
+// codecSendsProto fails the test unless the codec sends m as
+// proto.Marshal writes it.
+func codecSendsProto(t *testing.T, codec meteredCodec, m proto.Message, what string) {
+	t.Helper()
+	want, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := codec.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := got.Materialize(); !bytes.Equal(b, want) {
+		t.Fatalf("%s: the codec sent\n%x\nproto.Marshal writes\n%x", what, b, want)
 	}
 }
 
