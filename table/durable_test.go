@@ -110,11 +110,9 @@ func (r *gateRig) read(req ReadRequest) (string, error) {
 	return got, err
 }
 
-// readWaitsForRelease checks that a read of req does not answer while
-// write's sync is held (for 100 ms), and that once the sync is released
-// the write succeeds and the read answers want.
-func (r *gateRig) readWaitsForRelease(t *testing.T, req ReadRequest, write <-chan error, want, what string) {
-	t.Helper()
+// readAsync starts a read of req and returns the channel its answer comes
+// on (an error fails the test).
+func (r *gateRig) readAsync(t *testing.T, req ReadRequest) <-chan string {
 	read := make(chan string, 1)
 	go func() {
 		v, err := r.read(req)
@@ -123,6 +121,15 @@ func (r *gateRig) readWaitsForRelease(t *testing.T, req ReadRequest, write <-cha
 		}
 		read <- v
 	}()
+	return read
+}
+
+// readWaitsForRelease checks that a read of req does not answer while
+// write's sync is held (for 100 ms), and that once the sync is released
+// the write succeeds and the read answers want.
+func (r *gateRig) readWaitsForRelease(t *testing.T, req ReadRequest, write <-chan error, want, what string) {
+	t.Helper()
+	read := r.readAsync(t, req)
 	select {
 	case v := <-read:
 		t.Fatalf("%s: the read returned %q while the write's sync was held", what, v)

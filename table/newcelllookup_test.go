@@ -45,14 +45,7 @@ func TestNewCellLookupsFollowPointReads(t *testing.T) {
 				if !skip {
 					r.readWaitsForRelease(t, point, write, "new", "point read of "+row+", a write it cannot skip held")
 				} else {
-					read := make(chan string, 1)
-					go func() {
-						v, err := r.read(point)
-						if err != nil {
-							t.Error(err)
-						}
-						read <- v
-					}()
+					read := r.readAsync(t, point)
 					select {
 					case v := <-read:
 						if v != before {
